@@ -1,0 +1,1 @@
+"""GPU-native Goodhart grid world and a fast PPO trainer (profiled by goodhart_prof)."""

@@ -1,0 +1,95 @@
+"""`python -m trainer`: train the Goodhart grid world with PPO, honouring the PROF_* variables."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from goodhart_prof.errors import UserError, run_cli
+from goodhart_prof.hooks import ProfSettings, SettingsError
+
+from .config import ConfigError, build_config
+from .launch import finish_run, launch, stale_traces
+from .train import checkpoint_path
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--total-iterations", type=click.IntRange(min=1), default=None,
+              help="Training iterations to run (default: the config's, 56 on the CPU preset).")
+@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for run.json, metrics.jsonl, checkpoints (and traces unless PROF_OUTPUT_DIR says otherwise).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="TOML file with Config fields (flat or under [trainer]).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
+              help="auto: CUDA when available.")
+@click.option("--seed", type=int, default=None, help="Seed (rank r uses seed + r).")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
+              help="Write a checkpoint every N iterations (atomically).")
+@click.option("--resume", is_flag=True, help="Continue from the checkpoint in the output folder.")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Ranks to run with torch.distributed (gloo on CPU, NCCL on CUDA).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_every, resume, nproc,
+         no_progress):
+    """Train PPO on the Goodhart grid world. Profile with PROF_ENABLED=1 (see README)."""
+    started = time.perf_counter()
+    try:
+        settings = ProfSettings.from_env()
+    except SettingsError as exc:
+        raise UserError(str(exc)) from None
+    env_dir = os.environ.get("PROF_OUTPUT_DIR")
+    try:
+        cfg = build_config(config_file, total_iterations=total_iterations,
+                           output_dir=output_dir or env_dir, device=device, seed=seed,
+                           checkpoint_every=checkpoint_every,
+                           progress=False if no_progress else None)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    if not env_dir:
+        settings = ProfSettings(settings.enabled, settings.first, settings.last, settings.mode,
+                                Path(cfg.output_dir))
+    if settings.enabled and settings.first >= cfg.total_iterations:
+        raise UserError(f"PROF_ITERATIONS {settings.first}-{settings.last} starts after the last "
+                        f"training iteration ({cfg.total_iterations - 1}); raise --total-iterations")
+    if resume:
+        missing = [str(checkpoint_path(cfg.output_dir, r)) for r in range(nproc)
+                   if not checkpoint_path(cfg.output_dir, r).is_file()]
+        if missing:
+            raise UserError(f"{missing[0]}: no checkpoint to resume from")
+    if settings.enabled:
+        for path in stale_traces(settings.output_dir, nproc):
+            path.unlink()
+    try:
+        outcomes = launch(cfg, settings, nproc=nproc, resume=resume)
+    except KeyboardInterrupt:
+        click.echo("interrupted: training stopped; no trace was written for an unfinished window",
+                   err=True)
+        sys.exit(130)
+    record = finish_run(cfg, settings, outcomes, started, ["python -m trainer", *sys.argv[1:]])
+    click.echo(summary_line(record))
+
+
+def summary_line(record: dict) -> str:
+    m = record.get("final_metrics") or {}
+    sps = record.get("env_steps_per_s")
+    parts = [f"trained {record['iterations_run']} iterations ({record['env_steps']:,} env-steps) "
+             f"on {record['world_size']} rank(s), {record['device_type']}",
+             f"{sps:,.0f} env-steps/s" if sps else "env-steps/s n/a"]
+    if m.get("proxy_return") is not None:
+        parts.append(f"last iteration: proxy return {m['proxy_return']:.2f}, true return "
+                     f"{m['true_return']:.2f} (Goodhart gap {m.get('goodhart_gap', 0):.2f})")
+    out = Path(record["config"]["output_dir"]) / "run.json"
+    parts.append(f"merged trace: {record['merged_trace']}" if record.get("merged_trace") else "no trace")
+    parts.append(f"run record: {out}")
+    return " | ".join(parts)
+
+
+def main(args: list[str] | None = None) -> None:
+    run_cli(cli, "python -m trainer", args)
+
+
+if __name__ == "__main__":
+    main()

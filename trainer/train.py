@@ -1,0 +1,242 @@
+"""The training loop: rollout on the device, GAE, PPO update, async metrics, hooks, checkpoints."""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from goodhart_prof.hooks import NoHooks, ProfSettings, atomic_path, make_hooks
+
+from .config import Config
+from .env import N_ACTIONS, EnvState, GoodhartGridWorld
+from .logger import AsyncLogger
+from .policy import ActorCritic, act
+from .ppo import UPDATE_STAT_NAMES, RolloutBuffer, compute_gae, ppo_loss, ppo_update
+
+METRIC_NAMES = ("episodes", "proxy_return", "true_return", "episode_length", "proxy_per_step",
+                "true_per_step") + UPDATE_STAT_NAMES
+
+
+def checkpoint_path(output_dir: str | Path, rank: int) -> Path:
+    return Path(output_dir) / f"checkpoint-rank{rank}.pt"
+
+
+@dataclass
+class RunResult:
+    iterations_run: int
+    env_steps: int
+    wall_s: float
+    env_steps_per_s: float | None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    trace_path: Path | None = None
+
+
+class Trainer:
+    """Owns the env, the policy, the optimizer and the rollout storage of one rank."""
+
+    def __init__(self, cfg: Config, hooks=None, rank: int = 0, world_size: int = 1):
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        self.hooks = hooks or NoHooks()
+        self.device = torch.device(cfg.device)
+        cuda = self.device.type == "cuda"
+        self.amp = cfg.amp == "on" or (cfg.amp == "auto" and cuda)
+        self.compiled = cfg.compile == "on" or (cfg.compile == "auto" and cuda)
+        torch.manual_seed(cfg.seed + rank)
+        if cuda:
+            torch.set_float32_matmul_precision("high")
+            torch.backends.cudnn.benchmark = True
+        obs_dtype = torch.bfloat16 if (self.amp and cuda) else torch.float32
+        self.env = GoodhartGridWorld.from_config(cfg, self.device, obs_dtype)
+        self.state, self.obs = self.env.reset()
+        self.policy = ActorCritic(self.env.obs_shape, N_ACTIONS, cfg.channels, cfg.hidden,
+                                  cfg.value_head, cfg.popart_beta).to(self.device)
+        self.model: torch.nn.Module = self.policy
+        if world_size > 1:
+            self.model = torch.nn.parallel.DistributedDataParallel(self.policy)
+        self.params = list(self.policy.parameters())
+        self.optimizer = self._make_optimizer()
+        self.buf = RolloutBuffer.allocate(cfg.rollout_steps, cfg.n_envs, self.env.obs_shape,
+                                          obs_dtype, self.device)
+        self._build_step_functions()
+        self.iteration = 0  # next iteration to run
+
+    # -- construction ----------------------------------------------------------------------------
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        if self.device.type == "cuda":
+            # Fused Adam keeps the whole step on the GPU; a tensor lr never needs a host read.
+            lr = torch.tensor(self.cfg.lr, device=self.device)
+            return torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
+        return torch.optim.Adam(self.params, lr=self.cfg.lr, eps=1e-5, foreach=True)
+
+    def _autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
+
+    def _build_step_functions(self) -> None:
+        cfg = self.cfg
+
+        def act_fn(obs):
+            with self._autocast():
+                return act(self.policy, obs)
+
+        def loss_fn(mb):
+            with self._autocast():
+                return ppo_loss(self.model, self.policy.value_head, mb, cfg.clip_coef,
+                                cfg.vf_coef, cfg.ent_coef)
+
+        gae_fn: Callable = partial(compute_gae, gamma=cfg.gamma, lam=cfg.gae_lambda)
+        env_step = self.env.step
+        if self.compiled:
+            act_fn, loss_fn = torch.compile(act_fn), torch.compile(loss_fn)
+            gae_fn, env_step = torch.compile(gae_fn), torch.compile(env_step)
+        self.act_fn, self.loss_fn, self.gae_fn, self.env_step = act_fn, loss_fn, gae_fn, env_step
+
+    # -- one iteration ---------------------------------------------------------------------------
+    def run_iteration(self, it: int, logger: AsyncLogger | None) -> None:
+        cfg, buf, phase = self.cfg, self.buf, self.hooks.phase
+        with self.hooks.iteration(it):
+            with phase("rollout"):
+                for t in range(cfg.rollout_steps):
+                    with phase("policy_act"):
+                        out = self.act_fn(self.obs)
+                    buf.obs[t].copy_(self.obs)
+                    with phase("env_step"):
+                        res = self.env_step(self.state, out.action)
+                    buf.actions[t].copy_(out.action)
+                    buf.logprobs[t].copy_(out.logprob)
+                    buf.values[t].copy_(out.value)
+                    buf.rewards[t].copy_(res.proxy_reward)
+                    buf.true_rewards[t].copy_(res.true_reward)
+                    buf.dones[t].copy_(res.done)
+                    self.state, self.obs = res.state, res.obs
+                last_value = self.act_fn(self.obs).value
+            with phase("gae"):
+                # The agent is trained on the proxy reward: that is the Goodhart setting.
+                advantages, returns = self.gae_fn(buf.rewards, buf.values, buf.dones, last_value)
+            with phase("ppo_update"):
+                self.policy.value_head.update_stats(_global_mean_returns(returns))
+                update_stats = ppo_update(self.loss_fn, self.params, self.optimizer, buf,
+                                          advantages, returns, cfg.epochs, cfg.minibatches,
+                                          cfg.max_grad_norm, phase)
+            with phase("logging"):
+                self.state, episode = GoodhartGridWorld.drain_stats(self.state)
+                if logger is not None:
+                    logger.submit(it, self.steps_per_iteration, self._metrics(episode, update_stats))
+        self.iteration = it + 1
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.cfg.n_envs * self.cfg.rollout_steps
+
+    def _metrics(self, episode: torch.Tensor, update_stats: torch.Tensor) -> torch.Tensor:
+        n_done = episode[0]
+        per_episode = episode[1:] / n_done  # NaN when no episode ended this iteration
+        per_step = torch.stack((self.buf.rewards.mean(), self.buf.true_rewards.mean()))
+        return torch.cat((n_done.view(1), per_episode, per_step, update_stats.float()))
+
+    # -- warm-up, checkpoints ----------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        snap = {
+            "iteration": self.iteration,
+            "policy": copy.deepcopy(self.policy.state_dict()),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "env_state": {k: v.clone() for k, v in self.state._asdict().items()},
+            "obs": self.obs.clone(),
+            "rng_cpu": torch.get_rng_state(),
+        }
+        if self.device.type == "cuda":
+            snap["rng_cuda"] = torch.cuda.get_rng_state(self.device)
+        return snap
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        self.iteration = snap["iteration"]
+        self.policy.load_state_dict(snap["policy"])
+        self.optimizer.load_state_dict(snap["optimizer"])
+        self.state = EnvState(**{k: v.to(self.device) for k, v in snap["env_state"].items()})
+        self.obs = snap["obs"].to(self.device)
+        torch.set_rng_state(snap["rng_cpu"])
+        if "rng_cuda" in snap and self.device.type == "cuda":
+            torch.cuda.set_rng_state(snap["rng_cuda"], self.device)
+
+    def warm_up(self) -> float:
+        """One full iteration (compiles, autotunes, allocator warm-up), then every state is restored."""
+        snap = self.snapshot()
+        start = time.perf_counter()
+        hooks, self.hooks = self.hooks, NoHooks()
+        try:
+            self.run_iteration(self.iteration, None)
+            _synchronize(self.device)
+        finally:
+            self.hooks = hooks
+        self.restore(snap)
+        return time.perf_counter() - start
+
+    def save_checkpoint(self, path: Path) -> None:
+        with atomic_path(path) as tmp:
+            torch.save(self.snapshot(), tmp)
+
+    def load_checkpoint(self, path: Path) -> None:
+        snap = torch.load(path, map_location=self.device, weights_only=False)
+        self.restore(snap)
+
+
+def _global_mean_returns(returns: torch.Tensor) -> torch.Tensor:
+    """PopArt statistics must agree across ranks; plain heads ignore this tensor."""
+    if dist.is_available() and dist.is_initialized():
+        returns = returns.clone()
+        dist.all_reduce(returns)
+        returns /= dist.get_world_size()
+    return returns
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 1,
+          resume: bool = False, on_warmup: Callable[[float], None] | None = None) -> RunResult:
+    """Train `cfg.total_iterations` iterations of this rank; returns what was measured."""
+    out_dir = Path(cfg.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device_type = torch.device(cfg.device).type
+    hooks = make_hooks(settings, rank, device_type)
+    trainer = Trainer(cfg, hooks, rank, world_size)
+    if resume:
+        trainer.load_checkpoint(checkpoint_path(out_dir, rank))
+    if cfg.warmup:
+        seconds = trainer.warm_up()
+        if on_warmup:
+            on_warmup(seconds)
+    main = rank == 0
+    # Traced iterations run slower, and the one after the window also pays for writing the trace:
+    # neither counts towards the measured throughput.
+    traced = frozenset(i for i in range(trainer.iteration, cfg.total_iterations)
+                       if settings.traced(i) or settings.traced(i - 1))
+    logger = AsyncLogger(METRIC_NAMES, out_dir / "metrics.jsonl" if main else None, trainer.device,
+                         progress=main and cfg.progress, total=cfg.total_iterations,
+                         initial=trainer.iteration, exclude_from_rate=traced)
+    start_iteration = trainer.iteration
+    start = time.perf_counter()
+    try:
+        for it in range(start_iteration, cfg.total_iterations):
+            trainer.run_iteration(it, logger)
+            if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0:
+                trainer.save_checkpoint(checkpoint_path(out_dir, rank))
+        _synchronize(trainer.device)
+    except BaseException:
+        hooks.abort()
+        logger.close()
+        raise
+    hooks.close()
+    logger.close()
+    wall = time.perf_counter() - start
+    done = cfg.total_iterations - start_iteration
+    return RunResult(iterations_run=done, env_steps=done * trainer.steps_per_iteration,
+                     wall_s=wall, env_steps_per_s=logger.env_steps_per_s, rows=logger.rows,
+                     trace_path=hooks.trace_path if hooks.enabled else None)
