@@ -51,7 +51,7 @@ def make_state(env: GoodhartGridWorld, layouts: list[list[str]], t=None, ep_prox
     ep_proxy = torch.zeros(n) if ep_proxy is None else torch.tensor(ep_proxy, dtype=torch.float32)
     ep_true = torch.zeros(n) if ep_true is None else torch.tensor(ep_true, dtype=torch.float32)
     stats = torch.zeros(N_STATS) if stats is None else torch.tensor(stats, dtype=torch.float32)
-    return EnvState(grid, pos, t, ep_proxy, ep_true, stats)
+    return EnvState(grid, pos, t, ep_proxy, ep_true, stats, torch.ones(n, dtype=torch.bool))
 
 
 def field_of(env: GoodhartGridWorld, grid: torch.Tensor) -> torch.Tensor:
@@ -360,6 +360,28 @@ def test_auto_reset_at_max_steps():
     assert torch.equal(drained_state.grid, res2.state.grid)
 
 
+def test_first_episode_started_mid_clock_is_not_counted():
+    torch.manual_seed(4)
+    env = make_env(2, 7, max_steps=4)
+    layout = ["#######",
+              "#.....#",
+              "#..A..#",
+              "#.....#",
+              "#.F.D.#",
+              "#.....#",
+              "#######"]
+    state = make_state(env, [layout, layout], t=[3, 3], ep_proxy=[PROXY, PROXY],
+                       ep_true=[FOOD_TRUE, FOOD_TRUE])
+    state = state._replace(whole=torch.tensor([False, True]))  # env 0 began mid-clock
+    res = env.step(state, torch.tensor([STAY, STAY]))
+    assert res.done.tolist() == [True, True]
+    # Only env 1's episode counts: one episode, its returns, its length.
+    assert torch.allclose(res.state.stats, torch.tensor([1.0, PROXY, FOOD_TRUE, 4.0]))
+    assert res.state.whole.tolist() == [True, True]  # the next episodes both began at t = 0
+    fresh, _ = env.reset()
+    assert torch.equal(fresh.whole, fresh.t == 0)
+
+
 def test_stats_match_a_python_tally_over_many_episodes():
     torch.manual_seed(3)
     n, max_steps = 24, 7
@@ -368,6 +390,7 @@ def test_stats_match_a_python_tally_over_many_episodes():
     run_proxy, run_true = [0.0] * n, [0.0] * n
     eps, sum_proxy, sum_true, sum_len = 0, 0.0, 0.0, 0
     clock = state.t.tolist()
+    whole = [c == 0 for c in clock]  # episodes that start mid-clock are not counted
     for _ in range(40):
         prev = state
         actions = torch.randint(0, 5, (n,))
@@ -390,10 +413,12 @@ def test_stats_match_a_python_tally_over_many_episodes():
             clock[i] += 1
             assert bool(res.done[i]) == (clock[i] >= max_steps)
             if res.done[i]:
-                eps += 1
-                sum_proxy += run_proxy[i]
-                sum_true += run_true[i]
-                sum_len += clock[i]
+                if whole[i]:
+                    eps += 1
+                    sum_proxy += run_proxy[i]
+                    sum_true += run_true[i]
+                    sum_len += clock[i]
+                whole[i] = True
                 run_proxy[i] = run_true[i] = 0.0
                 clock[i] = 0
                 assert_valid_layout(env, state.grid[i], state.pos[i])
@@ -404,7 +429,7 @@ def test_stats_match_a_python_tally_over_many_episodes():
             assert float(state.ep_proxy[i]) == pytest.approx(run_proxy[i], abs=1e-5)
             assert float(state.ep_true[i]) == pytest.approx(run_true[i], abs=1e-5)
         assert state.t.tolist() == clock
-    assert eps > n  # several episodes per env went by
+    assert eps > n  # several whole episodes per env went by
     assert sum_len == eps * max_steps
     assert state.stats.tolist() == pytest.approx([eps, sum_proxy, sum_true, sum_len], abs=1e-4)
 

@@ -32,6 +32,7 @@ class EnvState(NamedTuple):
     ep_proxy: torch.Tensor   # (n,) float32, proxy return so far in the current episode
     ep_true: torch.Tensor    # (n,) float32, true return so far
     stats: torch.Tensor      # (N_STATS,) float32, finished-episode totals since last drained
+    whole: torch.Tensor      # (n,) bool, the current episode began at t = 0 (counts in stats)
 
 
 class StepResult(NamedTuple):
@@ -101,9 +102,11 @@ class GoodhartGridWorld:
         grid, pos = self._fresh_layouts()
         n, dev = self.n_envs, self.device
         # Stagger episode clocks so resets spread over time instead of hitting all envs at once.
+        # A first episode that starts mid-clock is short, so it is kept out of the statistics.
         t = torch.randint(0, self.max_steps, (n,), device=dev, dtype=torch.int32)
         zeros = torch.zeros(n, device=dev)
-        state = EnvState(grid, pos, t, zeros, zeros.clone(), torch.zeros(N_STATS, device=dev))
+        state = EnvState(grid, pos, t, zeros, zeros.clone(), torch.zeros(N_STATS, device=dev),
+                         t == 0)
         return state, self.observe(grid, pos)
 
     # -- dynamics ------------------------------------------------------------------------------
@@ -114,7 +117,7 @@ class GoodhartGridWorld:
         return (patch.unsqueeze(1) == self.channel_types).to(self.obs_dtype)
 
     def step(self, state: EnvState, actions: torch.Tensor) -> StepResult:
-        grid, pos, t, ep_proxy, ep_true, stats = state
+        grid, pos, t, ep_proxy, ep_true, stats, whole = state
         n, idx = self.n_envs, self.env_idx
         target = pos + self.deltas[actions]
         blocked = grid[idx, target[:, 0], target[:, 1]] == WALL
@@ -139,7 +142,7 @@ class GoodhartGridWorld:
         t = t + 1
         ep_proxy, ep_true = ep_proxy + proxy, ep_true + true
         done = t >= self.max_steps
-        donef = done.float()
+        donef = (done & whole).float()
         stats = stats + torch.stack((donef.sum(), (ep_proxy * donef).sum(),
                                      (ep_true * donef).sum(), (t.float() * donef).sum()))
         fresh_grid, fresh_pos = self._fresh_layouts()
@@ -148,7 +151,8 @@ class GoodhartGridWorld:
         t = torch.where(done, 0, t)
         ep_proxy = torch.where(done, 0.0, ep_proxy)
         ep_true = torch.where(done, 0.0, ep_true)
-        new_state = EnvState(grid, pos, t, ep_proxy, ep_true, stats)
+        whole = whole | done
+        new_state = EnvState(grid, pos, t, ep_proxy, ep_true, stats, whole)
         return StepResult(new_state, self.observe(grid, pos), proxy, true, done)
 
     @staticmethod

@@ -1,0 +1,357 @@
+#!/usr/bin/env python
+"""Env-steps per second: naive per-env Python loop vs the vectorized trainer (eager, compiled).
+
+Measured side by side in one process, interleaved in rounds so that machine noise hits every
+variant alike (medians are reported, with min-max):
+
+* naive rollout: N separate `GoodhartGridWorld(n_envs=1)` built from the same config, stepped
+  one after another in a Python loop; per env and step one batch-1 forward + sample of the SAME
+  policy (the eager trainer's `act_fn`, same `ActorCritic` instance and weights), then that env's
+  own step. No buffers, no extra syncs, no extra copies.
+* rollout: the same two lines over the whole batch: `trainer.act_fn(obs)`, `trainer.env_step(...)`
+  (eager, and compiled when `torch.compile` works here). No buffer writes either, so the two
+  rollout numbers do identical work per env step.
+* end to end: `Trainer.run_iteration(it, logger=None)` after `warm_up()`, one iteration timed
+  at a time (device synchronized before each clock read), eager and compiled alternating.
+* per phase: extra iterations run with a hooks object that synchronizes the device and reads
+  the wall clock around the top-level phases (rollout, gae, ppo_update, logging).
+
+Torch's default thread count is used. The last line printed is one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from trainer.config import ConfigError, build_config, to_dict
+from trainer.env import GoodhartGridWorld
+from trainer.train import Trainer
+
+TOP_PHASES = ("rollout", "gae", "ppo_update", "logging")
+TARGET_RATIO = 10.0
+_NULL = contextlib.nullcontext()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def med(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+class PhaseTimer:
+    """Hooks object: wall clock + device sync around the top-level phases only.
+
+    Nested phases (policy_act, env_step, minibatch, optimizer_step) get a shared no-op context, so
+    no sync lands inside the rollout or the update loop.
+    """
+
+    enabled = False
+    trace_path = None
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.times: dict[str, list[float]] = defaultdict(list)
+
+    def phase(self, name: str):
+        return self._timed(name) if name in TOP_PHASES else _NULL
+
+    @contextlib.contextmanager
+    def _timed(self, name: str):
+        sync(self.device)
+        start = time.perf_counter()
+        yield
+        sync(self.device)
+        self.times[name].append(time.perf_counter() - start)
+
+    def iteration(self, it: int):
+        return _NULL
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+def make_naive(cfg, trainer: Trainer, n: int):
+    """N single-env worlds with the same rules as the trainer's env (same code, n_envs=1)."""
+    one = dataclasses.replace(cfg, n_envs=1)
+    envs = [GoodhartGridWorld.from_config(one, trainer.device, trainer.env.obs_dtype)
+            for _ in range(n)]
+    states, obs = [], []
+    for env in envs:
+        s, o = env.reset()
+        states.append(s)
+        obs.append(o)
+    return envs, states, obs
+
+
+def naive_steps(act_fn: Callable, envs, states, obs, steps: int) -> None:
+    for _ in range(steps):
+        for i, env in enumerate(envs):
+            out = act_fn(obs[i])                    # batch-1 forward + sample, same policy
+            res = env.step(states[i], out.action)   # that env's own step
+            states[i], obs[i] = res.state, res.obs
+
+
+def vector_rollout(trainer: Trainer, steps: int) -> None:
+    act_fn, env_step = trainer.act_fn, trainer.env_step
+    state, obs = trainer.state, trainer.obs
+    for _ in range(steps):
+        out = act_fn(obs)
+        res = env_step(state, out.action)
+        state, obs = res.state, res.obs
+    trainer.state, trainer.obs = state, obs
+
+
+def timed(device: torch.device, fn: Callable[[], Any]) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def fmt(x: float | None, spec: str = ",.0f") -> str:
+    return "null" if x is None else format(x, spec)
+
+
+def spread(xs: list[float], spec: str = ",.0f") -> str:
+    return "" if len(xs) < 2 else f"[{format(min(xs), spec)} .. {format(max(xs), spec)}]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description="Env-steps/s of a naive per-env Python loop vs the vectorized trainer "
+                    "(eager and torch.compile). Prints a table; the last line is one JSON object.")
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="auto: CUDA when available (default: %(default)s)")
+    ap.add_argument("--config", default=None, help="optional TOML config (as for python -m trainer)")
+    ap.add_argument("--n-envs", type=int, default=None,
+                    help="batch size of the vectorized env (default: the device preset's)")
+    ap.add_argument("--iterations", type=int, default=8,
+                    help="timed end-to-end iterations per variant (default: %(default)s)")
+    ap.add_argument("--phase-iterations", type=int, default=3,
+                    help="extra iterations per variant timed phase by phase (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved rollout measurement rounds (default: %(default)s)")
+    ap.add_argument("--naive-steps", type=int, default=4,
+                    help="naive loop: steps of every naive env per round (default: %(default)s)")
+    ap.add_argument("--naive-envs", type=int, default=None,
+                    help="naive loop: number of single-env worlds (default: n_envs, at most 256; "
+                         "the naive rate does not depend on it)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    ap.add_argument("--json-out", default=None, help="also write the final JSON object to this file")
+    args = ap.parse_args(argv)
+    for name in ("iterations", "rounds", "naive_steps", "phase_iterations"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+
+    try:
+        cfg = build_config(args.config, device=args.device, n_envs=args.n_envs, compile="off",
+                           progress=False, warmup=True)
+    except ConfigError as exc:
+        ap.error(str(exc))
+    device = torch.device(cfg.device)
+    n_naive = args.naive_envs or min(cfg.n_envs, 256)
+    steps_per_it = cfg.n_envs * cfg.rollout_steps
+    bench_start = time.perf_counter()
+    print(f"# bench_train: device={cfg.device} ({device_name(device)}), torch {torch.__version__}, "
+          f"threads={torch.get_num_threads()}, n_envs={cfg.n_envs}, rollout_steps={cfg.rollout_steps}, "
+          f"naive_envs={n_naive}", flush=True)
+
+    # -- build and warm up ------------------------------------------------------------------
+    eager = Trainer(cfg)
+    eager_warm = eager.warm_up()
+    compiled: Trainer | None = None
+    compile_error: str | None = "skipped (--no-compile)" if args.no_compile else None
+    compile_warm: float | None = None
+    if not args.no_compile:
+        ccfg = dataclasses.replace(cfg, compile="on")
+        print("# compiling (torch.compile, first call of each function; may take a while) ...",
+              flush=True)
+        try:
+            compiled = Trainer(ccfg)
+            compile_warm = compiled.warm_up()
+            # The rollout loop alone calls act_fn/env_step outside run_iteration: warm it too.
+            vector_rollout(compiled, 2)
+            sync(device)
+        except Exception as exc:  # noqa: BLE001 - report and go on without the compiled variant
+            compile_error = one_line(exc)
+            traceback.print_exc(limit=3, file=sys.stderr)
+            compiled = None
+    envs, states, obs = make_naive(cfg, eager, n_naive)
+    naive_steps(eager.act_fn, envs, states, obs, 1)   # warm the batch-1 path
+    vector_rollout(eager, 2)
+    sync(device)
+
+    def run_compiled(fn: Callable[[], Any]) -> float | None:
+        nonlocal compiled, compile_error
+        if compiled is None:
+            return None
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001
+            compile_error = "during measurement: " + one_line(exc)
+            compiled = None
+            return None
+
+    # -- rollout rounds: naive, eager, compiled interleaved ----------------------------------
+    naive_sps: list[float] = []
+    roll_sps: list[float] = []
+    croll_sps: list[float] = []
+    for _ in range(args.rounds):
+        dt = timed(device, lambda: naive_steps(eager.act_fn, envs, states, obs, args.naive_steps))
+        naive_sps.append(n_naive * args.naive_steps / dt)
+        dt = timed(device, lambda: vector_rollout(eager, cfg.rollout_steps))
+        roll_sps.append(steps_per_it / dt)
+        dt = run_compiled(lambda: timed(device, lambda: vector_rollout(compiled, cfg.rollout_steps)))
+        if dt is not None:
+            croll_sps.append(steps_per_it / dt)
+
+    # -- end to end: one iteration at a time, eager and compiled alternating -----------------
+    it_s: list[float] = []
+    cit_s: list[float] = []
+    for _ in range(args.iterations):
+        it_s.append(timed(device, lambda: eager.run_iteration(eager.iteration, None)))
+        dt = run_compiled(lambda: timed(device, lambda: compiled.run_iteration(compiled.iteration, None)))
+        if dt is not None:
+            cit_s.append(dt)
+
+    # -- per phase: wall clock + sync around the top-level phases ----------------------------
+    def phases(tr: Trainer) -> dict[str, float]:
+        timer, saved = PhaseTimer(device), tr.hooks
+        tr.hooks = timer
+        try:
+            for _ in range(args.phase_iterations):
+                tr.run_iteration(tr.iteration, None)
+        finally:
+            tr.hooks = saved
+        return {k: statistics.median(timer.times[k]) for k in TOP_PHASES if timer.times[k]}
+
+    phase_s = phases(eager)
+    cphase_s = run_compiled(lambda: phases(compiled)) if compiled is not None else None
+
+    # -- results -----------------------------------------------------------------------------
+    naive = med(naive_sps)
+    rollout = med(roll_sps)
+    sps = steps_per_it / statistics.median(it_s)
+    c_rollout = med(croll_sps)
+    c_sps = steps_per_it / statistics.median(cit_s) if cit_s else None
+    ratio = rollout / naive if naive else None
+    passed = ratio is not None and ratio >= TARGET_RATIO
+
+    rows = [
+        ("naive per-env loop, rollout", naive, naive_sps, f"{n_naive} envs x {args.naive_steps} steps x {args.rounds} rounds"),
+        ("vectorized eager, rollout", rollout, roll_sps, f"{cfg.rollout_steps} steps x {args.rounds} rounds"),
+        ("vectorized eager, end to end", sps, [steps_per_it / t for t in it_s], f"{len(it_s)} iterations"),
+        ("compiled, rollout", c_rollout, croll_sps, compile_error or f"{cfg.rollout_steps} steps x {len(croll_sps)} rounds"),
+        ("compiled, end to end", c_sps, [steps_per_it / t for t in cit_s], compile_error or f"{len(cit_s)} iterations"),
+    ]
+    print()
+    print(f"{'variant':<30} {'env-steps/s (median)':>21}  {'min .. max':<26} note")
+    print("-" * 100)
+    for name, value, xs, note in rows:
+        print(f"{name:<30} {fmt(value):>21}  {spread(xs):<26} {note}")
+    print("-" * 100)
+    verdict = "PASS" if passed else "FAIL"
+    print(f"{'rollout vs naive (eager)':<30} {fmt(ratio, '.1f') + 'x':>21}  target >= {TARGET_RATIO:.0f}x "
+          f"on the 2-core CPU: {verdict}")
+    if c_rollout is not None and naive:
+        print(f"{'rollout vs naive (compiled)':<30} {fmt(c_rollout / naive, '.1f') + 'x':>21}")
+    print()
+    print(f"{'phase (s / iteration, median)':<30} {'eager':>12} {'compiled':>12}")
+    for k in TOP_PHASES:
+        c = cphase_s.get(k) if cphase_s else None
+        print(f"{k:<30} {fmt(phase_s.get(k), '.4f'):>12} {fmt(c, '.4f'):>12}")
+    print(f"{'iteration (end to end)':<30} {statistics.median(it_s):>12.4f} "
+          f"{fmt(statistics.median(cit_s) if cit_s else None, '.4f'):>12}")
+    print(f"{'warm_up (compile incl.)':<30} {eager_warm:>12.2f} {fmt(compile_warm, '.2f'):>12}")
+    print(f"# total benchmark time {time.perf_counter() - bench_start:.1f} s")
+
+    def r(x: float | None, nd: int = 1) -> float | None:
+        return None if x is None else round(x, nd)
+
+    result: dict[str, Any] = {
+        "benchmark": "bench_train",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device_name(device),
+        "device_type": device.type,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "preset": "cuda" if device.type == "cuda" else "cpu",
+        "config": to_dict(cfg),
+        "n_envs": cfg.n_envs,
+        "rollout_steps": cfg.rollout_steps,
+        "naive_envs": n_naive,
+        "naive_env_steps_timed": n_naive * args.naive_steps * args.rounds,
+        "rounds": args.rounds,
+        "iterations": args.iterations,
+        "naive_rollout_sps": r(naive),
+        "rollout_sps": r(rollout),
+        "sps": r(sps),
+        "compiled_rollout_sps": r(c_rollout),
+        "compiled_sps": r(c_sps),
+        "compile_error": compile_error,
+        "rollout_vs_naive": r(ratio, 2),
+        "rollout_vs_naive_target": TARGET_RATIO,
+        "rollout_vs_naive_pass": passed,
+        "phase_s": {k: r(v, 6) for k, v in phase_s.items()},
+        "compiled_phase_s": {k: r(v, 6) for k, v in cphase_s.items()} if cphase_s else None,
+        "iteration_s": r(statistics.median(it_s), 6),
+        "compiled_iteration_s": r(statistics.median(cit_s), 6) if cit_s else None,
+        "warmup_s": r(eager_warm, 3),
+        "compiled_warmup_s": r(compile_warm, 3),
+        "spread": {"naive_rollout_sps": [r(min(naive_sps)), r(max(naive_sps))],
+                   "rollout_sps": [r(min(roll_sps)), r(max(roll_sps))],
+                   "sps": [r(steps_per_it / max(it_s)), r(steps_per_it / min(it_s))],
+                   "compiled_rollout_sps": [r(min(croll_sps)), r(max(croll_sps))] if croll_sps else None,
+                   "compiled_sps": [r(steps_per_it / max(cit_s)), r(steps_per_it / min(cit_s))] if cit_s else None},
+    }
+    line = json.dumps(result, separators=(",", ":"))
+    if args.json_out:
+        out = Path(args.json_out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

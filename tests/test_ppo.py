@@ -1,0 +1,298 @@
+"""PPO pieces checked against independent reference computations."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.distributions import Categorical
+from torch.profiler import ProfilerActivity, profile
+
+from trainer.policy import ActorCritic, PopArtValueHead, ValueHead, sample_actions
+from trainer.ppo import Minibatch, N_UPDATE_STATS, clip_grad_norm_no_sync, compute_gae, ppo_loss
+
+SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
+
+
+# -- GAE -----------------------------------------------------------------------------------------
+def reference_gae(rewards, values, dones, last_value, gamma, lam):
+    """A_t = sum_k (gamma*lam)^k delta_{t+k}, summed forwards and cut at the episode's end.
+
+    `dones[t]` ends the episode with step t: step t bootstraps from nothing and the sum stops.
+    """
+    steps, n = len(rewards), len(rewards[0])
+    adv = [[0.0] * n for _ in range(steps)]
+    for e in range(n):
+        for t in range(steps):
+            total, coef = 0.0, 1.0
+            for k in range(t, steps):
+                next_v = last_value[e] if k == steps - 1 else values[k + 1][e]
+                if dones[k][e]:
+                    next_v = 0.0
+                total += coef * (rewards[k][e] + gamma * next_v - values[k][e])
+                if dones[k][e]:
+                    break
+                coef *= gamma * lam
+            adv[t][e] = total
+    returns = [[adv[t][e] + values[t][e] for e in range(n)] for t in range(steps)]
+    return adv, returns
+
+
+@pytest.mark.parametrize("gamma, lam", [(0.95, 0.9), (0.99, 0.95), (0.8, 0.0), (0.9, 1.0)])
+def test_compute_gae_matches_reference(gamma, lam):
+    g = torch.Generator().manual_seed(0)
+    steps, n = 20, 6
+    rewards = torch.randn(steps, n, generator=g)
+    values = torch.randn(steps, n, generator=g)
+    last_value = torch.randn(n, generator=g)
+    dones = torch.rand(steps, n, generator=g) < 0.2
+    dones[7, :3] = True        # dones in the middle
+    dones[8, 2] = True         # back-to-back episode ends
+    dones[-1, 0] = True        # the last step ends an episode: no bootstrap from last_value
+    dones[:, 5] = False        # one env never ends: bootstraps all the way
+    adv, ret = compute_gae(rewards, values, dones, last_value, gamma, lam)
+    ref_adv, ref_ret = reference_gae(rewards.tolist(), values.tolist(), dones.tolist(),
+                                     last_value.tolist(), gamma, lam)
+    assert adv.shape == ret.shape == (steps, n)
+    assert torch.allclose(adv, torch.tensor(ref_adv), atol=1e-5)
+    assert torch.allclose(ret, torch.tensor(ref_ret), atol=1e-5)
+
+
+def test_compute_gae_monte_carlo_case():
+    # gamma = lam = 1 without dones: the return is the sum of the remaining rewards + last value.
+    rewards = torch.tensor([[1.0], [2.0], [3.0]])
+    values = torch.tensor([[0.5], [-1.0], [4.0]])
+    dones = torch.zeros(3, 1, dtype=torch.bool)
+    adv, ret = compute_gae(rewards, values, dones, torch.tensor([10.0]), 1.0, 1.0)
+    assert torch.allclose(ret[:, 0], torch.tensor([16.0, 15.0, 13.0]))
+    assert torch.allclose(adv, ret - values)
+    # An episode end after step 1 cuts the sum there.
+    dones[1, 0] = True
+    _, ret = compute_gae(rewards, values, dones, torch.tensor([10.0]), 1.0, 1.0)
+    assert torch.allclose(ret[:, 0], torch.tensor([3.0, 2.0, 13.0]))
+
+
+# -- PPO loss ------------------------------------------------------------------------------------
+OBS_SHAPE = (3, 5, 5)
+
+
+def small_policy(value_head: str) -> ActorCritic:
+    torch.manual_seed(0)
+    policy = ActorCritic(OBS_SHAPE, 5, channels=4, hidden=16, value_head=value_head)
+    # Spread the logits a little so the action distribution is not uniform.
+    with torch.no_grad():
+        policy.actor.weight.normal_(0.0, 0.5)
+    return policy
+
+
+def make_minibatch(policy: ActorCritic, batch: int = 128) -> Minibatch:
+    g = torch.Generator().manual_seed(1)
+    obs = (torch.rand(batch, *OBS_SHAPE, generator=g) < 0.3).float()
+    actions = torch.randint(0, 5, (batch,), generator=g)
+    with torch.no_grad():
+        logits, value = policy(obs)
+        logp = torch.log_softmax(logits, -1).gather(-1, actions[:, None]).squeeze(-1)
+        raw_value = policy.value_head.denormalize(value)
+    # Old log-probs and values away from the current ones, so ratios and values get clipped.
+    old_logp = logp + 0.3 * torch.randn(batch, generator=g)
+    old_values = raw_value + 0.6 * torch.randn(batch, generator=g)
+    advantages = 2.0 * torch.randn(batch, generator=g) + 0.5
+    returns = raw_value + torch.randn(batch, generator=g)
+    return Minibatch(obs, actions, old_logp, advantages, returns, old_values)
+
+
+def reference_loss(policy, mb, clip, vf_coef, ent_coef, mu=0.0, sigma=1.0):
+    logits, value = policy(mb.obs)
+    dist = Categorical(logits=logits)
+    logp = dist.log_prob(mb.actions)
+    entropy = dist.entropy().mean()
+    log_ratio = logp - mb.logprobs
+    ratio = torch.exp(log_ratio)
+    adv = (mb.advantages - mb.advantages.mean()) / (mb.advantages.std() + 1e-8)
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+    policy_loss = -surrogate.mean()
+    target = (mb.returns - mu) / sigma
+    old = (mb.values - mu) / sigma
+    clipped_value = torch.where(value > old + clip, old + clip,
+                                torch.where(value < old - clip, old - clip, value))
+    err = torch.maximum((value - target).pow(2), (clipped_value - target).pow(2))
+    value_loss = 0.5 * err.mean()
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    approx_kl = (ratio - 1 - log_ratio).mean()
+    clip_frac = ((ratio < 1 - clip) | (ratio > 1 + clip)).float().mean()
+    unclipped = {"policy_loss": -(ratio * adv).mean().detach(),
+                 "value_loss": 0.5 * (value - target).pow(2).mean().detach()}
+    return loss, [loss, policy_loss, value_loss, entropy, approx_kl, clip_frac], unclipped
+
+
+@pytest.mark.parametrize("head", ["plain", "popart"])
+def test_ppo_loss_matches_reference(head):
+    policy = small_policy(head)
+    mu, sigma = 0.0, 1.0
+    if head == "popart":
+        mu, sigma = 1.5, 2.0
+        policy.value_head.mu.fill_(mu)
+        policy.value_head.nu.fill_(sigma ** 2 + mu ** 2)
+    mb = make_minibatch(policy)
+    clip, vf_coef, ent_coef = 0.2, 0.5, 0.01
+    loss, stats = ppo_loss(policy, policy.value_head, mb, clip, vf_coef, ent_coef)
+    assert stats.shape == (N_UPDATE_STATS,) and not stats.requires_grad
+    grads = torch.autograd.grad(loss, list(policy.parameters()))
+
+    ref, ref_stats, unclipped = reference_loss(policy, mb, clip, vf_coef, ent_coef, mu, sigma)
+    ref_grads = torch.autograd.grad(ref, list(policy.parameters()))
+    ref_stats = torch.stack([s.detach() for s in ref_stats])
+    names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac")
+    for name, got, want in zip(names, stats, ref_stats):
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-5), name
+    assert torch.allclose(loss, ref, atol=1e-6, rtol=1e-5)
+    for got, want in zip(grads, ref_grads):
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-4)
+
+    # The case is one where clipping matters, for the ratio and for the value.
+    clip_frac = float(stats[5])
+    assert 0.0 < clip_frac < 1.0
+    assert abs(float(unclipped["policy_loss"]) - float(stats[1])) > 1e-3
+    assert abs(float(unclipped["value_loss"]) - float(stats[2])) > 1e-3
+    assert float(stats[4]) > 0.0  # approx KL of a perturbed policy is positive
+    assert 0.0 < float(stats[3]) < math.log(5)
+
+
+# -- value heads ---------------------------------------------------------------------------------
+def test_popart_update_preserves_unnormalised_outputs():
+    torch.manual_seed(2)
+    head = PopArtValueHead(16, beta=0.3)
+    features = torch.randn(64, 16)
+    with torch.no_grad():
+        before = head.denormalize(head(features))
+    weight0 = head.fc.weight.clone()
+    for k in range(6):
+        returns = 1000.0 + 250.0 * torch.randn(512) + 40.0 * k
+        head.update_stats(returns)
+        with torch.no_grad():
+            after = head.denormalize(head(features))
+        assert torch.allclose(after, before, rtol=1e-4, atol=1e-4 * float(before.abs().max()))
+    # The statistics really moved (so the preservation above was not trivial).
+    assert float(head.mu) > 500.0
+    sigma = float((head.nu - head.mu ** 2).sqrt())
+    assert sigma > 50.0
+    assert not torch.allclose(head.fc.weight, weight0)
+
+
+def test_popart_prepare_targets_normalises():
+    head = PopArtValueHead(8, beta=1.0)  # beta = 1: the statistics become those of the batch
+    g = torch.Generator().manual_seed(3)
+    returns = 500.0 + 80.0 * torch.randn(4096, generator=g)
+    head.update_stats(returns)
+    assert float(head.mu) == pytest.approx(float(returns.mean()), rel=1e-5)
+    old_values = returns + 5.0
+    target, old = head.prepare_targets(returns, old_values)
+    assert float(target.mean()) == pytest.approx(0.0, abs=1e-3)
+    assert float(target.std(unbiased=False)) == pytest.approx(1.0, abs=1e-3)
+    sigma = returns.std(unbiased=False)
+    assert torch.allclose(old, (old_values - returns.mean()) / sigma, atol=1e-3)
+    assert torch.allclose(old - target, torch.full_like(old, 5.0) / sigma, atol=1e-4)
+    # Normalised targets and the head's own output live in the same units.
+    features = torch.randn(10, 8)
+    with torch.no_grad():
+        raw = head.denormalize(head(features))
+        norm_raw, _ = head.prepare_targets(raw, raw)
+        assert torch.allclose(norm_raw, head(features), atol=1e-4)
+
+
+def test_plain_value_head_is_a_pass_through():
+    torch.manual_seed(4)
+    head = ValueHead(8)
+    features = torch.randn(10, 8)
+    out = head(features)
+    assert out.shape == (10,)
+    assert torch.allclose(out, features @ head.fc.weight[0] + head.fc.bias[0], atol=1e-6)
+    assert torch.equal(head.denormalize(out), out)
+    returns, old_values = torch.randn(10) * 100, torch.randn(10) * 100
+    target, old = head.prepare_targets(returns, old_values)
+    assert torch.equal(target, returns) and torch.equal(old, old_values)
+    state = {k: v.clone() for k, v in head.state_dict().items()}
+    head.update_stats(returns * 1000)
+    assert all(torch.equal(v, head.state_dict()[k]) for k, v in state.items())
+    assert type(ActorCritic(OBS_SHAPE, 5, 4, 16, "plain").value_head) is ValueHead
+    assert type(ActorCritic(OBS_SHAPE, 5, 4, 16, "popart").value_head) is PopArtValueHead
+
+
+# -- gradient clipping ---------------------------------------------------------------------------
+def grads_with_norm(norm: float) -> list[torch.nn.Parameter]:
+    g = torch.Generator().manual_seed(5)
+    params = [torch.nn.Parameter(torch.zeros(s)) for s in ((4, 3), (7,), (2, 2, 2))]
+    raw = [torch.randn(p.shape, generator=g) for p in params]
+    total = torch.sqrt(sum((r * r).sum() for r in raw))
+    for p, r in zip(params, raw):
+        p.grad = r * (norm / total)
+    params.append(torch.nn.Parameter(torch.zeros(3)))  # one without a gradient
+    return params
+
+
+def global_norm(params) -> float:
+    return math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params if p.grad is not None))
+
+
+def test_clip_grad_norm_scales_down_large_gradients():
+    params = grads_with_norm(5.0)
+    before = [p.grad.clone() for p in params[:-1]]
+    total = clip_grad_norm_no_sync(params, 1.0)
+    assert float(total) == pytest.approx(5.0, rel=1e-5)
+    assert global_norm(params) == pytest.approx(1.0, rel=1e-5)
+    for p, g in zip(params, before):
+        assert torch.allclose(p.grad, g / 5.0, rtol=1e-5, atol=1e-7)
+    assert params[-1].grad is None
+
+
+def test_clip_grad_norm_leaves_small_gradients():
+    params = grads_with_norm(0.3)
+    before = [p.grad.clone() for p in params[:-1]]
+    total = clip_grad_norm_no_sync(params, 1.0)
+    assert float(total) == pytest.approx(0.3, rel=1e-5)
+    assert all(torch.equal(p.grad, g) for p, g in zip(params, before))
+
+
+def test_clip_grad_norm_does_not_sync():
+    params = grads_with_norm(5.0)
+    clip_grad_norm_no_sync(params, 1.0)  # warm up outside the profiler
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        clip_grad_norm_no_sync(params, 1.0)
+    names = {e.name for e in prof.events()}
+    assert any("norm" in name for name in names), "the profiler saw the norm"
+    assert not names & SYNC_OPS, f"host syncs in clipping: {sorted(names & SYNC_OPS)}"
+
+
+# -- sampling ------------------------------------------------------------------------------------
+def test_sample_actions_frequencies_match_softmax():
+    torch.manual_seed(6)
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0],
+                           [2.0, 1.0, 0.0, -1.0, -2.0],
+                           [-0.5, 1.5, 0.3, 0.3, -1.0],
+                           [3.0, 0.0, 0.5, 1.0, 0.2]])
+    samples = 40_000
+    actions, logprobs = sample_actions(logits.repeat(samples, 1, 1))
+    assert actions.shape == logprobs.shape == (samples, 4)
+    assert actions.dtype == torch.int64 and logprobs.dtype == torch.float32
+    probs = torch.softmax(logits, -1)
+    for row in range(logits.shape[0]):
+        observed = torch.bincount(actions[:, row], minlength=5).double()
+        expected = probs[row].double() * samples
+        chi2 = float(((observed - expected) ** 2 / expected).sum())
+        # 4 degrees of freedom: P(chi2 > 30) is about 5e-6.
+        assert chi2 < 30.0, (row, observed.tolist(), expected.tolist())
+        assert torch.allclose(observed / samples, probs[row].double(), atol=0.01)
+    log_softmax = torch.log_softmax(logits, -1)
+    assert torch.allclose(logprobs, log_softmax[torch.arange(4), actions], atol=1e-6)
+
+
+def test_sample_actions_logprob_and_masked_actions():
+    torch.manual_seed(7)
+    logits = torch.randn(2000, 5) * 2
+    logits[:, 3] = -1e4  # practically impossible
+    actions, logprobs = sample_actions(logits.bfloat16())
+    assert not bool((actions == 3).any())
+    assert logprobs.dtype == torch.float32
+    expected = torch.log_softmax(logits.bfloat16().float(), -1).gather(1, actions[:, None])[:, 0]
+    assert torch.allclose(logprobs, expected, atol=1e-6)
+    assert len(set(actions.tolist())) == 4
