@@ -96,8 +96,10 @@ class AsyncLogger:
                                "iteration_s": round(seconds, 6),
                                "env_steps_per_s": round(item.env_steps / seconds, 1) if seconds > 0 else None}
         row.update({k: (None if v != v else round(v, 6)) for k, v in zip(self.names, values)})
-        if "proxy_return" in row and "true_return" in row and row["proxy_return"] is not None:
-            row["goodhart_gap"] = round(row["proxy_return"] - row["true_return"], 6)
+        if "proxy_return" in row and "true_return" in row:
+            # None when no whole episode ended in this iteration.
+            both = row["proxy_return"] is not None and row["true_return"] is not None
+            row["goodhart_gap"] = round(row["proxy_return"] - row["true_return"], 6) if both else None
         self.all_steps += item.env_steps
         self.all_seconds += seconds
         if item.iteration not in self.exclude:
