@@ -1,0 +1,156 @@
+"""File or folder -> `Trace`. Ranks come from distributedInfo, merged process names, or file order."""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..errors import UserError
+from .decode import DecodeError, decode, read_bytes
+from .model import Trace
+from .tables import concat_tables, events_table, rank_processes
+
+PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
+PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
+NOT_TRACES = {"run.json"}
+
+
+class TraceError(UserError):
+    """A trace input cannot be used; the message names the file and the problem."""
+
+
+@dataclass
+class _FileResult:
+    path: Path
+    table: pd.DataFrame
+    rank: int | None                 # from distributedInfo
+    merged_ranks: list[int]          # from process names `rank <r>` (merged traces)
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0
+    base_ns: int | None = None
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The trace files a path stands for (a folder's per-rank traces win over its merged one)."""
+    if path.is_file():
+        return [path]
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or folder")
+    if not path.is_dir():
+        raise TraceError(f"{path}: not a file or folder")
+    found = sorted(p for p in path.iterdir() if p.is_file() and p.name not in NOT_TRACES
+                   and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    per_rank = [p for p in found if p.name != "merged_trace.json"]
+    found = per_rank or found
+    if not found:
+        raise TraceError(f"{path}: folder holds no trace files (*.json, *.json.gz)")
+    return found
+
+
+def _load_file(path: Path, default_rank: int) -> _FileResult:
+    try:
+        raw = read_bytes(path)
+    except DecodeError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        doc, skipped = decode(raw)
+    except DecodeError as exc:
+        raise TraceError(f"{path}: {exc}") from None
+    del raw
+    info_rank = doc.distributedInfo.rank if doc.distributedInfo is not None else None
+    pid_rank = {} if info_rank is not None else rank_processes(doc)
+    rank = info_rank if info_rank is not None else default_rank
+    table, bad = events_table(doc, pid_rank, rank)
+    return _FileResult(path, table, info_rank, sorted(set(pid_rank.values())),
+                       list(doc.deviceProperties or []), skipped + bad, doc.baseTimeNanoseconds)
+
+
+def load(path: str | os.PathLike, progress: bool | None = None, workers: int | None = None) -> Trace:
+    """Load a trace file, a merged trace, or a folder of per-rank traces."""
+    path = Path(path)
+    files = trace_files(path)
+    try:
+        sizes = [f.stat().st_size for f in files]
+    except OSError as exc:
+        raise TraceError(f"{exc.filename}: cannot read ({exc.strerror})") from None
+    total = sum(sizes)
+    show = total > PROGRESS_BYTES if progress is None else progress
+    bar = _bar(len(files), total, show)
+    try:
+        results = _load_all(files, sizes, workers, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    return _assemble(files, results)
+
+
+def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar) -> list[_FileResult]:
+    parallel = len(files) > 1 and sum(sizes) > PARALLEL_BYTES and (workers or 2) > 1
+    if not parallel:
+        results = []
+        for i, f in enumerate(files):
+            results.append(_load_file(f, i))
+            if bar is not None:
+                bar.update(sizes[i])
+        return results
+    n = min(len(files), workers or os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=n) as pool:
+        futures = [pool.submit(_load_file, f, i) for i, f in enumerate(files)]
+        results = []
+        for i, fut in enumerate(futures):
+            results.append(fut.result())
+            if bar is not None:
+                bar.update(sizes[i])
+        return results
+
+
+def _bar(n_files: int, total: int, show: bool):
+    if not show:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {n_files} file(s)",
+                leave=False, dynamic_ncols=True)
+
+
+def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
+    warnings: list[str] = []
+    if len(results) == 1:
+        res = results[0]
+        if res.rank is not None:
+            source, ranks = "distributedInfo", [res.rank]
+        elif res.merged_ranks:
+            source, ranks = "process names", res.merged_ranks
+        else:
+            source, ranks = "single file", [0]
+    else:
+        source, ranks = _ranks_of_many(results, warnings)
+    skipped = sum(r.skipped for r in results)
+    if skipped:
+        warnings.append(f"skipped {skipped} malformed event(s)")
+    events = concat_tables([r.table for r in results])
+    props = {}
+    for r in results:
+        for rank in ([r.rank] if r.rank is not None else r.merged_ranks or
+                     sorted(set(r.table["rank"].unique().tolist()))):
+            props.setdefault(int(rank), r.device_properties)
+    return Trace(events, files, sorted(ranks), source, props, skipped, warnings)
+
+
+def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str, list[int]]:
+    if all(r.rank is not None for r in results):
+        seen: dict[int, Path] = {}
+        for r in results:
+            if r.rank in seen:
+                raise TraceError(f"{r.path}: claims rank {r.rank}, like {seen[r.rank].name}")
+            seen[r.rank] = r.path
+        return "distributedInfo", sorted(seen)
+    for i, r in enumerate(results):  # fall back to file order for every file, consistently
+        r.table["rank"] = i
+    warnings.append("ranks taken from file order (the files carry no distributedInfo)")
+    return "file order", list(range(len(results)))
