@@ -16,7 +16,10 @@ variant alike (medians are reported, with min-max):
 * per phase: extra iterations run with a hooks object that synchronizes the device and reads
   the wall clock around the top-level phases (rollout, gae, ppo_update, logging).
 
-Torch's default thread count is used. The last line printed is one JSON object.
+Torch's default thread count is used unless --threads is given. On a small CPU another busy
+process can slow torch's OpenMP threads many times over, so the header shows the load average
+and the footer how many CPUs other processes kept busy while measuring. The last line printed
+is one JSON object (--json-out also writes it to a file, e.g. benchmarks/gpu/<date>-<device>.json).
 """
 from __future__ import annotations
 
@@ -107,6 +110,32 @@ class PhaseTimer:
         pass
 
 
+class ForeignLoad:
+    """CPU time used by other processes while we run (noise indicator), from /proc/stat."""
+
+    def __init__(self):
+        self.start = self._sample()
+
+    @staticmethod
+    def _sample():
+        try:
+            with open("/proc/stat") as fh:
+                f = [int(x) for x in fh.readline().split()[1:]]
+            busy = (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            busy = None
+        t = os.times()
+        return busy, t.user + t.system, time.perf_counter()
+
+    def cpus_used(self) -> float | None:
+        """Average number of CPUs kept busy by other processes since start."""
+        b0, own0, w0 = self.start
+        b1, own1, w1 = self._sample()
+        if b0 is None or b1 is None or w1 <= w0:
+            return None
+        return max(0.0, ((b1 - b0) - (own1 - own0)) / (w1 - w0))
+
+
 def make_naive(cfg, trainer: Trainer, n: int):
     """N single-env worlds with the same rules as the trainer's env (same code, n_envs=1)."""
     one = dataclasses.replace(cfg, n_envs=1)
@@ -175,12 +204,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="naive loop: number of single-env worlds (default: n_envs, at most 256; "
                          "the naive rate does not depend on it)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads (default: leave torch's default)")
     ap.add_argument("--json-out", default=None, help="also write the final JSON object to this file")
     args = ap.parse_args(argv)
     for name in ("iterations", "rounds", "naive_steps", "phase_iterations"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         cfg = build_config(args.config, device=args.device, n_envs=args.n_envs, compile="off",
                            progress=False, warmup=True)
@@ -192,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_start = time.perf_counter()
     print(f"# bench_train: device={cfg.device} ({device_name(device)}), torch {torch.__version__}, "
           f"threads={torch.get_num_threads()}, n_envs={cfg.n_envs}, rollout_steps={cfg.rollout_steps}, "
-          f"naive_envs={n_naive}", flush=True)
+          f"naive_envs={n_naive}, loadavg={os.getloadavg()[0]:.2f}", flush=True)
 
     # -- build and warm up ------------------------------------------------------------------
     eager = Trainer(cfg)
@@ -231,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             return None
 
     # -- rollout rounds: naive, eager, compiled interleaved ----------------------------------
+    foreign = ForeignLoad()  # from here on no compile workers should be busy
     naive_sps: list[float] = []
     roll_sps: list[float] = []
     croll_sps: list[float] = []
@@ -265,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
 
     phase_s = phases(eager)
     cphase_s = run_compiled(lambda: phases(compiled)) if compiled is not None else None
+    other = foreign.cpus_used()
 
     # -- results -----------------------------------------------------------------------------
     naive = med(naive_sps)
@@ -297,11 +332,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'phase (s / iteration, median)':<30} {'eager':>12} {'compiled':>12}")
     for k in TOP_PHASES:
         c = cphase_s.get(k) if cphase_s else None
-        print(f"{k:<30} {fmt(phase_s.get(k), '.4f'):>12} {fmt(c, '.4f'):>12}")
+        label = "rollout (+ buffer writes)" if k == "rollout" else k
+        print(f"{label:<30} {fmt(phase_s.get(k), '.4f'):>12} {fmt(c, '.4f'):>12}")
     print(f"{'iteration (end to end)':<30} {statistics.median(it_s):>12.4f} "
           f"{fmt(statistics.median(cit_s) if cit_s else None, '.4f'):>12}")
     print(f"{'warm_up (compile incl.)':<30} {eager_warm:>12.2f} {fmt(compile_warm, '.2f'):>12}")
-    print(f"# total benchmark time {time.perf_counter() - bench_start:.1f} s")
+    print(f"# during measurement other processes kept {'?' if other is None else format(other, '.2f')}"
+          f" of {os.cpu_count()} CPUs busy; loadavg now {os.getloadavg()[0]:.2f}; "
+          f"total benchmark time {time.perf_counter() - bench_start:.1f} s")
 
     def r(x: float | None, nd: int = 1) -> float | None:
         return None if x is None else round(x, nd)
@@ -338,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         "compiled_iteration_s": r(statistics.median(cit_s), 6) if cit_s else None,
         "warmup_s": r(eager_warm, 3),
         "compiled_warmup_s": r(compile_warm, 3),
+        "other_cpus_busy": None if other is None else round(other, 3),
         "spread": {"naive_rollout_sps": [r(min(naive_sps)), r(max(naive_sps))],
                    "rollout_sps": [r(min(roll_sps)), r(max(roll_sps))],
                    "sps": [r(steps_per_it / max(it_s)), r(steps_per_it / min(it_s))],
