@@ -1,0 +1,86 @@
+"""Interval primitives on sorted numpy arrays: unions, containment, per-thread grouping.
+
+Every analysis that needs "which intervals cover this time" or "which event encloses this one"
+uses these, so the sweep logic lives in one place.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+# How far back `innermost_enclosing` looks among earlier-starting intervals before falling back to
+# a full scan. Properly nested traces find the encloser within a few steps.
+_LOOKBACK = 64
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of [start, end) intervals as disjoint sorted blocks."""
+    if len(starts) == 0:
+        return np.empty(0), np.empty(0)
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts, float)[order], np.asarray(ends, float)[order]
+    reach = np.maximum.accumulate(e)
+    new_block = np.empty(len(s), dtype=bool)
+    new_block[0] = True
+    new_block[1:] = s[1:] > reach[:-1]
+    block_id = np.cumsum(new_block) - 1
+    block_starts = s[new_block]
+    block_ends = np.zeros(len(block_starts))
+    np.maximum.at(block_ends, block_id, reach)
+    return block_starts, block_ends
+
+
+def covered_before(block_starts: np.ndarray, block_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time in (-inf, t] for each t, given disjoint sorted blocks."""
+    lengths = block_ends - block_starts
+    cum = np.concatenate(([0.0], np.cumsum(lengths)))
+    i = np.searchsorted(block_starts, t, side="right")  # blocks starting at or before t
+    partial = np.zeros(len(t))
+    inside = i > 0
+    j = i[inside] - 1
+    partial[inside] = np.minimum(np.asarray(t, float)[inside], block_ends[j]) - block_starts[j]
+    return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(partial, 0.0)
+
+
+def innermost_enclosing(c_ts: np.ndarray, c_end: np.ndarray, q_ts: np.ndarray, q_end: np.ndarray,
+                        strict_self: bool = False) -> np.ndarray:
+    """For each query interval, the index of the innermost container interval that covers it.
+
+    Containers must be sorted by start (ties: longer first) and belong to one thread, so that
+    they nest. A container covers a query when c_ts <= q_ts and q_end <= c_end; with
+    `strict_self` a container identical to the query (the query itself) does not count.
+    Returns -1 where nothing covers the query.
+    """
+    n, m = len(c_ts), len(q_ts)
+    out = np.full(m, -1, dtype=np.int64)
+    if n == 0 or m == 0:
+        return out
+    last = np.searchsorted(c_ts, q_ts, side="right") - 1  # latest container starting <= q_ts
+    for k in range(m):
+        i = last[k]
+        lo = max(i - _LOOKBACK, -1)
+        while i > lo:
+            if c_end[i] >= q_end[k] and not (strict_self and c_ts[i] == q_ts[k] and c_end[i] == q_end[k]):
+                out[k] = i
+                break
+            i -= 1
+        else:
+            if i >= 0:  # deep or crowded history: vectorised scan of everything before
+                cand = np.nonzero((c_ts[: i + 1] <= q_ts[k]) & (c_end[: i + 1] >= q_end[k]))[0]
+                if strict_self:
+                    cand = cand[~((c_ts[cand] == q_ts[k]) & (c_end[cand] == q_end[k]))]
+                if len(cand):
+                    out[k] = cand[-1]
+    return out
+
+
+def by_thread(frame: pd.DataFrame) -> Iterator[tuple[tuple[int, int, int], pd.DataFrame]]:
+    """(rank, pid, tid) groups of an events frame, each sorted by ts (longer first on ties)."""
+    if frame.empty:
+        return
+    ordered = frame.assign(_neg=-frame["dur"]).sort_values(["rank", "pid", "tid", "ts", "_neg"],
+                                                          kind="stable").drop(columns="_neg")
+    for key, group in ordered.groupby(["rank", "pid", "tid"], sort=False, observed=True):
+        yield tuple(int(k) for k in key), group
