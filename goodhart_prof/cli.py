@@ -82,5 +82,47 @@ def run(iterations, mode, output_dir, config_file, total_iterations, device, npr
     sys.exit(code)
 
 
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the goodhart-prof/analysis/v1 JSON document.")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Kernels, sites and phases to list (JSON: kernels to include; all when not given).")
+@click.option("--rank", type=int, default=None, help="Only this rank.")
+@click.option("--device", type=int, default=None, help="Only this GPU device.")
+@click.option("--hta", is_flag=True, help="Also print HTA's temporal and idle-time breakdowns.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on stderr (default: for inputs over ~50 MB).")
+def analyze(path, as_json, top, rank, device, hta, progress):
+    """Analyze a trace: a .json/.json.gz file, a merged trace, or a folder of per-rank traces."""
+    from .analysis import analyze as run_analysis
+    from .trace.load import load
+
+    if hta:
+        from .analysis.hta_bridge import require_hta
+        require_hta()  # fail before the work, not after the report
+    trace = load(path, progress=progress)
+    if rank is not None and rank not in trace.ranks:
+        raise UserError(f"{path}: no rank {rank} (ranks: {trace.ranks})")
+    if device is not None and device not in {d for _, d in trace.devices}:
+        raise UserError(f"{path}: no GPU device {device} (devices: {sorted({d for _, d in trace.devices})})")
+    if rank is not None or device is not None:
+        trace = trace.select(rank, device)
+    result = run_analysis(trace)
+    if as_json:
+        import json
+        from .report.json_report import to_document
+        explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
+        click.echo(json.dumps(to_document(result, top if explicit_top else None), indent=1))
+        return
+    from rich.console import Console
+    from .report.text import render, render_hta
+    import sys
+    console = Console(width=None if sys.stdout.isatty() else 140)  # files and pipes get full rows
+    render(result, console, top)
+    if hta:
+        from .analysis.hta_bridge import hta_breakdowns
+        render_hta(hta_breakdowns(trace.paths), console)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,40 @@
+"""Analyses: pure functions from a loaded `Trace` to result tables, and one facade over them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..trace.model import Trace
+
+
+@dataclass
+class Analysis:
+    """Everything `goodhart-prof analyze` reports, computed once from one trace."""
+
+    trace: Trace
+    gpu: pd.DataFrame                 # gpu_time.gpu_time
+    kernels: pd.DataFrame             # kernels.kernel_table
+    categories: pd.DataFrame          # kernels.category_table
+    sync_points: pd.DataFrame         # syncs.sync_points (one row per sync point)
+    syncs: object                     # syncs.SyncSummary
+    burstiness: list                  # burstiness.DeviceBurstiness per (rank, device)
+    phases: pd.DataFrame              # phases.phases
+    findings: list = field(default_factory=list)  # findings.Finding
+
+
+def analyze(trace: Trace) -> Analysis:
+    from .burstiness import burstiness
+    from .findings import findings
+    from .gpu_time import gpu_time
+    from .kernels import category_table, kernel_table
+    from .phases import phases
+    from .syncs import sync_points, sync_summary
+
+    points = sync_points(trace)
+    result = Analysis(trace=trace, gpu=gpu_time(trace), kernels=kernel_table(trace),
+                      categories=category_table(trace), sync_points=points,
+                      syncs=sync_summary(points), burstiness=burstiness(trace),
+                      phases=phases(trace, points))
+    result.findings = findings(result)
+    return result

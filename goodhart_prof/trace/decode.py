@@ -7,6 +7,8 @@ without building Python objects for it.
 from __future__ import annotations
 
 import gzip
+import os
+import re
 import zlib
 from typing import Any, Union
 
@@ -16,20 +18,25 @@ Scalar = Union[int, float, str, None]
 
 
 class Args(msgspec.Struct, frozen=True, gc=False):
-    device: Scalar = None
-    stream: Scalar = None
-    correlation: Scalar = None
-    external_id: Scalar = msgspec.field(default=None, name="External id")
-    external_id_2021: Scalar = msgspec.field(default=None, name="external id")
-    python_id: Scalar = msgspec.field(default=None, name="Python id")
-    python_parent_id: Scalar = msgspec.field(default=None, name="Python parent id")
-    bytes: Scalar = None
+    # Integer ids default to -1 so the table builder can take the fast all-int path.
+    device: Scalar = -1
+    stream: Scalar = -1
+    correlation: Scalar = -1
+    external_id: Scalar = msgspec.field(default=-1, name="External id")
+    external_id_2021: Scalar = msgspec.field(default=-1, name="external id")
+    python_id: Scalar = msgspec.field(default=-1, name="Python id")
+    python_parent_id: Scalar = msgspec.field(default=-1, name="Python parent id")
+    bytes: Scalar = float("nan")
     process_name: Scalar = msgspec.field(default=None, name="name")  # metadata events only
     labels: Scalar = None
 
 
-class Event(msgspec.Struct, frozen=True, gc=False):
-    ph: str = ""
+NO_ARGS = Args()
+
+
+class Complete(msgspec.Struct, tag_field="ph", tag="X", frozen=True, gc=False):
+    """A complete event: the only kind the events table keeps."""
+
     cat: Scalar = None
     name: Scalar = None
     pid: Scalar = None
@@ -37,6 +44,24 @@ class Event(msgspec.Struct, frozen=True, gc=False):
     ts: Union[int, float, None] = None
     dur: Union[int, float, None] = None
     args: Union[Args, None] = None
+
+
+class Metadata(msgspec.Struct, tag_field="ph", tag="M", frozen=True, gc=False):
+    name: Scalar = None
+    pid: Scalar = None
+    tid: Scalar = None
+    args: Union[Args, None] = None
+
+
+def _skipped(tag: str) -> type:
+    # Other phases (instants, flows, counters, ...) are recognised and their fields skipped, which
+    # is what makes the typed decode cheaper than decoding everything.
+    return msgspec.defstruct(f"Skipped_{tag}", [], tag_field="ph", tag=tag, frozen=True, gc=False)
+
+
+SKIPPED_PHASES = "BEbeinstfCPONDRTIcv"
+_KNOWN = set("XM" + SKIPPED_PHASES)
+Event = Union[(Complete, Metadata) + tuple(_skipped(t) for t in SKIPPED_PHASES)]
 
 
 class DistributedInfo(msgspec.Struct, frozen=True):
@@ -59,12 +84,19 @@ class DecodeError(ValueError):
 
 _decoder = msgspec.json.Decoder(TraceDoc)
 GZIP_MAGIC = b"\x1f\x8b"
+_NON_SPACE = re.compile(rb"\S")
 
 
-def read_bytes(path) -> bytes:
-    """File contents, gunzipped when the bytes (not the suffix) say gzip."""
+def read_bytes(path) -> bytearray | bytes:
+    """File contents, gunzipped when the bytes (not the suffix) say gzip.
+
+    A plain file comes back as a bytearray so that `piece` can cut it without copying.
+    """
     with open(path, "rb") as fh:
-        raw = fh.read()
+        raw = bytearray(os.fstat(fh.fileno()).st_size)
+        got = fh.readinto(raw)
+        if got < len(raw):  # the file shrank while we read it
+            del raw[got:]
     if raw[:2] == GZIP_MAGIC:
         try:
             return gzip.decompress(raw)
@@ -75,8 +107,8 @@ def read_bytes(path) -> bytes:
 
 def decode(raw: bytes) -> tuple[TraceDoc, int]:
     """The typed document and how many malformed events were skipped to get it."""
-    if not raw.strip():
-        raise DecodeError("empty file")
+    if _NON_SPACE.search(raw) is None:
+        raise DecodeError("empty file" if not len(raw) else "only whitespace")
     try:
         return _decoder.decode(raw), 0
     except msgspec.ValidationError as exc:
@@ -100,7 +132,9 @@ def _decode_lenient(raw: bytes, strict_error: msgspec.ValidationError) -> tuple[
         try:
             good.append(msgspec.convert(ev, Event))
         except msgspec.ValidationError:
-            skipped += 1
+            # An unknown phase letter is another tool's extension, not a malformed event.
+            unknown_phase = isinstance(ev, dict) and isinstance(ev.get("ph"), str) and ev["ph"] not in _KNOWN
+            skipped += not unknown_phase
     header = {k: v for k, v in doc.items() if k != "traceEvents"}
     try:
         meta = msgspec.convert({**header, "traceEvents": []}, TraceDoc)
@@ -120,3 +154,57 @@ def _json_type(value: Any) -> str:
 def _short(exc: Exception) -> str:
     text = str(exc)
     return text if len(text) < 160 else text[:157] + "..."
+
+
+# -- splitting one big document so that several processes can decode it ------------------------
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_PIECE_HEAD = b'{"traceEvents":['
+
+
+def split_points(raw: bytes, parts: int) -> list[tuple[int, int]] | None:
+    """Candidate cuts between two events near each 1/parts of the document.
+
+    Each cut is (index of the `}` closing an event, index of the `{` opening the next). A cut
+    that lands inside a nested value or a string makes a piece invalid JSON, which decoding the
+    piece detects; the caller then falls back to decoding the whole document.
+    """
+    start = raw.find(b'"traceEvents"')
+    if start < 0 or parts < 2:
+        return None
+    cuts: list[tuple[int, int]] = []
+    for k in range(1, parts):
+        pos = max(start + len(_PIECE_HEAD), len(raw) * k // parts, cuts[-1][1] if cuts else 0)
+        match = _BOUNDARY.search(raw, pos)
+        if match is None:
+            return None
+        cuts.append((match.start(), match.end() - 1))
+    return cuts
+
+
+def piece(raw: bytearray, cuts: list[tuple[int, int]], i: int) -> memoryview:
+    """Piece i of the document as a standalone trace document, made in place (no copy).
+
+    The bytes around the piece are overwritten, so each buffer serves one piece only (every
+    worker reads its own copy of the file): a piece ends with `]}` written over the separator
+    after its last event, and starts with `{"traceEvents":[` written over the tail of the
+    previous piece.
+    """
+    view = memoryview(raw)
+    if i == 0:
+        lo = 0
+    else:
+        lo = cuts[i - 1][1] - len(_PIECE_HEAD)
+        raw[lo:lo + len(_PIECE_HEAD)] = _PIECE_HEAD
+    if i == len(cuts):
+        return view[lo:]
+    close = cuts[i][0] + 1
+    raw[close:close + 2] = b"]}"  # over the `,` and the next byte (the next piece's, not ours)
+    return view[lo:close + 2]
+
+
+def merge_headers(docs: list[TraceDoc]) -> TraceDoc:
+    """Header fields of a split document (whichever piece holds them), without events."""
+    fields = {}
+    for name in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "goodhartProf"):
+        fields[name] = next((getattr(d, name) for d in docs if getattr(d, name) is not None), None)
+    return TraceDoc(traceEvents=[], **fields)

@@ -10,12 +10,13 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UserError
-from .decode import DecodeError, decode, read_bytes
+from .decode import DecodeError, TraceDoc, decode, merge_headers, piece, read_bytes, split_points
 from .model import Trace
-from .tables import concat_tables, events_table, rank_processes
+from .tables import assign_ranks, concat_tables, events_table, rank_processes
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
+SPLIT_BYTES = 64 * 1024 * 1024     # one document this big is decoded in pieces, in parallel
 NOT_TRACES = {"run.json"}
 
 
@@ -51,24 +52,73 @@ def trace_files(path: Path) -> list[Path]:
     return found
 
 
-def _load_file(path: Path, default_rank: int) -> _FileResult:
+def _read(path: Path) -> bytes:
     try:
-        raw = read_bytes(path)
+        return read_bytes(path)
     except DecodeError as exc:
         raise TraceError(f"{path}: {exc}") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+@dataclass
+class _Piece:
+    table: pd.DataFrame
+    pid_rank: dict[int, int]
+    header: TraceDoc
+    skipped: int
+
+
+def _piece_of(raw: bytes) -> _Piece:
+    doc, skipped = decode(raw)
+    table, bad = events_table(doc)
+    return _Piece(table, rank_processes(doc), merge_headers([doc]), skipped + bad)
+
+
+def _decode_piece(path: Path, cuts: list[tuple[int, int]], i: int) -> _Piece:
+    """Worker: decode piece i of a big document (the file is re-read from the page cache)."""
+    return _piece_of(piece(read_bytes(path), cuts, i))
+
+
+def _split_load(path: Path, raw: bytearray, parts: int) -> list[_Piece] | None:
+    """Decode a big document in `parts` processes (this one included); None if it cannot be split.
+
+    `raw` is cut in place, so a caller that gets None must read the file again.
+    """
+    cuts = split_points(raw, parts) if isinstance(raw, bytearray) else None
+    if not cuts:
+        return None
     try:
-        doc, skipped = decode(raw)
+        with ProcessPoolExecutor(max_workers=len(cuts)) as pool:
+            futures = [pool.submit(_decode_piece, path, cuts, i) for i in range(1, len(cuts) + 1)]
+            first = _piece_of(piece(raw, cuts, 0))
+            return [first] + [f.result() for f in futures]
+    except DecodeError:
+        return None  # a cut fell inside a value: decode the whole document instead
+
+
+def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
+    raw = _read(path)
+    pieces = None
+    if parts > 1 and len(raw) > SPLIT_BYTES and isinstance(raw, bytearray):
+        pieces = _split_load(path, raw, parts)
+        if pieces is None:
+            raw = _read(path)  # the failed split wrote into the buffer
+    try:
+        pieces = pieces or [_piece_of(raw)]
     except DecodeError as exc:
         raise TraceError(f"{path}: {exc}") from None
     del raw
-    info_rank = doc.distributedInfo.rank if doc.distributedInfo is not None else None
-    pid_rank = {} if info_rank is not None else rank_processes(doc)
-    rank = info_rank if info_rank is not None else default_rank
-    table, bad = events_table(doc, pid_rank, rank)
+    header = merge_headers([p.header for p in pieces])
+    pid_rank = {k: v for p in pieces for k, v in p.pid_rank.items()}
+    table = concat_tables([p.table for p in pieces], sort=False)
+    info_rank = header.distributedInfo.rank if header.distributedInfo is not None else None
+    if info_rank is not None:
+        pid_rank = {}
+    assign_ranks(table, pid_rank, info_rank if info_rank is not None else default_rank)
     return _FileResult(path, table, info_rank, sorted(set(pid_rank.values())),
-                       list(doc.deviceProperties or []), skipped + bad, doc.baseTimeNanoseconds)
+                       list(header.deviceProperties or []), sum(p.skipped for p in pieces),
+                       header.baseTimeNanoseconds)
 
 
 def load(path: str | os.PathLike, progress: bool | None = None, workers: int | None = None) -> Trace:
@@ -94,8 +144,9 @@ def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar) -> 
     parallel = len(files) > 1 and sum(sizes) > PARALLEL_BYTES and (workers or 2) > 1
     if not parallel:
         results = []
+        parts = min(workers or os.cpu_count() or 1, 4) if len(files) == 1 else 1
         for i, f in enumerate(files):
-            results.append(_load_file(f, i))
+            results.append(_load_file(f, i, parts))
             if bar is not None:
                 bar.update(sizes[i])
         return results

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from operator import attrgetter
 
 import numpy as np
 import pandas as pd
 
-from .decode import Event, TraceDoc
+from .decode import NO_ARGS, Complete, Metadata, TraceDoc
 from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS
 
 _RANK_NAME = re.compile(r"^\s*rank\s*[-_#:]?\s*(\d+)\s*$", re.IGNORECASE)
@@ -18,7 +18,7 @@ def rank_processes(doc: TraceDoc) -> dict[int, int]:
     """pid -> rank from `process_name` metadata events named `rank <r>` (merged traces)."""
     found: dict[int, int] = {}
     for ev in doc.traceEvents:
-        if ev.ph == "M" and ev.name == "process_name" and ev.args is not None:
+        if ev.__class__ is Metadata and ev.name == "process_name" and ev.args is not None:
             match = _RANK_NAME.match(str(ev.args.process_name or ""))
             if match:
                 found[_int_id(ev.pid, {})] = int(match.group(1))
@@ -37,12 +37,9 @@ def _int_id(value, names: dict[str, int]) -> int:
     return names.setdefault(text, -2 - len(names))
 
 
-def _ints(values: Iterable, n: int) -> np.ndarray:
-    """Arg values -> int64 array, -1 where absent or not an integer (e.g. ROCm's '0x0')."""
-    return np.fromiter((v if v.__class__ is int else _parse_int(v) for v in values), np.int64, n)
-
-
 def _parse_int(v) -> int:
+    if v.__class__ is int:
+        return v
     if v.__class__ is str and v.isdigit():
         return int(v)
     if v.__class__ is float and v == v and v.is_integer():
@@ -50,52 +47,112 @@ def _parse_int(v) -> int:
     return -1
 
 
-def events_table(doc: TraceDoc, pid_rank: dict[int, int] | None, default_rank: int) -> tuple[pd.DataFrame, int]:
-    """Complete events of one document as a table; also the number of unusable X events skipped."""
-    xs: list[Event] = [e for e in doc.traceEvents if e.ph == "X"]
-    usable = [e for e in xs if e.ts.__class__ in (int, float) and e.ts == e.ts]
-    skipped = len(xs) - len(usable)
-    n = len(usable)
+_CHUNK = 1 << 16
+
+
+def _column(values: list, dtype, clean, good_class) -> np.ndarray:
+    """A numeric column: fast when every value already has the right type; else only the chunks
+    holding odd values are scanned and cleaned (one stray string must not slow a million rows)."""
+    try:
+        return np.fromiter(values, dtype, len(values))
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.empty(len(values), dtype)
+    for lo in range(0, len(values), _CHUNK):
+        chunk = values[lo:lo + _CHUNK]
+        try:
+            out[lo:lo + len(chunk)] = np.fromiter(chunk, dtype, len(chunk))
+        except (TypeError, ValueError, OverflowError):
+            out[lo:lo + len(chunk)] = np.fromiter(
+                (v if v.__class__ in good_class else clean(v) for v in chunk), dtype, len(chunk))
+    return out
+
+
+_INT = (int,)
+_NUM = (int, float)
+
+
+def _int_column(items: list, attr: str) -> np.ndarray:
+    return _column(list(map(attrgetter(attr), items)), np.int64, _parse_int, _INT)
+
+
+def _float_or_nan(v) -> float:
+    return float(v) if _number(v) else np.nan
+
+
+def _interned(values: list) -> pd.Categorical:
+    """Strings -> categorical (names are interned once, rows hold codes)."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+    labels = [u if u.__class__ is str else ("" if u is None else str(u)) for u in uniques]
+    if len(set(labels)) != len(labels):  # e.g. the name 7 and the name "7": merge them
+        return pd.Categorical(labels, categories=sorted(set(labels)))[codes]
+    return pd.Categorical.from_codes(codes.astype(np.int32), categories=labels, validate=False)
+
+
+def _number(v) -> bool:
+    return v.__class__ in _NUM and v == v
+
+
+def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, int]:
+    """Complete events of one document as a table (rank 0 until `assign_ranks`); also the number
+    of unusable X events skipped."""
+    xs = [e for e in doc.traceEvents if e.__class__ is Complete]
+    n = len(xs)
+    try:
+        ts = np.fromiter(map(attrgetter("ts"), xs), np.float64, n)
+        skipped = int(np.isnan(ts).sum())
+    except TypeError:  # a missing or non-numeric ts
+        ts, skipped = None, -1
+    if ts is None or skipped:
+        usable = [e for e in xs if _number(e.ts)]
+        skipped, xs, n = n - len(usable), usable, len(usable)
+        ts = np.fromiter(map(attrgetter("ts"), xs), np.float64, n)
+    dur = _column(list(map(attrgetter("dur"), xs)), np.float64, _float_or_nan, _NUM)
+    dur[~(dur >= 0)] = 0.0  # missing, NaN or negative durations count as instants
     names: dict[str, int] = {}
-    pid = np.fromiter((_int_id(e.pid, names) for e in usable), np.int64, n)
-    tid = np.fromiter((_int_id(e.tid, names) for e in usable), np.int64, n)
-    ts = np.fromiter((e.ts for e in usable), np.float64, n)
-    dur = np.fromiter((d if (d := e.dur).__class__ in (int, float) and d == d and d >= 0 else 0.0
-                       for e in usable), np.float64, n)
-    cat = pd.Categorical([CATEGORY_ALIASES.get(c, c) if c.__class__ is str else "" for c in
-                          (e.cat for e in usable)])
-    name = pd.Categorical([s if s.__class__ is str else ("" if s is None else str(s))
-                           for s in (e.name for e in usable)])
-    args = [e.args for e in usable]
-    none = _EMPTY_ARGS
-    args = [a if a is not None else none for a in args]
-    external = _ints((a.external_id if a.external_id is not None else a.external_id_2021
-                      for a in args), n)
-    stream = _ints((a.stream for a in args), n)
+
+    def intern_id(v):
+        return _int_id(v, names)
+    pid = _column(list(map(attrgetter("pid"), xs)), np.int64, intern_id, _INT)
+    tid = _column(list(map(attrgetter("tid"), xs)), np.int64, intern_id, _INT)
+    raw_cats = _interned(list(map(attrgetter("cat"), xs)))
+    cat = raw_cats.rename_categories([CATEGORY_ALIASES.get(c, c) for c in raw_cats.categories]) \
+        if any(c in CATEGORY_ALIASES for c in raw_cats.categories) else raw_cats
+    name = _interned(list(map(attrgetter("name"), xs)))
+    args = [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
+    external = _int_column(args, "external_id")
+    if (external < 0).all():
+        external = _int_column(args, "external_id_2021")
     is_gpu = np.asarray(cat.isin(GPU_ACTIVITY_CATS))
+    stream = _int_column(args, "stream")
+    device = _int_column(args, "device")
     if is_gpu.any():
         # 2021 traces name GPU threads "stream 7" and ROCm writes streams as hex strings.
-        tid_streams = np.array([_stream_from_tid(e.tid) for e in usable], dtype=np.int64)
-        stream = np.where(stream >= 0, stream, tid_streams)
-    device = _ints((a.device for a in args), n)
-    device = np.where(is_gpu & (device < 0), pid, device)
-    if pid_rank:
-        rank = np.fromiter((pid_rank.get(p, default_rank) for p in pid.tolist()), np.int32, n)
-    else:
-        rank = np.full(n, default_rank, dtype=np.int32)
+        missing = is_gpu & (stream < 0)
+        if missing.any():
+            stream[missing] = [_stream_from_tid(xs[i].tid) for i in np.nonzero(missing)[0]]
+        device = np.where(is_gpu & (device < 0), pid, device)
     table = pd.DataFrame({
-        "rank": rank, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "end": ts + dur,
+        "rank": np.zeros(n, dtype=np.int32), "pid": pid, "tid": tid, "ts": ts, "dur": dur, "end": ts + dur,
         "name": name, "cat": cat,
         "device": np.where(is_gpu, device, -1).astype(np.int32),
         "stream": np.where(is_gpu, stream, -1),
-        "correlation": _ints((a.correlation for a in args), n),
+        "correlation": _int_column(args, "correlation"),
         "external_id": external,
-        "python_id": _ints((a.python_id for a in args), n),
-        "python_parent_id": _ints((a.python_parent_id for a in args), n),
-        "bytes": np.fromiter((float(b) if (b := a.bytes).__class__ in (int, float) else np.nan
-                              for a in args), np.float64, n),
+        "python_id": _int_column(args, "python_id"),
+        "python_parent_id": _int_column(args, "python_parent_id"),
+        "bytes": _column(list(map(attrgetter("bytes"), args)), np.float64, _float_or_nan, _NUM),
     })
     return table, skipped
+
+
+def assign_ranks(table: pd.DataFrame, pid_rank: dict[int, int], default_rank: int) -> None:
+    """Set the rank column: by pid for merged traces (`rank <r>` processes), else one rank."""
+    if pid_rank:
+        ranks = table["pid"].map(pid_rank).fillna(default_rank)
+        table["rank"] = ranks.to_numpy(dtype=np.int32)
+    else:
+        table["rank"] = np.int32(default_rank)
 
 
 def _stream_from_tid(tid) -> int:
@@ -105,16 +162,8 @@ def _stream_from_tid(tid) -> int:
     return int(match.group(1)) if match else -1
 
 
-class _NoArgs:
-    device = stream = correlation = external_id = external_id_2021 = None
-    python_id = python_parent_id = bytes = process_name = labels = None
-
-
-_EMPTY_ARGS = _NoArgs()
-
-
-def concat_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """Stack per-file tables; categories are unioned so names stay interned."""
+def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame:
+    """Stack tables; categories are unioned so names stay interned. Sorted by (rank, ts)."""
     if len(tables) == 1:
         out = tables[0]
     else:
@@ -124,5 +173,7 @@ def concat_tables(tables: list[pd.DataFrame]) -> pd.DataFrame:
         for c, values in cats.items():
             out[c] = values
         out = out[tables[0].columns]
+    if not sort:
+        return out
     order = np.lexsort((out["ts"].to_numpy(), out["rank"].to_numpy()))
     return out.iloc[order].reset_index(drop=True)

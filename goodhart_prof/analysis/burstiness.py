@@ -1,0 +1,169 @@
+"""How evenly each device is kept busy: windowed utilization, idle gaps and kernel-start burstiness.
+
+Definitions are DESIGN.md's (per device):
+- the span (first activity start to last activity end) is cut into windows of `window_us`
+  (span / `windows`, at least `min_window_us`); a window's utilization is the busy time (union of
+  GPU activity) inside it over its length, and `util_cv` is the coefficient of variation
+  (population std / mean) of those utilizations. The last window stops at the span's end, so
+  time after the last activity never counts as idle.
+- gaps are the idle stretches between consecutive merged busy blocks. A gap is `host_wait` when
+  the launch call of the activity that ends it began after the gap began (the CPU had not yet
+  asked for the work when the GPU ran out of it), else `launch` when shorter than 30 us, else
+  `other` (the work was queued but waited on something else: an event, another stream, a sync).
+  When several activities start the block, the earliest launch counts; an activity whose launch
+  is not in the trace cannot show host wait.
+- `burstiness_B` = (sigma - mu) / (sigma + mu) of the intervals between consecutive kernel starts
+  (kernels only, all streams of the device together): -1 for a metronome, about 0 for Poisson
+  arrivals, towards 1 for bursts. None with fewer than 3 kernels or when every kernel starts at
+  the same instant.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from .gpu_time import device_groups
+from .intervals import covered_before, merge_intervals
+from .links import gpu_launches
+
+LAUNCH_GAP_US = 30.0
+GAP_CLASSES = ("host_wait", "launch", "other")
+
+
+@dataclass
+class DeviceBurstiness:
+    rank: int
+    device: int
+    window_us: float
+    window_starts: np.ndarray
+    window_util: np.ndarray
+    util_cv: float | None
+    burstiness_B: float | None
+    gaps: dict
+    gap_table: pd.DataFrame = field(repr=False)
+
+    def to_json(self) -> dict:
+        """DESIGN.md's per-device `burstiness` object: plain floats and ints, None for undefined."""
+        return {"window_us": _num(self.window_us), "util_cv": _num(self.util_cv),
+                "burstiness_B": _num(self.burstiness_B), "gaps": _plain(self.gaps)}
+
+
+def burstiness(trace: Trace, windows: int = 200,
+               min_window_us: float = 10.0) -> list[DeviceBurstiness]:
+    """One `DeviceBurstiness` per (rank, device) that ran GPU activity, in (rank, device) order."""
+    if windows < 1:
+        raise ValueError(f"windows must be at least 1, not {windows}")
+    gpu = trace.gpu
+    if gpu.empty:
+        return []
+    # Launch start per GPU activity, aligned with trace.gpu's rows (NaN: launch not in the trace).
+    links = gpu_launches(trace).set_index("gpu_row")
+    launch_ts = links["launch_ts"].where(links["launch_row"] >= 0).reindex(gpu.index)
+    gpu = gpu.assign(_launch_ts=launch_ts.to_numpy(float))
+    out = []
+    for (rank, device), g in device_groups(gpu):
+        out.append(_device(int(rank), int(device), g, windows, min_window_us))
+    return out
+
+
+def _device(rank: int, device: int, g: pd.DataFrame, windows: int,
+            min_window_us: float) -> DeviceBurstiness:
+    starts, ends = g["ts"].to_numpy(float), g["end"].to_numpy(float)
+    blocks = merge_intervals(starts, ends)
+    first, last = float(starts.min()), float(ends.max())
+    window_us, window_starts, window_util = _timeline(blocks, first, last, windows, min_window_us)
+    gap_table = _gaps(blocks, starts, g["_launch_ts"].to_numpy(float))
+    kernel_starts = starts[(g["cat"] == "kernel").to_numpy()]
+    return DeviceBurstiness(rank, device, window_us, window_starts, window_util,
+                            _cv(window_util), _burstiness_b(kernel_starts),
+                            _gap_summary(gap_table), gap_table)
+
+
+def _timeline(blocks, first: float, last: float, windows: int, min_window_us: float):
+    span = last - first
+    window_us = max(span / windows, min_window_us)
+    if span <= 0:
+        return window_us, np.empty(0), np.empty(0)
+    # Rounding can leave span / window_us a hair above an integer; that is not another window.
+    n = max(1, math.ceil(span / window_us - 1e-9))
+    # Window edges are laid out relative to the first activity: absolute trace clocks reach 1e15 us,
+    # where a float64 step is 0.25 us and edges like first + k * window_us would not meet exactly.
+    block_starts, block_ends = blocks[0] - first, blocks[1] - first
+    rel_starts = window_us * np.arange(n)
+    rel_ends = np.minimum(rel_starts + window_us, span)
+    rel_ends[-1] = span
+    busy = (covered_before(block_starts, block_ends, rel_ends)
+            - covered_before(block_starts, block_ends, rel_starts))
+    return window_us, first + rel_starts, busy / (rel_ends - rel_starts)
+
+
+def _gaps(blocks, starts: np.ndarray, launch_ts: np.ndarray) -> pd.DataFrame:
+    block_starts, block_ends = blocks
+    gap_start, gap_end = block_ends[:-1], block_starts[1:]
+    # The launch that matters for a gap is the earliest one among the activities starting exactly
+    # when the next block starts (an unknown launch counts as never: it cannot show host wait).
+    order = np.argsort(starts, kind="stable")
+    sorted_starts = starts[order]
+    sorted_launch = np.where(np.isnan(launch_ts[order]), np.inf, launch_ts[order])
+    new_start = np.flatnonzero(np.r_[True, sorted_starts[1:] != sorted_starts[:-1]])
+    earliest_launch = np.minimum.reduceat(sorted_launch, new_start)
+    opener = np.searchsorted(sorted_starts[new_start], gap_end)  # gap_end is some activity's start
+    opener_launch = earliest_launch[opener]
+    dur = gap_end - gap_start
+    host_wait = np.isfinite(opener_launch) & (opener_launch > gap_start)
+    cls = np.where(host_wait, "host_wait", np.where(dur < LAUNCH_GAP_US, "launch", "other"))
+    return pd.DataFrame({"start": gap_start, "end": gap_end, "dur_us": dur,
+                         "cls": pd.Categorical(cls, categories=list(GAP_CLASSES))})
+
+
+def _gap_summary(gaps: pd.DataFrame) -> dict:
+    dur = gaps["dur_us"].to_numpy()
+    if len(dur):
+        p50, p90, p99 = np.percentile(dur, [50, 90, 99])
+        stats = {"p50_us": float(p50), "p90_us": float(p90), "p99_us": float(p99),
+                 "max_us": float(dur.max())}
+    else:
+        stats = {"p50_us": None, "p90_us": None, "p99_us": None, "max_us": None}
+    per = gaps.groupby("cls", observed=False)["dur_us"].agg(["count", "sum"])
+    by_class = {c: {"count": int(per.at[c, "count"]), "total_us": float(per.at[c, "sum"])}
+                for c in GAP_CLASSES}
+    return {"count": int(len(dur)), **stats, "total_us": float(dur.sum()), "by_class": by_class}
+
+
+def _cv(values: np.ndarray) -> float | None:
+    if len(values) == 0:
+        return None
+    mean = float(values.mean())
+    return float(values.std()) / mean if mean > 0 else None
+
+
+def _burstiness_b(kernel_starts: np.ndarray) -> float | None:
+    if len(kernel_starts) < 3:
+        return None
+    intervals = np.diff(np.sort(kernel_starts))
+    mu, sigma = float(intervals.mean()), float(intervals.std())
+    return (sigma - mu) / (sigma + mu) if sigma + mu > 0 else None
+
+
+def _num(x):
+    """A JSON-safe number: numpy scalars become Python ones, NaN and inf become None."""
+    if x is None:
+        return None
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return _num(obj)

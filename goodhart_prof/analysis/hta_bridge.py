@@ -1,0 +1,47 @@
+"""Holistic Trace Analysis (HTA), run on the same files, for `analyze --hta` and as a test oracle.
+
+HTA is optional (`pip install -e '.[hta]'`). It reads the trace files itself; we only hand it a
+folder of links to them and collect its temporal and idle-time breakdowns.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import UserError
+
+
+class HTAUnavailable(UserError):
+    pass
+
+
+def require_hta():
+    """HTA's TraceAnalysis class, or a one-line error saying how to install it."""
+    try:
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError as exc:
+        raise HTAUnavailable("--hta needs Holistic Trace Analysis: pip install -e '.[hta]' "
+                             f"(import failed: {exc})") from None
+    return TraceAnalysis
+
+
+def hta_breakdowns(paths: list[Path]) -> dict[str, pd.DataFrame]:
+    TraceAnalysis = require_hta()
+    with tempfile.TemporaryDirectory(prefix="goodhart-hta-") as folder:
+        for i, path in enumerate(paths):
+            name = Path(path).name
+            if not (name.endswith(".json") or name.endswith(".json.gz")):
+                name += ".json"
+            os.symlink(Path(path).resolve(), Path(folder) / f"{i}-{name}")
+        try:
+            analyzer = TraceAnalysis(trace_dir=folder)
+            ranks = sorted(analyzer.t.traces.keys())
+            temporal = analyzer.get_temporal_breakdown(visualize=False)
+            idle = analyzer.get_idle_time_breakdown(ranks=ranks, visualize=False)
+        except Exception as exc:  # HTA is someone else's code: report, don't crash
+            raise UserError(f"{paths[0]}: HTA failed ({type(exc).__name__}: {exc})") from None
+    idle_frame = idle[0] if isinstance(idle, tuple) else idle
+    return {"temporal breakdown": temporal, "idle time breakdown": idle_frame}

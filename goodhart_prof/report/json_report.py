@@ -1,0 +1,69 @@
+"""The `goodhart-prof/analysis/v1` JSON document (shared/DESIGN.md lists the required keys)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SCHEMA = "goodhart-prof/analysis/v1"
+
+
+def device_key(rank: int, device: int) -> str:
+    return f"rank{int(rank)}/gpu{int(device)}"
+
+
+def plain(value: Any) -> Any:
+    """numpy/pandas scalars -> Python; NaN/inf -> None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [plain(v) for v in value.tolist()]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
+    cols = [c for c in columns if c in frame.columns]
+    return [plain(dict(zip(cols, row))) for row in frame[cols].itertuples(index=False, name=None)]
+
+
+def to_document(a, top: int | None = None) -> dict[str, Any]:
+    trace = a.trace
+    kernels = a.kernels if top is None else a.kernels.head(top)
+    doc = {
+        "schema": SCHEMA,
+        "trace": {"paths": [str(p) for p in trace.paths], "ranks": list(trace.ranks),
+                  "rank_source": trace.rank_source,
+                  "devices": [device_key(r, d) for r, d in trace.devices],
+                  "events": int(len(trace.events)), "skipped_events": int(trace.skipped_events),
+                  "warnings": list(trace.warnings)},
+        "gpu": {device_key(r["rank"], r["device"]): plain({
+            "rank": r["rank"], "device": r["device"], "busy_us": r["busy_us"], "span_us": r["span_us"],
+            "idle_us": r["idle_us"], "utilization": r["utilization"], "kernel_us": r.get("kernel_us")})
+            for r in a.gpu.to_dict("records")},
+        "kernels": records(kernels, ["name", "category", "count", "total_us", "pct", "mean_us",
+                                     "min_us", "max_us"]),
+        "categories": records(a.categories, ["category", "count", "total_us", "pct"]),
+        "sync_points": plain(a.syncs.to_json()),
+        "burstiness": {device_key(b.rank, b.device): plain(b.to_json()) for b in a.burstiness},
+        "phases": plain(_phases_json(a.phases)),
+        "findings": [plain(f.to_json()) for f in a.findings],
+    }
+    return doc
+
+
+def _phases_json(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    from ..analysis.phases import phases_json
+    return phases_json(frame)

@@ -1,0 +1,169 @@
+"""The terminal report: rich tables, one section per analysis, findings last."""
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def _us(value: float) -> str:
+    if value is None or value != value:
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:,.3f} s"
+    if value >= 1e3:
+        return f"{value / 1e3:,.3f} ms"
+    return f"{value:,.1f} us"
+
+
+def _pct(value: float) -> str:
+    return "-" if value is None or value != value else f"{100 * value:.1f}%"
+
+
+def _table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="right" if i in right else "left",
+                         overflow="fold" if i == 0 else "ellipsis")
+    return table
+
+
+def _short(name: str, width: int = 90) -> str:
+    name = str(name)
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def render(a, console: Console, top: int = 15) -> None:
+    t = a.trace
+    console.print(f"[bold]goodhart-prof analyze[/bold]  {', '.join(str(p) for p in t.paths[:3])}"
+                  f"{' …' if len(t.paths) > 3 else ''}")
+    console.print(f"{len(t.events):,} events · ranks {t.ranks} (from {t.rank_source}) · "
+                  f"{len(t.devices)} GPU device(s)")
+    for warning in t.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    _gpu(a, console)
+    _kernels(a, console, top)
+    _syncs(a, console, top)
+    _burstiness(a, console)
+    _phases(a, console, top)
+    _findings(a, console)
+
+
+def _gpu(a, console: Console) -> None:
+    console.print()
+    if a.gpu.empty:
+        console.print("[bold]GPU time[/bold]: no GPU activity in this trace (a CPU-only run?)")
+        return
+    table = _table("GPU time", "rank/device", "span", "busy", "idle", "utilization", "kernel time",
+                   right=(1, 2, 3, 4, 5))
+    for r in a.gpu.itertuples():
+        table.add_row(f"rank {r.rank} / gpu {r.device}", _us(r.span_us), _us(r.busy_us), _us(r.idle_us),
+                      _pct(r.utilization), _us(r.kernel_us))
+    console.print(table)
+
+
+def _kernels(a, console: Console, top: int) -> None:
+    if a.kernels.empty:
+        return
+    console.print()
+    table = _table(f"Top {min(top, len(a.kernels))} of {len(a.kernels)} GPU kernels by total time",
+                   "kernel", "category", "count", "total", "mean", "share", right=(2, 3, 4, 5))
+    for r in a.kernels.head(top).itertuples():
+        table.add_row(_short(r.name), r.category, f"{r.count:,}", _us(r.total_us), _us(r.mean_us),
+                      f"{r.pct:.1f}%")
+    console.print(table)
+    console.print()
+    cats = _table("Kernel categories", "category", "count", "total", "share", right=(1, 2, 3))
+    for r in a.categories.itertuples():
+        cats.add_row(r.category, f"{r.count:,}", _us(r.total_us), f"{r.pct:.1f}%")
+    console.print(cats)
+
+
+def _syncs(a, console: Console, top: int) -> None:
+    s = a.syncs
+    console.print()
+    if not s.total:
+        console.print("[bold]Sync points[/bold]: none (the host never waited for the device)")
+        return
+    kinds = ", ".join(f"{k} {v}" for k, v in s.by_kind.items() if v)
+    console.print(f"[bold]Sync points[/bold]: {s.total} ({kinds})")
+    table = _table("by site", "site", "kind", "count", "host wait", right=(2, 3))
+    for r in s.sites.head(top).itertuples():
+        table.add_row(_short(r.site, 110), r.kind, f"{r.count:,}", _us(r.total_us))
+    console.print(table)
+    per_it = s.per_iteration
+    if per_it is not None and not per_it.empty and (per_it["iteration"] >= 0).any():
+        counts = per_it[per_it["iteration"] >= 0].groupby("iteration")["count"].sum()
+        console.print("per iteration: " + ", ".join(f"#{int(i)}: {int(c)}" for i, c in counts.items()))
+
+
+def _burstiness(a, console: Console) -> None:
+    if not a.burstiness:
+        return
+    console.print()
+    table = _table("Burstiness (idle gaps between busy stretches)", "rank/device", "util CV", "B",
+                   "gaps", "p50", "p90", "p99", "max", "total", right=tuple(range(1, 9)))
+    classes = _table("Idle gaps by cause", "rank/device", "host_wait (CPU late)", "launch (< 30 us)",
+                     "other", right=(1, 2, 3))
+    for b in a.burstiness:
+        g = b.gaps or {}
+        label = f"rank {b.rank} / gpu {b.device}"
+        table.add_row(label, "-" if b.util_cv is None else f"{b.util_cv:.2f}",
+                      "-" if b.burstiness_B is None else f"{b.burstiness_B:+.2f}",
+                      f"{g.get('count', 0):,}", _us(g.get("p50_us")), _us(g.get("p90_us")),
+                      _us(g.get("p99_us")), _us(g.get("max_us")), _us(g.get("total_us")))
+        cls = g.get("by_class", {})
+        classes.add_row(label, *(f"{cls.get(k, {}).get('count', 0):,} gaps, "
+                                 f"{_us(cls.get(k, {}).get('total_us', 0.0))}"
+                                 for k in ("host_wait", "launch", "other")))
+    console.print(table)
+    console.print(f"utilization in windows of {_us(a.burstiness[0].window_us)}; util CV = std/mean "
+                  "of window utilization; B = -1 periodic, 0 random, towards 1 bursty")
+    console.print()
+    console.print(classes)
+
+
+def _phases(a, console: Console, top: int) -> None:
+    ph = a.phases
+    if ph is None or ph.empty:
+        return
+    console.print()
+    has_syncs = "syncs" in ph
+    table = _table("Phases (annotations and traced iterations)", "phase", "count", "CPU time",
+                   "GPU time launched", "syncs", right=(1, 2, 3, 4))
+    annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False).head(top)
+    iterations = ph[ph["kind"] == "iteration"]
+    for frame in (iterations, annotations):
+        for r in frame.itertuples():
+            table.add_row(_short(r.name, 60), f"{r.count:,}", _us(r.cpu_us), _us(r.gpu_us),
+                          f"{int(r.syncs):,}" if has_syncs else "-")
+    console.print(table)
+
+
+def _findings(a, console: Console) -> None:
+    console.print()
+    if not a.findings:
+        console.print("[bold]Findings[/bold]: none of the rules fired")
+        return
+    console.print(f"[bold]Findings[/bold] ({len(a.findings)})")
+    for f in a.findings:
+        style = SEVERITY_STYLE.get(f.severity, "")
+        console.print(f"[{style}]{f.severity.upper():6s}[/{style}] [bold]{f.rule}[/bold]: {f.title}")
+        evidence = {k: v for k, v in f.evidence.items() if k != "sites"}
+        console.print(f"        evidence: {evidence}", highlight=False)
+        for site in f.evidence.get("sites", [])[:3]:
+            console.print(f"        at {site['site']} ({site['count']}x)", highlight=False)
+        console.print(f"        fix: {f.fix}", highlight=False)
+
+
+def render_hta(frames: dict[str, pd.DataFrame], console: Console) -> None:
+    """HTA's own breakdowns, printed beside ours (see `goodhart-prof analyze --hta`)."""
+    for title, frame in frames.items():
+        console.print()
+        table = _table(f"HTA: {title}", *[str(c) for c in frame.columns])
+        for row in frame.head(20).itertuples(index=False):
+            table.add_row(*[_short(v, 60) if isinstance(v, str) else
+                            (f"{v:,.3f}" if isinstance(v, float) else str(v)) for v in row])
+        console.print(table)

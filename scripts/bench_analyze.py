@@ -1,0 +1,179 @@
+#!/usr/bin/env python
+"""Benchmark `goodhart-prof analyze` against a bare msgspec decode and against HTA.
+
+(a) the floor: a msgspec typed decode of the big trace keeping only ph/cat/name/pid/tid/ts/dur;
+(b) `goodhart-prof analyze --json` on the same file, end to end as a process, with its peak RSS;
+(c) on the V100 trace: HTA's TraceAnalysis construction + temporal, idle-time and kernel
+    breakdowns, against our load + analyze of the same file (both in-process, both timed here).
+
+The big trace is shared/traces/tracelens/h100_owlv2_inference.json.gz tiled N times along time
+(ids shifted so correlations stay unique), written compactly once and cached. Prints a table and,
+as the last line, one JSON object. Targets: (b) <= 2.5x (a); peak RSS <= 2.5 GB; ours >= 10x HTA.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "traces"
+H100 = SHARED / "tracelens" / "h100_owlv2_inference.json.gz"
+V100 = SHARED / "hta" / "v100_ddp_rank1.json.gz"
+ID_ARGS = ("correlation", "External id", "Python id", "Python parent id")
+
+
+class _FloorEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str | None = None
+    name: str | int | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+
+
+class _FloorDoc(msgspec.Struct):
+    traceEvents: list[_FloorEvent]
+
+
+def build_tiled(source: Path, copies: int, out: Path) -> Path:
+    """Write `copies` back-to-back copies of the source trace's events as one compact JSON file."""
+    doc = msgspec.json.decode(gzip.decompress(source.read_bytes()))
+    events = doc.pop("traceEvents")
+    timed = [e for e in events if "ts" in e]
+    start = min(e["ts"] for e in timed)
+    period = max(e["ts"] + e.get("dur", 0) for e in timed) - start + 1000.0
+    id_step = 1 + max(max((e.get("args") or {}).get(k, 0) or 0 for e in events
+                          if isinstance((e.get("args") or {}).get(k, 0), (int, float)))
+                      for k in ID_ARGS)
+    flow_step = 1 + max((e.get("id", 0) for e in events if isinstance(e.get("id"), int)), default=0)
+    enc = msgspec.json.Encoder()
+    tmp = out.with_suffix(".partial")
+    with open(tmp, "wb") as fh:
+        header = enc.encode(doc)[:-1]  # the header object without its closing brace
+        fh.write(header + b',"traceEvents":[')
+        for k in range(copies):
+            if k:
+                for e in events:
+                    if e.get("ph") == "M":
+                        continue
+                    if "ts" in e:
+                        e["ts"] += period
+                    args = e.get("args")
+                    if args:
+                        for key in ID_ARGS:
+                            if isinstance(args.get(key), int) and args[key] > 0:
+                                args[key] += id_step
+                    if isinstance(e.get("id"), int):
+                        e["id"] += flow_step
+            chunk = enc.encode([e for e in events if k == 0 or e.get("ph") != "M"])[1:-1]
+            fh.write((b"," if k else b"") + chunk)
+        fh.write(b"]}")
+    os.replace(tmp, out)
+    return out
+
+
+def floor_decode(path: Path) -> tuple[float, int]:
+    start = time.perf_counter()
+    doc = msgspec.json.decode(path.read_bytes(), type=_FloorDoc)
+    return time.perf_counter() - start, len(doc.traceEvents)
+
+
+def analyze_process(path: Path) -> tuple[float, float, dict]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "goodhart_prof.cli", "analyze", str(path), "--json"],
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"analyze failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if peak_kb <= before:
+        print("# warning: peak RSS of the analyze process not measurable (an earlier child was larger)")
+    return seconds, peak_kb / 1024 / 1024, json.loads(proc.stdout)
+
+
+def ours_in_process(path: Path) -> float:
+    from goodhart_prof.analysis import analyze
+    from goodhart_prof.trace.load import load
+    start = time.perf_counter()
+    analyze(load(path, progress=False))
+    return time.perf_counter() - start
+
+
+def hta_in_process(path: Path) -> float | str:
+    try:
+        from hta.trace_analysis import TraceAnalysis
+    except ImportError as exc:
+        return f"HTA not installed ({exc}); pip install -e '.[hta]'"
+    with tempfile.TemporaryDirectory() as folder:
+        os.symlink(path.resolve(), Path(folder) / path.name)
+        start = time.perf_counter()
+        analyzer = TraceAnalysis(trace_dir=folder)
+        analyzer.get_temporal_breakdown(visualize=False)
+        analyzer.get_idle_time_breakdown(visualize=False)
+        analyzer.get_gpu_kernel_breakdown(visualize=False)
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=18, help="tiles of the H100 trace (default 18)")
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "goodhart-bench",
+                        help="folder for the tiled trace (reused between runs)")
+    parser.add_argument("--skip-hta", action="store_true")
+    args = parser.parse_args()
+    if not H100.exists():
+        raise SystemExit(f"{H100}: shared traces not found")
+    args.cache.mkdir(parents=True, exist_ok=True)
+    big = args.cache / f"h100_owlv2_x{args.copies}.json"
+    if not big.exists():
+        t = time.perf_counter()
+        build_tiled(H100, args.copies, big)
+        print(f"# built {big} in {time.perf_counter() - t:.1f} s")
+    size_mb = big.stat().st_size / 1e6
+
+    floor_s, n_events = floor_decode(big)
+    ours_s, peak_gb, doc = analyze_process(big)
+    ratio = ours_s / floor_s
+    rows = [("(a) msgspec typed decode (floor)", f"{floor_s:.2f} s", f"{n_events:,} events, {size_mb:,.0f} MB"),
+            ("(b) goodhart-prof analyze --json", f"{ours_s:.2f} s",
+             f"{ratio:.2f}x the floor (target <= 2.5x): {'PASS' if ratio <= 2.5 else 'FAIL'}"),
+            ("    peak RSS", f"{peak_gb:.2f} GB", f"target <= 2.5 GB: {'PASS' if peak_gb <= 2.5 else 'FAIL'}")]
+    result = {"benchmark": "bench_analyze", "trace_mb": round(size_mb, 1), "events": n_events,
+              "floor_s": round(floor_s, 3), "analyze_s": round(ours_s, 3),
+              "analyze_vs_floor": round(ratio, 3), "peak_rss_gb": round(peak_gb, 3),
+              "busy_us": doc["gpu"][next(iter(doc["gpu"]))]["busy_us"] if doc.get("gpu") else None}
+    if V100.exists():
+        ours_v = min(ours_in_process(V100) for _ in range(3))
+        result["ours_v100_s"] = round(ours_v, 3)
+        rows.append(("(c) ours on V100 (load + analyze)", f"{ours_v:.2f} s", "best of 3, in-process"))
+        if not args.skip_hta:
+            hta = hta_in_process(V100)
+            if isinstance(hta, str):
+                rows.append(("    HTA", "n/a", hta))
+                result["hta_v100_s"] = None
+            else:
+                speedup = hta / ours_v
+                rows.append(("    HTA (construct + 3 breakdowns)", f"{hta:.2f} s",
+                             f"ours {speedup:.1f}x faster (target >= 10x): {'PASS' if speedup >= 10 else 'FAIL'}"))
+                result.update(hta_v100_s=round(hta, 3), speedup_vs_hta=round(speedup, 2))
+    print(f"{'measurement':38s} {'time':>10s}  note")
+    print("-" * 100)
+    for name, value, note in rows:
+        print(f"{name:38s} {value:>10s}  {note}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

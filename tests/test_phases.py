@@ -1,0 +1,83 @@
+"""Phases: CPU time, GPU time launched and sync points per annotation and per iteration."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from goodhart_prof.analysis.phases import COLUMNS, phases, phases_json
+from goodhart_prof.analysis.syncs import sync_points
+from goodhart_prof.trace.load import load
+from helpers import clean_env, run_cmd, write_tiny_config
+from test_syncs import ann, cuda_item, kernel, load_events, rt
+
+
+def launch(ts, corr, gpu_ts, gpu_dur, tid=100):
+    return [rt("cudaLaunchKernel", ts, 3, corr, tid=tid), kernel(f"k{corr}", gpu_ts, gpu_dur, corr)]
+
+
+def test_hand_built_phases(tmp_path):
+    events = [
+        ann("ProfilerStep#1", 0, 1000), ann("ProfilerStep#2", 1000, 500),
+        ann("rollout", 10, 390), *launch(20, 1, 2000, 30), *launch(50, 2, 2040, 20),
+        *cuda_item(100, 90),                                  # 1 sync and a 2 us DtoH memcpy
+        ann("rollout", 500, 100), *launch(510, 3, 2100, 7),
+        *launch(700, 4, 2200, 11),                            # in the step, in no annotation
+        ann("gae", 25, 100, tid=200), *launch(30, 5, 2300, 13, tid=200),  # another thread
+        *launch(1100, 6, 2400, 4), rt("cudaDeviceSynchronize", 1200, 10, 7),
+        kernel("no_launch", 2500, 99, 77),                    # its launch is not in the trace
+    ]
+    trace = load_events(tmp_path, events)
+    points = sync_points(trace)
+    table = phases(trace, points)
+    assert list(table.columns) == COLUMNS
+    rows = {r["name"]: r for r in table.to_dict("records")}
+    assert list(table["name"]) == ["rollout", "gae", "ProfilerStep#1", "ProfilerStep#2"]
+    assert rows["rollout"] == {"name": "rollout", "kind": "annotation", "iteration": -1, "count": 2,
+                               "cpu_us": 490.0, "gpu_us": 30 + 20 + 2 + 7, "gpu_kernels": 3,
+                               "syncs": 1}
+    assert rows["gae"] == {"name": "gae", "kind": "annotation", "iteration": -1, "count": 1,
+                           "cpu_us": 100.0, "gpu_us": 13.0, "gpu_kernels": 1, "syncs": 0}
+    assert rows["ProfilerStep#1"] == {"name": "ProfilerStep#1", "kind": "iteration", "iteration": 1,
+                                      "count": 1, "cpu_us": 1000.0,
+                                      "gpu_us": 30 + 20 + 2 + 7 + 11 + 13, "gpu_kernels": 5,
+                                      "syncs": 1}
+    assert rows["ProfilerStep#2"] == {"name": "ProfilerStep#2", "kind": "iteration", "iteration": 2,
+                                      "count": 1, "cpu_us": 500.0, "gpu_us": 4.0, "gpu_kernels": 1,
+                                      "syncs": 1}
+    doc = phases_json(table)
+    assert json.loads(json.dumps(doc, allow_nan=False)) == doc
+    assert doc[0] == rows["rollout"] and type(doc[0]["count"]) is int
+
+
+def test_no_annotations(tmp_path):
+    trace = load_events(tmp_path, launch(0, 1, 10, 5))
+    table = phases(trace, sync_points(trace))
+    assert table.empty and list(table.columns) == COLUMNS and phases_json(table) == []
+
+
+@pytest.mark.slow
+def test_trainer_trace_phases(tmp_path):
+    cfg = write_tiny_config(tmp_path)  # rollout_steps 8, epochs 1, minibatches 2
+    out = tmp_path / "out"
+    res = run_cmd(["-m", "trainer", "--config", str(cfg), "--total-iterations", "3",
+                   "--output-dir", str(out)],
+                  env=clean_env(PROF_ENABLED="1", PROF_ITERATIONS="1-2", PROF_MODE="full"))
+    assert res.returncode == 0, res.stderr
+    trace = load(out)
+    points = sync_points(trace)
+    table = phases(trace, points)
+    rows = {r["name"]: r for r in table.to_dict("records")}
+    per_iteration = {"rollout": 1, "env_step": 8, "policy_act": 8, "gae": 1, "ppo_update": 1,
+                     "minibatch": 2, "optimizer_step": 2, "logging": 1}
+    for name, n in per_iteration.items():
+        assert rows[name]["count"] == 2 * n, name
+        assert rows[name]["kind"] == "annotation" and rows[name]["cpu_us"] > 0
+    steps = table[table["kind"] == "iteration"]
+    assert list(steps["name"]) == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert list(steps["iteration"]) == [1, 2] and list(steps["count"]) == [1, 1]
+    assert (table["gpu_us"] == 0).all() and (table["gpu_kernels"] == 0).all()  # CPU run
+    assert steps["syncs"].sum() == points["iteration"].isin([1, 2]).sum()
+    assert rows["rollout"]["cpu_us"] < steps["cpu_us"].sum()
+    assert rows["ppo_update"]["syncs"] >= rows["minibatch"]["syncs"] >= rows["optimizer_step"]["syncs"]
+    assert json.loads(json.dumps(phases_json(table), allow_nan=False))
