@@ -43,7 +43,7 @@ def phases(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     launches = gpu_launches(trace)
     launches = launches[launches["launch_row"].to_numpy() >= 0]
     launches = launches.assign(
-        kernel=(ev["cat"].to_numpy()[launches["gpu_row"].to_numpy()] == "kernel").astype(float))
+        kernel=(ev["cat"].loc[launches["gpu_row"].to_numpy()] == "kernel").to_numpy(float))
 
     thread = ["rank", "pid", "tid"]
     ann_gpu = _sum_inside(ann, launches, "launch_ts", "dur", thread)

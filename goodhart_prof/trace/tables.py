@@ -121,8 +121,8 @@ def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, int]:
     name = _interned(list(map(attrgetter("name"), xs)))
     args = [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
     external = _int_column(args, "external_id")
-    if (external < 0).all():
-        external = _int_column(args, "external_id_2021")
+    older = _int_column(args, "external_id_2021")  # 2021 GPU events spell it "external id"
+    external = np.where(external >= 0, external, older)
     is_gpu = np.asarray(cat.isin(GPU_ACTIVITY_CATS))
     stream = _int_column(args, "stream")
     device = _int_column(args, "device")
