@@ -14,8 +14,15 @@ def gpu_launches(trace: Trace) -> pd.DataFrame:
 
     Columns: `gpu_row`, `launch_row` (row labels in trace.events; -1 when the launch is not in
     the trace), `rank`, `device`, `ts`, `end`, `dur`, `launch_ts`, `launch_end`, `pid`, `tid`
-    (of the launching thread; -1 when unknown).
+    (of the launching thread; -1 when unknown). Built once per trace and cached on it.
     """
+    cached = trace.cache.get("gpu_launches")
+    if cached is None:
+        cached = trace.cache["gpu_launches"] = _gpu_launches(trace)
+    return cached
+
+
+def _gpu_launches(trace: Trace) -> pd.DataFrame:
     ev = trace.events
     gpu = ev[ev["cat"].isin(GPU_ACTIVITY_CATS)]
     rt = ev[ev["cat"].isin(LAUNCH_CATS) & (ev["correlation"] >= 0)]

@@ -50,6 +50,8 @@ class Trace:
     device_properties: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     skipped_events: int = 0
     warnings: list[str] = field(default_factory=list)
+    # Derived tables that several analyses share (e.g. GPU-activity launch links), built once.
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def gpu(self) -> pd.DataFrame:
