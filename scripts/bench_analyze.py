@@ -121,7 +121,7 @@ def hta_in_process(path: Path) -> float | str:
         start = time.perf_counter()
         analyzer = TraceAnalysis(trace_dir=folder)
         analyzer.get_temporal_breakdown(visualize=False)
-        analyzer.get_idle_time_breakdown(visualize=False)
+        analyzer.get_idle_time_breakdown(ranks=sorted(analyzer.t.traces), visualize=False)
         analyzer.get_gpu_kernel_breakdown(visualize=False)
         return time.perf_counter() - start
 

@@ -52,6 +52,14 @@ def _kind(a, kind: str) -> pd.DataFrame:
     return sp[sp["kind"] == kind] if not sp.empty else sp
 
 
+def _names_matching(names: pd.Series, pattern) -> pd.Series:
+    """Boolean mask of a categorical name column, matching each distinct name once."""
+    cats = pd.Series(names.cat.categories.astype(str))
+    hit = cats.str.contains(pattern).to_numpy()
+    codes = names.cat.codes.to_numpy()
+    return pd.Series(hit[codes] & (codes >= 0), index=names.index)
+
+
 def _kernel_total(a) -> float:
     return float(a.categories["total_us"].sum()) if not a.categories.empty else 0.0
 
@@ -121,7 +129,7 @@ def pageable_htod(a) -> Finding | None:
     if pg.empty:
         return None
     gpu = a.trace.gpu
-    copies = gpu[gpu["name"].astype(str).str.startswith("Memcpy HtoD (Pageable")]
+    copies = gpu[_names_matching(gpu["name"], r"^Memcpy HtoD \(Pageable")]
     copy_us = float(copies["dur"].sum())
     per_it = len(pg) / _iterations(a)
     share = copy_us / max(float(a.gpu["busy_us"].sum()), 1e-9) if not a.gpu.empty else 0.0
@@ -148,7 +156,7 @@ def cpu_alloc(a) -> Finding | None:
     gpu = a.trace.gpu
     if gpu.empty:
         return None
-    htod = gpu[gpu["name"].astype(str).str.startswith("Memcpy HtoD")]
+    htod = gpu[_names_matching(gpu["name"], r"^Memcpy HtoD")]
     small = htod[htod["bytes"].fillna(0) < SMALL_COPY_BYTES]
     per_it = len(small) / _iterations(a)
     if per_it < SMALL_COPIES_PER_ITERATION:
@@ -177,7 +185,7 @@ def unfused_adam(a) -> Finding | None:
     steps = ph[ph["name"].astype(str).str.match(_OPT_STEP) & (ph["kind"] == "annotation")]
     if steps.empty:
         return None
-    names = a.trace.events["name"].astype(str)
+    names = pd.Series(a.trace.events["name"].cat.categories.astype(str))
     if names.str.contains(_FUSED_OPT).any():
         return None
     kernels = int(steps["gpu_kernels"].sum()) if "gpu_kernels" in steps else None

@@ -55,8 +55,11 @@ class Trace:
 
     @property
     def gpu(self) -> pd.DataFrame:
-        """GPU activity: kernels, memcpys and memsets."""
-        return self.events[self.events["cat"].isin(GPU_ACTIVITY_CATS)]
+        """GPU activity: kernels, memcpys and memsets (selected once, then cached)."""
+        gpu = self.cache.get("gpu")
+        if gpu is None:
+            gpu = self.cache["gpu"] = self.events[self.events["cat"].isin(GPU_ACTIVITY_CATS)]
+        return gpu
 
     @property
     def devices(self) -> list[tuple[int, int]]:
