@@ -67,7 +67,12 @@ def test_current_kineto_with_base_time_and_device_properties():
     ev = tr.events
     assert ev["ts"].is_monotonic_increasing and (ev["dur"] >= 0).all()
     assert (ev["end"] == ev["ts"] + ev["dur"]).all()
-    assert ev["python_id"].ge(0).sum() > 60_000  # with_stack frames keep their ids
+    # with_stack frames live apart from the events table, with their ids and names.
+    frames = tr.frames
+    assert len(frames) == 65_313 and not (ev["cat"] == "python_function").any()
+    assert (frames["python_id"] >= 0).all() and (frames["end"] >= frames["ts"]).all()
+    assert frames["ts"].tolist() == sorted(frames["ts"].tolist())
+    assert all(isinstance(n, str) and n for n in frames["name"][:1000])
 
 
 def test_eight_ranks_from_distributed_info_and_parallel_equals_serial():

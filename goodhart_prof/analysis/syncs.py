@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Frames, Trace
 from .intervals import innermost_enclosing
 from .links import LAUNCH_CATS, gpu_launches
 
@@ -83,7 +83,7 @@ def sync_points(trace: Trace) -> pd.DataFrame:
     runtime = _candidate_calls(ev)
     memcpy = _memcpys(trace)
     cands = pd.concat([ops, runtime, memcpy], ignore_index=True)
-    host = _HostIndex(ev, cands.loc[cands["hosted"].to_numpy(bool), ["rank", "pid", "tid"]])
+    host = _HostIndex(ev, trace.frames, cands.loc[cands["hosted"].to_numpy(bool), ["rank", "pid", "tid"]])
     ops = _outermost(ops)
     ops = ops[_waits_on_device(ev, ops)]
     runtime = runtime[~host.inside(runtime, ops)]
@@ -262,7 +262,7 @@ class _Nesting:
         idx = idx[_start_order(cols["ts"][idx], cols["dur"][idx])]
         self.ts, self.end = cols["ts"][idx], cols["end"][idx]
         self.row = cols["row"][idx]
-        self.code = cols["code"][idx]
+        self.label = cols["label"][idx]
         self.is_op = cols["is_op"][idx]
         self.py_id, self.py_parent = cols["python_id"][idx], cols["python_parent_id"][idx]
         pad = (-len(self.end)) % self.BLOCK
@@ -308,25 +308,28 @@ class _HostIndex:
     """Host events (ops, annotations, Python frames) of the threads that hold candidates, per
     thread, for containment look-ups around sync candidates (loops run over candidates only)."""
 
-    def __init__(self, ev: pd.DataFrame, threads: pd.DataFrame):
-        self.names = ev["name"].cat.categories
+    def __init__(self, ev: pd.DataFrame, frames: Frames, threads: pd.DataFrame):
         cat = ev["cat"]
-        is_py = (cat == "python_function").to_numpy()
         is_op = (cat == "cpu_op").to_numpy()
-        wanted = is_py | is_op | (cat == "user_annotation").to_numpy()
+        wanted = is_op | (cat == "user_annotation").to_numpy()
         rank, pid, tid = (ev[c].to_numpy() for c in ("rank", "pid", "tid"))
-        cols = {c: ev[c].to_numpy() for c in ("ts", "dur", "end", "python_id", "python_parent_id")}
-        cols.update(row=ev.index.to_numpy(np.int64), code=ev["name"].cat.codes.to_numpy(),
-                    is_op=is_op)
+        cols = {c: ev[c].to_numpy() for c in ("ts", "dur", "end")}
+        none = np.full(len(ev), -1, dtype=np.int64)
+        names = np.asarray(ev["name"].cat.categories, dtype=object)
+        cols.update(row=ev.index.to_numpy(np.int64), label=names[ev["name"].cat.codes.to_numpy()],
+                    is_op=is_op, python_id=none, python_parent_id=none)
+        fcols = {c: frames[c] for c in ("ts", "dur", "end", "python_id", "python_parent_id")}
+        fcols.update(row=np.full(len(frames), -1, dtype=np.int64), label=frames["name"],
+                     is_op=np.zeros(len(frames), dtype=bool))
+        f_rank, f_pid, f_tid = frames["rank"], frames["pid"], frames["tid"]
         self.host: dict[tuple, _Nesting] = {}
         self.py: dict[tuple, _Nesting] = {}
         for r, p, t in threads.drop_duplicates().itertuples(index=False):
             key = (int(r), int(p), int(t))
-            on_thread = wanted & (rank == r) & (pid == p) & (tid == t)
-            self.host[key] = _Nesting(cols, np.flatnonzero(on_thread & ~is_py))
-            py = np.flatnonzero(on_thread & is_py)
+            self.host[key] = _Nesting(cols, np.flatnonzero(wanted & (rank == r) & (pid == p) & (tid == t)))
+            py = np.flatnonzero((f_rank == r) & (f_pid == p) & (f_tid == t))
             if len(py):
-                self.py[key] = _Nesting(cols, py)
+                self.py[key] = _Nesting(fcols, py)
         self._chain: dict[tuple, dict[int, tuple[str, ...]]] = {}
         self._user: dict[tuple, dict[int, str | None]] = {}
 
@@ -400,7 +403,7 @@ class _HostIndex:
             pos = nest.parent(pos)
         chain = cache[pos] if pos >= 0 else ()
         for p in reversed(todo):
-            name = self.names[nest.code[p]]
+            name = nest.label[p]
             if not STEP.match(name):
                 chain = chain + (name,)
             cache[p] = chain
@@ -415,7 +418,7 @@ class _HostIndex:
                 found = cache[pos]
                 break
             todo.append(pos)
-            found = user_site(self.names[nest.code[pos]])
+            found = user_site(nest.label[pos])
             if found is not None:
                 break
             pos = nest.parent(pos)

@@ -7,6 +7,7 @@ without building Python objects for it.
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import re
 import zlib
@@ -87,21 +88,24 @@ GZIP_MAGIC = b"\x1f\x8b"
 _NON_SPACE = re.compile(rb"\S")
 
 
-def read_bytes(path) -> bytearray | bytes:
+def read_bytes(path) -> "mmap.mmap | bytes":
     """File contents, gunzipped when the bytes (not the suffix) say gzip.
 
-    A plain file comes back as a bytearray so that `piece` can cut it without copying.
+    A plain file is mapped copy-on-write (no read, no copy: pages load as the decoder reaches
+    them, and `piece` may write into the mapping without touching the file).
     """
     with open(path, "rb") as fh:
-        raw = bytearray(os.fstat(fh.fileno()).st_size)
-        got = fh.readinto(raw)
-        if got < len(raw):  # the file shrank while we read it
-            del raw[got:]
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return b""
+        raw = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
     if raw[:2] == GZIP_MAGIC:
         try:
             return gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as exc:
             raise DecodeError(f"truncated or corrupt gzip data ({exc})") from None
+        finally:
+            raw.close()
     return raw
 
 
@@ -181,7 +185,7 @@ def split_points(raw: bytes, parts: int) -> list[tuple[int, int]] | None:
     return cuts
 
 
-def piece(raw: bytearray, cuts: list[tuple[int, int]], i: int) -> memoryview:
+def piece(raw: "mmap.mmap", cuts: list[tuple[int, int]], i: int) -> memoryview:
     """Piece i of the document as a standalone trace document, made in place (no copy).
 
     The bytes around the piece are overwritten, so each buffer serves one piece only (every

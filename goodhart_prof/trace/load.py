@@ -1,6 +1,7 @@
 """File or folder -> `Trace`. Ranks come from distributedInfo, merged process names, or file order."""
 from __future__ import annotations
 
+import mmap
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ import pandas as pd
 
 from ..errors import UserError
 from .decode import DecodeError, TraceDoc, decode, merge_headers, piece, read_bytes, split_points
-from .model import Trace
+from .model import Frames, Trace
 from .tables import assign_ranks, concat_tables, events_table, rank_processes
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
@@ -28,6 +29,7 @@ class TraceError(UserError):
 class _FileResult:
     path: Path
     table: pd.DataFrame
+    frames: Frames
     rank: int | None                 # from distributedInfo
     merged_ranks: list[int]          # from process names `rank <r>` (merged traces)
     device_properties: list[dict[str, Any]] = field(default_factory=list)
@@ -64,6 +66,7 @@ def _read(path: Path) -> bytes:
 @dataclass
 class _Piece:
     table: pd.DataFrame
+    frames: Frames
     pid_rank: dict[int, int]
     header: TraceDoc
     skipped: int
@@ -71,8 +74,8 @@ class _Piece:
 
 def _piece_of(raw: bytes) -> _Piece:
     doc, skipped = decode(raw)
-    table, bad = events_table(doc)
-    return _Piece(table, rank_processes(doc), merge_headers([doc]), skipped + bad)
+    table, frames, bad = events_table(doc)
+    return _Piece(table, frames, rank_processes(doc), merge_headers([doc]), skipped + bad)
 
 
 def _decode_piece(path: Path, cuts: list[tuple[int, int]], i: int) -> _Piece:
@@ -80,12 +83,12 @@ def _decode_piece(path: Path, cuts: list[tuple[int, int]], i: int) -> _Piece:
     return _piece_of(piece(read_bytes(path), cuts, i))
 
 
-def _split_load(path: Path, raw: bytearray, parts: int) -> list[_Piece] | None:
+def _split_load(path: Path, raw: mmap.mmap, parts: int) -> list[_Piece] | None:
     """Decode a big document in `parts` processes (this one included); None if it cannot be split.
 
     `raw` is cut in place, so a caller that gets None must read the file again.
     """
-    cuts = split_points(raw, parts) if isinstance(raw, bytearray) else None
+    cuts = split_points(raw, parts) if isinstance(raw, mmap.mmap) else None
     if not cuts:
         return None
     try:
@@ -100,7 +103,7 @@ def _split_load(path: Path, raw: bytearray, parts: int) -> list[_Piece] | None:
 def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
     raw = _read(path)
     pieces = None
-    if parts > 1 and len(raw) > SPLIT_BYTES and isinstance(raw, bytearray):
+    if parts > 1 and len(raw) > SPLIT_BYTES and isinstance(raw, mmap.mmap):
         pieces = _split_load(path, raw, parts)
         if pieces is None:
             raw = _read(path)  # the failed split wrote into the buffer
@@ -112,11 +115,12 @@ def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
     header = merge_headers([p.header for p in pieces])
     pid_rank = {k: v for p in pieces for k, v in p.pid_rank.items()}
     table = concat_tables([p.table for p in pieces], sort=False)
+    frames = Frames.concat([p.frames for p in pieces], sort=False)
     info_rank = header.distributedInfo.rank if header.distributedInfo is not None else None
     if info_rank is not None:
         pid_rank = {}
-    assign_ranks(table, pid_rank, info_rank if info_rank is not None else default_rank)
-    return _FileResult(path, table, info_rank, sorted(set(pid_rank.values())),
+    assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank)
+    return _FileResult(path, table, frames, info_rank, sorted(set(pid_rank.values())),
                        list(header.deviceProperties or []), sum(p.skipped for p in pieces),
                        header.baseTimeNanoseconds)
 
@@ -185,12 +189,13 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
     if skipped:
         warnings.append(f"skipped {skipped} malformed event(s)")
     events = concat_tables([r.table for r in results])
+    frames = Frames.concat([r.frames for r in results])
     props = {}
     for r in results:
         for rank in ([r.rank] if r.rank is not None else r.merged_ranks or
                      sorted(set(r.table["rank"].unique().tolist()))):
             props.setdefault(int(rank), r.device_properties)
-    return Trace(events, files, sorted(ranks), source, props, skipped, warnings)
+    return Trace(events, files, sorted(ranks), source, props, skipped, warnings, frames)
 
 
 def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str, list[int]]:
@@ -203,5 +208,6 @@ def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str
         return "distributedInfo", sorted(seen)
     for i, r in enumerate(results):  # fall back to file order for every file, consistently
         r.table["rank"] = i
+        r.frames.columns["rank"][:] = i
     warnings.append("ranks taken from file order (the files carry no distributedInfo)")
     return "file order", list(range(len(results)))

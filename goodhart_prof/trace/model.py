@@ -13,8 +13,12 @@
 | stream | int64 | GPU stream for GPU activity; -1 otherwise |
 | correlation | int64 | launch <-> GPU activity link; -1 when absent |
 | external_id | int64 | op <-> launch link (`External id`); -1 when absent |
-| python_id, python_parent_id | int64 | Python stack frames (`with_stack` traces); -1 when absent |
 | bytes | float64 | bytes moved by a memcpy/memset; NaN when absent |
+
+Python stack frames (`python_function` events of `with_stack` traces) are usually most of a
+trace's events but matter only around sync points, so they live apart in `Trace.frames`: plain
+numpy columns, names as Python strings (not interned: that would hash a million names for the
+few that become sync sites).
 """
 from __future__ import annotations
 
@@ -41,6 +45,40 @@ CATEGORY_ALIASES = {
 }
 
 
+FRAME_COLUMNS = ("rank", "pid", "tid", "ts", "dur", "end", "name", "python_id", "python_parent_id")
+
+
+@dataclass
+class Frames:
+    """Python frames, one array per column (FRAME_COLUMNS), sorted by (rank, ts)."""
+
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["ts"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def take(self, index: np.ndarray) -> "Frames":
+        return Frames({k: v[index] for k, v in self.columns.items()})
+
+    @classmethod
+    def empty(cls) -> "Frames":
+        dtypes = {"ts": np.float64, "dur": np.float64, "end": np.float64, "name": object,
+                  "rank": np.int32}
+        return cls({c: np.empty(0, dtype=dtypes.get(c, np.int64)) for c in FRAME_COLUMNS})
+
+    @classmethod
+    def concat(cls, parts: list["Frames"], sort: bool = True) -> "Frames":
+        parts = [p for p in parts if len(p)] or [cls.empty()]
+        cols = {c: np.concatenate([p.columns[c] for p in parts]) for c in FRAME_COLUMNS}
+        out = cls(cols)
+        if sort and len(out):
+            out = out.take(np.lexsort((cols["ts"], cols["rank"])))
+        return out
+
+
 @dataclass
 class Trace:
     events: pd.DataFrame
@@ -50,6 +88,7 @@ class Trace:
     device_properties: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     skipped_events: int = 0
     warnings: list[str] = field(default_factory=list)
+    frames: Frames = field(default_factory=Frames.empty)
     # Derived tables that several analyses share (e.g. GPU-activity launch links), built once.
     cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -80,5 +119,6 @@ class Trace:
             mask &= ~is_gpu | (self.events["device"] == device).to_numpy()
         events = self.events[mask].reset_index(drop=True)
         ranks = [r for r in self.ranks if rank is None or r == rank]
+        frames = self.frames if rank is None else self.frames.take(np.flatnonzero(self.frames["rank"] == rank))
         return Trace(events, self.paths, ranks, self.rank_source, self.device_properties,
-                     self.skipped_events, self.warnings)
+                     self.skipped_events, self.warnings, frames)

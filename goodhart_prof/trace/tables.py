@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .decode import NO_ARGS, Complete, Metadata, TraceDoc
-from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS
+from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, Frames
 
 _RANK_NAME = re.compile(r"^\s*rank\s*[-_#:]?\s*(\d+)\s*$", re.IGNORECASE)
 _STREAM_TID = re.compile(r"stream\s*(\d+)", re.IGNORECASE)
@@ -93,10 +93,19 @@ def _number(v) -> bool:
     return v.__class__ in _NUM and v == v
 
 
-def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, int]:
-    """Complete events of one document as a table (rank 0 until `assign_ranks`); also the number
-    of unusable X events skipped."""
+def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, Frames, int]:
+    """Complete events of one document as a table and its Python frames (rank 0 until
+    `assign_ranks`); also the number of unusable X events skipped."""
     xs = [e for e in doc.traceEvents if e.__class__ is Complete]
+    frames, skipped_frames = _frames([e for e in xs if e.cat == "python_function"])
+    if len(frames):
+        xs = [e for e in xs if e.cat != "python_function"]
+    table, skipped = _complete_table(xs)
+    return table, frames, skipped + skipped_frames
+
+
+def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int]:
+    """Usable events (numeric ts), their ts and dur (missing/negative dur -> 0), and the skip count."""
     n = len(xs)
     try:
         ts = np.fromiter(map(attrgetter("ts"), xs), np.float64, n)
@@ -109,6 +118,36 @@ def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, int]:
         ts = np.fromiter(map(attrgetter("ts"), xs), np.float64, n)
     dur = _column(list(map(attrgetter("dur"), xs)), np.float64, _float_or_nan, _NUM)
     dur[~(dur >= 0)] = 0.0  # missing, NaN or negative durations count as instants
+    return xs, ts, dur, skipped
+
+
+def _frames(xs: list) -> tuple[Frames, int]:
+    if not xs:
+        return Frames.empty(), 0
+    xs, ts, dur, skipped = _timing(xs)
+    n = len(xs)
+    names: dict[str, int] = {}
+
+    def intern_id(v):
+        return _int_id(v, names)
+    args = [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
+    labels = [v if v.__class__ is str else ("" if v is None else str(v)) for v in map(attrgetter("name"), xs)] \
+        if any(e.name.__class__ is not str for e in xs) else list(map(attrgetter("name"), xs))
+    name = np.empty(n, dtype=object)
+    name[:] = labels
+    return Frames({
+        "rank": np.zeros(n, dtype=np.int32),
+        "pid": _column(list(map(attrgetter("pid"), xs)), np.int64, intern_id, _INT),
+        "tid": _column(list(map(attrgetter("tid"), xs)), np.int64, intern_id, _INT),
+        "ts": ts, "dur": dur, "end": ts + dur, "name": name,
+        "python_id": _int_column(args, "python_id"),
+        "python_parent_id": _int_column(args, "python_parent_id"),
+    }), skipped
+
+
+def _complete_table(xs: list) -> tuple[pd.DataFrame, int]:
+    xs, ts, dur, skipped = _timing(xs)
+    n = len(xs)
     names: dict[str, int] = {}
 
     def intern_id(v):
@@ -139,20 +178,20 @@ def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, int]:
         "stream": np.where(is_gpu, stream, -1),
         "correlation": _int_column(args, "correlation"),
         "external_id": external,
-        "python_id": _int_column(args, "python_id"),
-        "python_parent_id": _int_column(args, "python_parent_id"),
         "bytes": _column(list(map(attrgetter("bytes"), args)), np.float64, _float_or_nan, _NUM),
     })
     return table, skipped
 
 
-def assign_ranks(table: pd.DataFrame, pid_rank: dict[int, int], default_rank: int) -> None:
-    """Set the rank column: by pid for merged traces (`rank <r>` processes), else one rank."""
+def assign_ranks(table: pd.DataFrame, frames: Frames, pid_rank: dict[int, int], default_rank: int) -> None:
+    """Set the rank columns: by pid for merged traces (`rank <r>` processes), else one rank."""
     if pid_rank:
-        ranks = table["pid"].map(pid_rank).fillna(default_rank)
-        table["rank"] = ranks.to_numpy(dtype=np.int32)
+        table["rank"] = table["pid"].map(pid_rank).fillna(default_rank).to_numpy(dtype=np.int32)
+        frames.columns["rank"] = pd.Series(frames["pid"]).map(pid_rank).fillna(
+            default_rank).to_numpy(dtype=np.int32)
     else:
         table["rank"] = np.int32(default_rank)
+        frames.columns["rank"][:] = default_rank
 
 
 def _stream_from_tid(tid) -> int:
