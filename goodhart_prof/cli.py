@@ -9,7 +9,7 @@ import click
 
 from . import __version__
 from .errors import UserError, run_cli
-from .hooks import MODES, SettingsError, parse_iterations
+from .settings import MODES, SettingsError, parse_iterations
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

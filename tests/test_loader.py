@@ -69,7 +69,9 @@ def test_current_kineto_with_base_time_and_device_properties():
     assert (ev["end"] == ev["ts"] + ev["dur"]).all()
     # with_stack frames live apart from the events table, with their ids and names.
     frames = tr.frames
-    assert len(frames) == 65_313 and not (ev["cat"] == "python_function").any()
+    # 65,313 frames in the file; torch's own and built-in calls can never be a user site.
+    assert len(frames) == 65_313 - 55_373 and not (ev["cat"] == "python_function").any()
+    assert not any(n.startswith(("torch/", "<built-in ")) for n in frames["name"])
     assert (frames["python_id"] >= 0).all() and (frames["end"] >= frames["ts"]).all()
     assert frames["ts"].tolist() == sorted(frames["ts"].tolist())
     assert all(isinstance(n, str) and n for n in frames["name"][:1000])

@@ -403,7 +403,7 @@ class _HostIndex:
             pos = nest.parent(pos)
         chain = cache[pos] if pos >= 0 else ()
         for p in reversed(todo):
-            name = nest.label[p]
+            name = str(nest.label[p])
             if not STEP.match(name):
                 chain = chain + (name,)
             cache[p] = chain
@@ -442,7 +442,7 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"test"}
 
 def user_site(frame_name: str) -> str | None:
     """`file.py:line fn` for a Kineto Python frame name of user code, else None."""
-    m = _FRAME.match(frame_name)
+    m = _FRAME.match(frame_name) if isinstance(frame_name, str) else None
     if m is None:
         return None
     path = m["file"]

@@ -165,19 +165,22 @@ _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _PIECE_HEAD = b'{"traceEvents":['
 
 
-def split_points(raw: bytes, parts: int) -> list[tuple[int, int]] | None:
+def split_points(raw: bytes, parts: int, first_share: float | None = None) -> list[tuple[int, int]] | None:
     """Candidate cuts between two events near each 1/parts of the document.
 
     Each cut is (index of the `}` closing an event, index of the `{` opening the next). A cut
     that lands inside a nested value or a string makes a piece invalid JSON, which decoding the
-    piece detects; the caller then falls back to decoding the whole document.
+    piece detects; the caller then falls back to decoding the whole document. `first_share`
+    gives the first piece a larger part (its process has no result to ship back).
     """
     start = raw.find(b'"traceEvents"')
     if start < 0 or parts < 2:
         return None
+    first = first_share if first_share is not None else 1 / parts
+    bounds = [first + (1 - first) * (k - 1) / (parts - 1) for k in range(1, parts)]
     cuts: list[tuple[int, int]] = []
-    for k in range(1, parts):
-        pos = max(start + len(_PIECE_HEAD), len(raw) * k // parts, cuts[-1][1] if cuts else 0)
+    for bound in bounds:
+        pos = max(start + len(_PIECE_HEAD), int(len(raw) * bound), cuts[-1][1] if cuts else 0)
         match = _BOUNDARY.search(raw, pos)
         if match is None:
             return None

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .decode import NO_ARGS, Complete, Metadata, TraceDoc
-from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, Frames
+from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, NEVER_USER_FRAMES, Frames, _is_sorted
 
 _RANK_NAME = re.compile(r"^\s*rank\s*[-_#:]?\s*(\d+)\s*$", re.IGNORECASE)
 _STREAM_TID = re.compile(r"stream\s*(\d+)", re.IGNORECASE)
@@ -51,12 +51,20 @@ _CHUNK = 1 << 16
 
 
 def _column(values: list, dtype, clean, good_class) -> np.ndarray:
-    """A numeric column: fast when every value already has the right type; else only the chunks
-    holding odd values are scanned and cleaned (one stray string must not slow a million rows)."""
+    """A numeric column: fast when every value already has the right type; next, when the odd
+    values are only nulls (Python frames' parent ids), a vectorised fill; else only the chunks
+    holding odd values are cleaned one by one (a stray string must not slow a million rows)."""
     try:
         return np.fromiter(values, dtype, len(values))
     except (TypeError, ValueError, OverflowError):
         pass
+    objects = np.array(values, dtype=object)
+    if objects.ndim == 1:  # (a list of lists would make a 2-D array: not a column of scalars)
+        objects[objects == None] = clean(None)  # noqa: E711 (elementwise on an object array)
+        try:  # numeric strings convert too, like clean() would; ids are never fractional
+            return objects.astype(dtype)
+        except (TypeError, ValueError, OverflowError):
+            pass
     out = np.empty(len(values), dtype)
     for lo in range(0, len(values), _CHUNK):
         chunk = values[lo:lo + _CHUNK]
@@ -122,6 +130,11 @@ def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int]:
 
 
 def _frames(xs: list) -> tuple[Frames, int]:
+    names = list(map(attrgetter("name"), xs))
+    try:
+        xs = [e for e, n in zip(xs, names) if not n.startswith(NEVER_USER_FRAMES)]
+    except AttributeError:  # a name that is not a string: keep those frames
+        xs = [e for e, n in zip(xs, names) if not (isinstance(n, str) and n.startswith(NEVER_USER_FRAMES))]
     if not xs:
         return Frames.empty(), 0
     xs, ts, dur, skipped = _timing(xs)
@@ -131,10 +144,8 @@ def _frames(xs: list) -> tuple[Frames, int]:
     def intern_id(v):
         return _int_id(v, names)
     args = [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
-    labels = [v if v.__class__ is str else ("" if v is None else str(v)) for v in map(attrgetter("name"), xs)] \
-        if any(e.name.__class__ is not str for e in xs) else list(map(attrgetter("name"), xs))
     name = np.empty(n, dtype=object)
-    name[:] = labels
+    name[:] = list(map(attrgetter("name"), xs))  # str as Kineto writes them; readers str() the odd one
     return Frames({
         "rank": np.zeros(n, dtype=np.int32),
         "pid": _column(list(map(attrgetter("pid"), xs)), np.int64, intern_id, _INT),
@@ -212,7 +223,7 @@ def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame
         for c, values in cats.items():
             out[c] = values
         out = out[tables[0].columns]
-    if not sort:
+    rank, ts = out["rank"].to_numpy(), out["ts"].to_numpy()
+    if not sort or _is_sorted(rank, ts):
         return out
-    order = np.lexsort((out["ts"].to_numpy(), out["rank"].to_numpy()))
-    return out.iloc[order].reset_index(drop=True)
+    return out.iloc[np.lexsort((ts, rank))].reset_index(drop=True)
