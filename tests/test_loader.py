@@ -144,13 +144,14 @@ def _big_doc(n: int, tricky_names: bool) -> dict:
     return {"schemaVersion": 1, "traceEvents": events, "traceName": "after the events"}
 
 
-@pytest.mark.parametrize("tricky", [False, True], ids=["plain", "separators-inside-names"])
-def test_split_decode_equals_whole_decode(tmp_path, monkeypatch, tricky):
-    path = tmp_path / "big.json"
-    path.write_text(json.dumps(_big_doc(3000, tricky), indent=1 if tricky else None))
+@pytest.mark.parametrize("tricky,gz", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "separators-inside-names", "gzip"])
+def test_split_decode_equals_whole_decode(tmp_path, monkeypatch, tricky, gz):
+    path = write(tmp_path / ("big.json.gz" if gz else "big.json"), _big_doc(3000, tricky), gz=gz)
     whole = load(path, workers=1)
     monkeypatch.setattr(loader, "SPLIT_BYTES", 0)  # split even this small file into 3 pieces
-    pieces = loader._split_load(path, loader._read(path), 3)
+    raw = loader._read(path)
+    pieces = loader._split_load(path, raw if not gz else bytearray(raw), 3)
     if tricky:
         # A cut inside a name makes that piece invalid JSON: the loader must notice and fall back.
         assert pieces is None or sum(len(p.table) for p in pieces) == len(whole.events)
@@ -158,4 +159,5 @@ def test_split_decode_equals_whole_decode(tmp_path, monkeypatch, tricky):
         assert pieces is not None and len(pieces) == 3
     split = load(path, workers=3)
     assert split.events.equals(whole.events)
+    assert loader._INHERITED is None  # the shared buffer is not kept after the split
     assert len(whole.events) == 9000 and np.isfinite(whole.events["ts"]).all()

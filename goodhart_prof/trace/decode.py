@@ -85,6 +85,11 @@ class DecodeError(ValueError):
 
 _decoder = msgspec.json.Decoder(TraceDoc)
 GZIP_MAGIC = b"\x1f\x8b"
+
+try:  # ISA-L's gunzip is about twice as fast as zlib's; same format, same errors
+    from isal.igzip import decompress as _gunzip
+except ImportError:  # pragma: no cover - isal is a dependency, but only a speed-up
+    _gunzip = gzip.decompress
 _NON_SPACE = re.compile(rb"\S")
 
 
@@ -95,18 +100,16 @@ def read_bytes(path) -> "mmap.mmap | bytes":
     them, and `piece` may write into the mapping without touching the file).
     """
     with open(path, "rb") as fh:
+        if fh.read(2) == GZIP_MAGIC:
+            fh.seek(0)
+            try:
+                return _gunzip(fh.read())
+            except (EOFError, OSError, zlib.error) as exc:
+                raise DecodeError(f"truncated or corrupt gzip data ({exc})") from None
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
             return b""
-        raw = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
-    if raw[:2] == GZIP_MAGIC:
-        try:
-            return gzip.decompress(raw)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise DecodeError(f"truncated or corrupt gzip data ({exc})") from None
-        finally:
-            raw.close()
-    return raw
+        return mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
 
 
 def decode(raw: bytes) -> tuple[TraceDoc, int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import mmap
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -80,12 +81,21 @@ def _piece_of(raw: bytes) -> _Piece:
     return _Piece(table, frames, rank_processes(doc), merge_headers([doc]), skipped + bad)
 
 
+# The document a forked worker cuts its piece from: inherited copy-on-write, never copied.
+_INHERITED: "mmap.mmap | bytearray | None" = None
+
+
 def _decode_piece(path: Path, cuts: list[tuple[int, int]], i: int) -> _Piece:
-    """Worker: decode piece i of a big document (its own copy-on-write mapping of the file).
+    """Worker: decode piece i of a big document (the parent's buffer when forked, else its own
+    read of the file).
 
     Frame names travel back as one joined string: pickling a million str objects one by one
     costs more than decoding them did."""
-    result = _piece_of(piece(read_bytes(path), cuts, i))
+    raw = _INHERITED
+    if raw is None:
+        raw = read_bytes(path)
+        raw = raw if isinstance(raw, mmap.mmap) else bytearray(raw)
+    result = _piece_of(piece(raw, cuts, i))
     result.frames.columns["name"] = _PackedNames("\0".join(result.frames.columns["name"].tolist()))
     return result
 
@@ -105,32 +115,40 @@ def _unpacked(result: _Piece) -> _Piece:
     return result
 
 
-def _split_load(path: Path, raw: mmap.mmap, parts: int) -> list[_Piece] | None:
+def _split_load(path: Path, raw: "mmap.mmap | bytearray", parts: int) -> list[_Piece] | None:
     """Decode a big document in `parts` processes (this one included); None if it cannot be split.
 
-    `raw` is cut in place, so a caller that gets None must read the file again.
+    `raw` is cut in place, so a caller that gets None must not decode it again.
     """
+    global _INHERITED
     # This process keeps a larger first piece: the workers also ship their tables back.
     share = FIRST_PIECE_SHARE if parts == 2 else None
-    cuts = split_points(raw, parts, share) if isinstance(raw, mmap.mmap) else None
+    cuts = split_points(raw, parts, share)
     if not cuts:
         return None
+    fork = "fork" in multiprocessing.get_all_start_methods()
+    _INHERITED = raw if fork else None
     try:
-        with ProcessPoolExecutor(max_workers=len(cuts)) as pool:
+        with ProcessPoolExecutor(max_workers=len(cuts),
+                                 mp_context=multiprocessing.get_context("fork") if fork else None) as pool:
             futures = [pool.submit(_decode_piece, path, cuts, i) for i in range(1, len(cuts) + 1)]
             first = _piece_of(piece(raw, cuts, 0))
             return [first] + [_unpacked(f.result()) for f in futures]
     except DecodeError:
         return None  # a cut fell inside a value: decode the whole document instead
+    finally:
+        _INHERITED = None
 
 
 def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
     raw = _read(path)
     pieces = None
-    if parts > 1 and len(raw) > SPLIT_BYTES and isinstance(raw, mmap.mmap):
-        pieces = _split_load(path, raw, parts)
-        if pieces is None:
-            raw = _read(path)  # the failed split wrote into the buffer
+    if parts > 1 and len(raw) > SPLIT_BYTES:
+        # A mapped file is cut in place (copy-on-write); gunzipped bytes need a writable copy.
+        buffer = raw if isinstance(raw, mmap.mmap) else bytearray(raw)
+        pieces = _split_load(path, buffer, parts)
+        if pieces is None and buffer is raw:
+            raw = _read(path)  # the failed split wrote into the mapping
     try:
         pieces = pieces or [_piece_of(raw)]
     except DecodeError as exc:
