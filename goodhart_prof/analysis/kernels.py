@@ -107,10 +107,14 @@ CATEGORY_COLUMNS = ["category", "count", "total_us", "pct"]
 
 
 def _gpu_with_category(trace: Trace) -> pd.DataFrame:
-    gpu = trace.gpu
-    return pd.DataFrame({"name": gpu["name"].cat.remove_unused_categories(),
-                         "category": categorize(gpu["name"], gpu["cat"]),
-                         "dur": gpu["dur"].to_numpy()})
+    """GPU activity with its category; built once per trace (both tables use it)."""
+    cached = trace.cache.get("gpu_with_category")
+    if cached is None:
+        gpu = trace.gpu
+        cached = trace.cache["gpu_with_category"] = pd.DataFrame(
+            {"name": gpu["name"].cat.remove_unused_categories(),
+             "category": categorize(gpu["name"], gpu["cat"]), "dur": gpu["dur"].to_numpy()})
+    return cached
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:

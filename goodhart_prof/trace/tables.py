@@ -50,14 +50,16 @@ def _parse_int(v) -> int:
 _CHUNK = 1 << 16
 
 
-def _column(values: list, dtype, clean, good_class) -> np.ndarray:
-    """A numeric column: fast when every value already has the right type; next, when the odd
-    values are only nulls (Python frames' parent ids), a vectorised fill; else only the chunks
-    holding odd values are cleaned one by one (a stray string must not slow a million rows)."""
+def _column(items: list, attr: str, dtype, clean, good_class) -> np.ndarray:
+    """A numeric column of one attribute: fast when every value already has the right type;
+    next, when the odd values are only nulls (Python frames' parent ids), a vectorised fill; else
+    only the chunks holding odd values are cleaned one by one (a stray string must not slow a
+    million rows)."""
+    get = attrgetter(attr)
     try:
-        return np.fromiter(values, dtype, len(values))
+        return np.fromiter(map(get, items), dtype, len(items))
     except (TypeError, ValueError, OverflowError):
-        pass
+        values = list(map(get, items))
     objects = np.array(values, dtype=object)
     if objects.ndim == 1:  # (a list of lists would make a 2-D array: not a column of scalars)
         objects[objects == None] = clean(None)  # noqa: E711 (elementwise on an object array)
@@ -81,7 +83,7 @@ _NUM = (int, float)
 
 
 def _int_column(items: list, attr: str) -> np.ndarray:
-    return _column(list(map(attrgetter(attr), items)), np.int64, _parse_int, _INT)
+    return _column(items, attr, np.int64, _parse_int, _INT)
 
 
 def _float_or_nan(v) -> float:
@@ -124,7 +126,7 @@ def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int]:
         usable = [e for e in xs if _number(e.ts)]
         skipped, xs, n = n - len(usable), usable, len(usable)
         ts = np.fromiter(map(attrgetter("ts"), xs), np.float64, n)
-    dur = _column(list(map(attrgetter("dur"), xs)), np.float64, _float_or_nan, _NUM)
+    dur = _column(xs, "dur", np.float64, _float_or_nan, _NUM)
     dur[~(dur >= 0)] = 0.0  # missing, NaN or negative durations count as instants
     return xs, ts, dur, skipped
 
@@ -148,8 +150,8 @@ def _frames(xs: list) -> tuple[Frames, int]:
     name[:] = list(map(attrgetter("name"), xs))  # str as Kineto writes them; readers str() the odd one
     return Frames({
         "rank": np.zeros(n, dtype=np.int32),
-        "pid": _column(list(map(attrgetter("pid"), xs)), np.int64, intern_id, _INT),
-        "tid": _column(list(map(attrgetter("tid"), xs)), np.int64, intern_id, _INT),
+        "pid": _column(xs, "pid", np.int64, intern_id, _INT),
+        "tid": _column(xs, "tid", np.int64, intern_id, _INT),
         "ts": ts, "dur": dur, "end": ts + dur, "name": name,
         "python_id": _int_column(args, "python_id"),
         "python_parent_id": _int_column(args, "python_parent_id"),
@@ -163,8 +165,8 @@ def _complete_table(xs: list) -> tuple[pd.DataFrame, int]:
 
     def intern_id(v):
         return _int_id(v, names)
-    pid = _column(list(map(attrgetter("pid"), xs)), np.int64, intern_id, _INT)
-    tid = _column(list(map(attrgetter("tid"), xs)), np.int64, intern_id, _INT)
+    pid = _column(xs, "pid", np.int64, intern_id, _INT)
+    tid = _column(xs, "tid", np.int64, intern_id, _INT)
     raw_cats = _interned(list(map(attrgetter("cat"), xs)))
     cat = raw_cats.rename_categories([CATEGORY_ALIASES.get(c, c) for c in raw_cats.categories]) \
         if any(c in CATEGORY_ALIASES for c in raw_cats.categories) else raw_cats
@@ -189,7 +191,7 @@ def _complete_table(xs: list) -> tuple[pd.DataFrame, int]:
         "stream": np.where(is_gpu, stream, -1),
         "correlation": _int_column(args, "correlation"),
         "external_id": external,
-        "bytes": _column(list(map(attrgetter("bytes"), args)), np.float64, _float_or_nan, _NUM),
+        "bytes": _column(args, "bytes", np.float64, _float_or_nan, _NUM),
     })
     return table, skipped
 
