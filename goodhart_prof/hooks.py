@@ -14,17 +14,19 @@ import contextlib
 import gzip
 import json
 import os
-import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,  # noqa: F401
+from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,
                        parse_iterations)
+
+__all__ = ["DEFAULT_ITERATIONS", "MODES", "PHASES", "ProfSettings", "SettingsError", "parse_iterations",
+           "NoHooks", "ProfilerHooks", "make_hooks", "atomic_path", "write_json", "write_profiler_trace",
+           "merge_rank_traces", "trace_name"]
 
 _NULL = contextlib.nullcontext()
 

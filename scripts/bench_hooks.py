@@ -36,7 +36,6 @@ import datetime as _dt
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ import torch
 
 import goodhart_prof.hooks as prof_hooks
 from goodhart_prof.hooks import ProfilerHooks, ProfSettings, make_hooks
+from benchlib import ForeignLoad, device_name, sync
 from trainer.config import ConfigError, build_config, to_dict
 from trainer.env import GoodhartGridWorld
 from trainer.ppo import N_UPDATE_STATS, Minibatch, clip_grad_norm_no_sync
@@ -55,23 +55,6 @@ from trainer.train import Trainer, _global_mean_returns
 
 VARIANTS = ("nohook", "nohook2", "off", "lite", "full")  # nohook2: A/A control, same code
 TARGETS = {"lite": 1.25, "full": 3.0}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 # -- the iteration without any hook code ------------------------------------------------------
@@ -169,32 +152,6 @@ def quartiles(xs: list[float]) -> tuple[float, float]:
 def summary(xs: list[float]) -> dict[str, float]:
     q1, q3 = quartiles(xs)
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "q1": q1, "q3": q3}
-
-
-class ForeignLoad:
-    """CPU time used by other processes while we run (noise indicator), from /proc/stat."""
-
-    def __init__(self):
-        self.start = self._sample()
-
-    @staticmethod
-    def _sample():
-        try:
-            with open("/proc/stat") as fh:
-                f = [int(x) for x in fh.readline().split()[1:]]
-            busy = (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            busy = None
-        t = os.times()
-        return busy, t.user + t.system, time.perf_counter()
-
-    def cpus_used(self) -> float | None:
-        """Average number of CPUs kept busy by other processes since start."""
-        b0, own0, w0 = self.start
-        b1, own1, w1 = self._sample()
-        if b0 is None or b1 is None or w1 <= w0:
-            return None
-        return max(0.0, ((b1 - b0) - (own1 - own0)) / (w1 - w0))
 
 
 def check_same_computation(tr: Trainer) -> str:

@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import torch
 
+from benchlib import ForeignLoad, device_name, sync
 from trainer.config import ConfigError, build_config, to_dict
 from trainer.env import GoodhartGridWorld
 from trainer.train import Trainer
@@ -47,23 +48,6 @@ from trainer.train import Trainer
 TOP_PHASES = ("rollout", "gae", "ppo_update", "logging")
 TARGET_RATIO = 10.0
 _NULL = contextlib.nullcontext()
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def one_line(exc: BaseException) -> str:
@@ -108,32 +92,6 @@ class PhaseTimer:
 
     def abort(self) -> None:
         pass
-
-
-class ForeignLoad:
-    """CPU time used by other processes while we run (noise indicator), from /proc/stat."""
-
-    def __init__(self):
-        self.start = self._sample()
-
-    @staticmethod
-    def _sample():
-        try:
-            with open("/proc/stat") as fh:
-                f = [int(x) for x in fh.readline().split()[1:]]
-            busy = (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            busy = None
-        t = os.times()
-        return busy, t.user + t.system, time.perf_counter()
-
-    def cpus_used(self) -> float | None:
-        """Average number of CPUs kept busy by other processes since start."""
-        b0, own0, w0 = self.start
-        b1, own1, w1 = self._sample()
-        if b0 is None or b1 is None or w1 <= w0:
-            return None
-        return max(0.0, ((b1 - b0) - (own1 - own0)) / (w1 - w0))
 
 
 def make_naive(cfg, trainer: Trainer, n: int):

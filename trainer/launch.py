@@ -133,9 +133,10 @@ def _total_rate(outcomes: list[RankOutcome]) -> float | None:
     return round(sum(rates), 1) if all(r is not None for r in rates) else None
 
 
-def device_name(device: str) -> str:
-    if device == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_name()
+def device_name(device) -> str:
+    """The GPU's name for a CUDA device (str or torch.device), else the CPU model."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -6,7 +6,7 @@ most one `Finding`; `evidence` holds the numbers (and sites) that made it fire.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np

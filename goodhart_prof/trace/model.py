@@ -102,8 +102,9 @@ class Trace:
     skipped_events: int = 0
     warnings: list[str] = field(default_factory=list)
     frames: Frames = field(default_factory=Frames.empty)
-    # Derived tables that several analyses share (e.g. GPU-activity launch links), built once.
-    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Derived tables that several analyses share (GPU activity, launch links), built once. The
+    # tables above are treated as immutable; dataclasses.replace() makes a new, empty cache.
+    cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def gpu(self) -> pd.DataFrame:
