@@ -47,35 +47,19 @@ def _parse_int(v) -> int:
     return -1
 
 
-_CHUNK = 1 << 16
-
-
 def _column(items: list, attr: str, dtype, clean, good_class) -> np.ndarray:
     """A numeric column of one attribute: fast when every value already has the right type;
-    next, when the odd values are only nulls (Python frames' parent ids), a vectorised fill; else
-    only the chunks holding odd values are cleaned one by one (a stray string must not slow a
-    million rows)."""
+    otherwise only the odd values (nulls, a stray string pid) go through `clean`, so a handful of
+    them does not slow a million rows."""
     get = attrgetter(attr)
     try:
         return np.fromiter(map(get, items), dtype, len(items))
     except (TypeError, ValueError, OverflowError):
         values = list(map(get, items))
-    objects = np.array(values, dtype=object)
-    if objects.ndim == 1:  # (a list of lists would make a 2-D array: not a column of scalars)
-        objects[objects == None] = clean(None)  # noqa: E711 (elementwise on an object array)
-        try:  # numeric strings convert too, like clean() would; ids are never fractional
-            return objects.astype(dtype)
-        except (TypeError, ValueError, OverflowError):
-            pass
-    out = np.empty(len(values), dtype)
-    for lo in range(0, len(values), _CHUNK):
-        chunk = values[lo:lo + _CHUNK]
-        try:
-            out[lo:lo + len(chunk)] = np.fromiter(chunk, dtype, len(chunk))
-        except (TypeError, ValueError, OverflowError):
-            out[lo:lo + len(chunk)] = np.fromiter(
-                (v if v.__class__ in good_class else clean(v) for v in chunk), dtype, len(chunk))
-    return out
+    odd = [i for i, v in enumerate(values) if v.__class__ not in good_class]
+    for i in odd:
+        values[i] = clean(values[i])
+    return np.fromiter(values, dtype, len(values))
 
 
 _INT = (int,)
