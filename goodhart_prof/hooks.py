@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from .fileio import atomic_path, write_json
 from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,
                        parse_iterations)
 
@@ -124,37 +123,10 @@ def make_hooks(settings: ProfSettings, rank: int = 0, device_type: str = "cpu"):
 
 
 # -- trace files ----------------------------------------------------------------------------
-@contextlib.contextmanager
-def atomic_path(final: Path, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path beside `final`; rename it over `final` only if the body succeeds."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp" + suffix, dir=final.parent)
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
-    try:
-        yield Path(tmp)
-        os.replace(tmp, final)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_profiler_trace(prof: profile, path: Path) -> None:
     # export_chrome_trace gzips when the name ends in .gz, so the temp name keeps that suffix.
     with atomic_path(path, suffix=".gz") as tmp:
         prof.export_chrome_trace(str(tmp))
-
-
-def write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=indent, default=str) + "\n")
 
 
 def merge_rank_traces(rank_files: Mapping[int, Path], out: Path) -> dict[str, Any]:

@@ -7,8 +7,9 @@ import json
 import pytest
 import torch
 
+from goodhart_prof.fileio import atomic_path
 from goodhart_prof.hooks import (PHASES, NoHooks, ProfilerHooks, ProfSettings, SettingsError,
-                                 atomic_path, make_hooks, merge_rank_traces, parse_iterations)
+                                 make_hooks, merge_rank_traces, parse_iterations)
 from helpers import read_trace, step_labels
 
 

@@ -11,7 +11,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from goodhart_prof.hooks import NoHooks, ProfSettings, atomic_path, make_hooks
+from goodhart_prof.fileio import atomic_path
+from goodhart_prof.hooks import NoHooks, ProfSettings, make_hooks
 
 from .config import Config
 from .env import N_ACTIONS, EnvState, GoodhartGridWorld

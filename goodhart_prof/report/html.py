@@ -1,0 +1,632 @@
+"""The HTML report: one self-contained file of plotly charts (`goodhart-prof analyze --html FILE`).
+
+Each chart is built by a small function that reads the `Analysis` tables and returns a plotly
+Figure (None when its table is empty; the page then says why in a sentence). No figure computes
+an analysis of its own: ranking, totals and classes come from `goodhart_prof.analysis`; here we
+only pick the top rows, convert units and bin the gap durations for display.
+
+plotly.js is embedded inline once, with the first figure, so the file opens offline. Every text
+that comes from the trace (kernel names, sites, phase names, finding evidence) is escaped: with
+`html.escape` in the page, and as HTML entities inside plotly labels (plotly.js renders a few
+tags such as `<b>` in labels and decodes entities, so `&lt;` shows as `<`).
+"""
+from __future__ import annotations
+
+import html
+import math
+import textwrap
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+
+TOP_KERNELS = 20
+TOP_SITES = 20
+TOP_PHASES = 15
+MARKED_GAPS = 40  # largest idle gaps shaded per device on the timeline
+
+# Section titles (ids are for links; tests look for the titles).
+SECTIONS = {
+    "categories": "GPU time by kernel category",
+    "kernels": "Top kernels",
+    "timeline": "GPU utilization timeline",
+    "gaps": "Idle gaps by class",
+    "syncs": "Sync points",
+    "phases": "Phases",
+    "findings": "Findings",
+}
+
+CATEGORY_COLORS = {
+    "gemm": "#1f77b4", "attention": "#9467bd", "conv": "#17becf", "triton": "#bcbd22",
+    "scatter_gather": "#d62728", "reduction": "#ff7f0e", "elementwise": "#2ca02c",
+    "communication": "#8c564b", "memcpy": "#e377c2", "memset": "#f7b6d2", "other": "#7f7f7f",
+}
+GAP_COLORS = {"host_wait": "#d62728", "launch": "#ff7f0e", "other": "#7f7f7f"}
+GAP_MEANING = {
+    "host_wait": "the CPU launched the next work only after the GPU ran dry (CPU late)",
+    "launch": "shorter than 30 us: launch overhead between queued kernels",
+    "other": "work was queued but waited on something else (an event, another stream)",
+}
+SYNC_COLORS = {
+    "item": "#d62728", "nonzero": "#ff7f0e", "is_nonzero": "#bcbd22", "memcpy_dtoh": "#1f77b4",
+    "memcpy_htod_pageable": "#17becf", "stream_sync": "#9467bd", "device_sync": "#8c564b",
+    "event_sync": "#e377c2", "sync_memcpy": "#2ca02c",
+}
+SEVERITY_COLORS = {"high": "#c62828", "medium": "#ef6c00", "low": "#0277bd"}
+PHASE_COLORS = {"cpu": "#546e7a", "gpu": "#43a047"}
+_LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=40, b=40),
+               font=dict(size=12), hoverlabel=dict(align="left"))
+_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+# -- entry point ------------------------------------------------------------------------------
+def check_target(path: str | Path, force: bool = False) -> Path:
+    """Refuse to replace an existing file unless forced (called early by the CLI, before the work)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a directory; --html needs a file name")
+    if path.exists() and not force:
+        raise UserError(f"{path} exists; pass --force to replace it")
+    return path
+
+
+def write_html(analysis, path: str | Path, force: bool = False) -> Path:
+    """Write the report for `analysis` to `path` (temp file + rename); returns the path."""
+    from ..fileio import atomic_path
+
+    path = check_target(path, force)
+    page = render_html(analysis)
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write the HTML report ({exc.strerror or exc})") from None
+    return path
+
+
+def render_html(a) -> str:
+    """The whole page as a string."""
+    page = _Page()
+    page.add_section("categories", [page.figure(category_figure(a), "categories")],
+                     _no_gpu_sentence(a))
+    page.add_section("kernels", [page.figure(kernel_figure(a), "kernels")], _no_gpu_sentence(a))
+    page.add_section("timeline", [page.figure(timeline_figure(a), "timeline")], _no_gpu_sentence(a),
+                     note=_timeline_note(a))
+    page.add_section("gaps", [page.figure(gap_histogram_figure(a), "gaps")],
+                     _no_gpu_sentence(a) if not a.burstiness else "No idle gaps: each device was "
+                     "busy from its first activity to its last.", note=_gap_note(a))
+    page.add_section("syncs", [page.figure(sync_sites_figure(a), "sync-sites"),
+                               page.figure(sync_iterations_figure(a), "sync-iterations")],
+                     "No sync points: the host never waited for the device.", note=_sync_note(a))
+    page.add_section("phases", [page.figure(phase_figure(a), "phases")],
+                     "No phases: the trace has no annotations (record_function) and no "
+                     "ProfilerStep#N.", note=_phase_note(a))
+    page.sections.append(_findings_section(a))
+    return page.render(_header(a))
+
+
+class _Page:
+    """Collects figure divs (plotly.js inline with the first one only) and sections."""
+
+    def __init__(self) -> None:
+        self.sections: list[str] = []
+        self.figures = 0
+
+    def figure(self, fig, name: str) -> str | None:
+        if fig is None:
+            return None
+        import plotly.io as pio
+
+        first = self.figures == 0
+        self.figures += 1
+        return pio.to_html(fig, full_html=False, include_plotlyjs=first, config=_CONFIG,
+                           div_id=f"fig-{name}", default_height=f"{fig.layout.height or 450}px")
+
+    def add_section(self, key: str, figures: list[str | None], empty: str, note: str = "") -> None:
+        shown = [f for f in figures if f is not None]
+        body = "".join(f'<div class="figure">{f}</div>' for f in shown) if shown else \
+            f'<p class="empty">{_esc(empty)}</p>'
+        if shown and note:
+            body = f'<p class="note">{note}</p>' + body
+        self.sections.append(f'<section id="{key}"><h2>{_esc(SECTIONS[key])}</h2>{body}</section>')
+
+    def render(self, header: str) -> str:
+        nav = " · ".join(f'<a href="#{k}">{_esc(t)}</a>' for k, t in SECTIONS.items())
+        return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                f"<title>goodhart-prof report</title><style>{_CSS}</style></head>\n<body>"
+                f"{header}<nav>{nav}</nav>\n" + "\n".join(self.sections) + "\n</body></html>\n")
+
+
+# -- figures ----------------------------------------------------------------------------------
+def category_figure(a):
+    """GPU time (ms) per kernel category, largest first."""
+    cats = a.categories
+    if cats is None or cats.empty:
+        return None
+    go = _go()
+    cats = cats.iloc[::-1]  # plotly draws the first bar at the bottom
+    fig = go.Figure(go.Bar(
+        x=cats["total_us"] / 1e3, y=cats["category"].astype(str), orientation="h",
+        marker_color=[CATEGORY_COLORS.get(str(c), "#7f7f7f") for c in cats["category"]],
+        text=[f"{p:.1f}%" for p in cats["pct"]], textposition="auto",
+        customdata=np.c_[cats["count"].to_numpy(), cats["pct"].to_numpy()],
+        hovertemplate="%{y}: %{x:,.3f} ms, %{customdata[1]:.1f}% of GPU time, "
+                      "%{customdata[0]:,} activities<extra></extra>"))
+    fig.update_layout(**_LAYOUT, height=120 + 28 * len(cats), xaxis_title="GPU time (ms)",
+                      showlegend=False)
+    return fig
+
+
+def kernel_figure(a, top: int = TOP_KERNELS):
+    """The top kernels by total time, one bar each, coloured by category."""
+    k = a.kernels
+    if k is None or k.empty:
+        return None
+    go = _go()
+    k = k.head(top).reset_index(drop=True)
+    labels = [f"{i + 1}. {_short(_plain_name(n), 70)}" for i, n in enumerate(k["name"].astype(str))]
+    fig = go.Figure()
+    for cat in dict.fromkeys(k["category"].astype(str)):  # first-seen order for the legend
+        sel = (k["category"].astype(str) == cat).to_numpy()
+        rows = k[sel]
+        fig.add_trace(go.Bar(
+            x=rows["total_us"] / 1e3, y=[_label(l) for l, s in zip(labels, sel) if s], orientation="h",
+            name=cat, marker_color=CATEGORY_COLORS.get(cat, "#7f7f7f"),
+            hovertext=[_wrap(n) for n in rows["name"].astype(str)],
+            customdata=np.c_[rows["count"].to_numpy(), rows["mean_us"].to_numpy(), rows["pct"].to_numpy()],
+            hovertemplate="%{hovertext}<br>%{x:,.3f} ms total, %{customdata[0]:,} calls, mean "
+                          "%{customdata[1]:,.1f} us, %{customdata[2]:.1f}% of GPU time"
+                          f"<extra>{_label(cat)}</extra>"))
+    fig.update_layout(**_LAYOUT, height=140 + 26 * len(k), xaxis_title="total GPU time (ms)",
+                      barmode="stack", legend=dict(title_text="category", traceorder="normal"),
+                      yaxis=dict(categoryorder="array", categoryarray=[_label(l) for l in labels[::-1]],
+                                 automargin=True))
+    return fig
+
+
+def timeline_figure(a, marked: int = MARKED_GAPS):
+    """Per device: window utilization over time (ms since the device's first activity), with the
+    largest idle gaps shaded and marked by class."""
+    devices = [b for b in a.burstiness if len(b.window_starts)]
+    if not devices:
+        return None
+    go, make_subplots = _go(), _subplots()
+    titles = [_device_title(a, b) for b in devices]
+    fig = make_subplots(rows=len(devices), cols=1, subplot_titles=titles, vertical_spacing=
+                        min(0.12, 0.35 / max(1, len(devices) - 1)) if len(devices) > 1 else 0.1)
+    legend_done: set[str] = set()
+    for row, b in enumerate(devices, start=1):
+        origin, span_us = _first_activity(a, b)
+        x = (np.asarray(b.window_starts, float) - origin) / 1e3
+        end = min(x[-1] + b.window_us / 1e3, span_us / 1e3)  # the last window stops at the span's end
+        for cls, gaps in _largest_gaps(b.gap_table, marked):
+            starts = (gaps["start"].to_numpy(float) - origin) / 1e3
+            ends = (gaps["end"].to_numpy(float) - origin) / 1e3
+            show = cls not in legend_done
+            legend_done.add(cls)
+            rect_x, rect_y = _rectangles(starts, ends, 100.0)
+            fig.add_trace(go.Scatter(
+                x=rect_x, y=rect_y, fill="toself",
+                mode="none", fillcolor=_alpha(GAP_COLORS[cls], 0.22), hoverinfo="skip",
+                legendgroup=cls, showlegend=False), row=row, col=1)
+            fig.add_trace(go.Scatter(
+                x=(starts + ends) / 2, y=np.full(len(starts), 103.0), mode="markers",
+                marker=dict(symbol="triangle-down", size=9, color=GAP_COLORS[cls]),
+                name=f"gap: {cls}", legendgroup=cls, showlegend=show,
+                customdata=np.c_[gaps["dur_us"].to_numpy(float) / 1e3, starts],
+                hovertemplate=f"{cls} gap: " + "%{customdata[0]:,.3f} ms at %{customdata[1]:,.3f} ms"
+                              "<extra></extra>"), row=row, col=1)
+        fig.add_trace(go.Scatter(
+            x=np.r_[x, end], y=np.r_[np.asarray(b.window_util, float), b.window_util[-1]] * 100,
+            mode="lines", line=dict(shape="hv", color="#1f77b4", width=1.5), fill="tozeroy",
+            fillcolor=_alpha("#1f77b4", 0.25), name="utilization per window",
+            legendgroup="util", showlegend=row == 1,
+            hovertemplate="%{x:,.3f} ms: %{y:.1f}% busy<extra></extra>"), row=row, col=1)
+        fig.update_yaxes(range=[0, 110], title_text="busy %", row=row, col=1)
+    fig.update_xaxes(title_text="ms since the device's first GPU activity", row=len(devices), col=1)
+    fig.update_layout(**_LAYOUT, height=140 + 230 * len(devices),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
+    fig.update_layout(margin=dict(t=80))
+    return fig
+
+
+def gap_histogram_figure(a):
+    """Idle gaps of all devices in log-scaled duration bins, stacked by class: how many, and how
+    much idle time each bin holds."""
+    tables = [b.gap_table for b in a.burstiness if b.gap_table is not None and len(b.gap_table)]
+    if not tables:
+        return None
+    gaps = pd.concat(tables, ignore_index=True)
+    dur = gaps["dur_us"].to_numpy(float)
+    edges = _log_edges(dur[dur > 0])
+    if edges is None:
+        return None
+    go, make_subplots = _go(), _subplots()
+    labels = [f"{_dur(lo)}-{_dur(hi)}" for lo, hi in zip(edges[:-1], edges[1:])]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("gaps per duration bin", "idle time per duration bin (ms)"))
+    for cls, color in GAP_COLORS.items():
+        d = gaps.loc[(gaps["cls"].astype(str) == cls).to_numpy(), "dur_us"].to_numpy(float)
+        d = np.clip(d, edges[0], edges[-1])
+        counts, _ = np.histogram(d, edges)
+        time_ms, _ = np.histogram(d, edges, weights=d / 1e3)
+        for row, values, fmt in ((1, counts, "%{y:,} gaps"), (2, time_ms, "%{y:,.3f} ms")):
+            fig.add_trace(go.Bar(x=labels, y=values, name=cls, marker_color=color, legendgroup=cls,
+                                 showlegend=row == 1,
+                                 hovertemplate=f"{cls}, %{{x}}: {fmt}<extra></extra>"), row=row, col=1)
+    fig.update_layout(**_LAYOUT, height=560, barmode="stack",
+                      legend=dict(title_text="gap class", traceorder="normal"))
+    fig.update_xaxes(title_text="gap duration (bins on a log scale)", row=2, col=1)
+    fig.update_yaxes(title_text="gaps", row=1, col=1)
+    fig.update_yaxes(title_text="ms", row=2, col=1)
+    return fig
+
+
+def sync_sites_figure(a, top: int = TOP_SITES):
+    """Sync points per (kind, site), most frequent first, coloured by kind."""
+    if a.syncs is None or not a.syncs.total or a.syncs.sites.empty:
+        return None
+    sites = a.syncs.sites
+    go = _go()
+    sites = sites.head(top).reset_index(drop=True)
+    labels = [_label(f"{i + 1}. {_short_tail(s, 70)}") for i, s in enumerate(sites["site"].astype(str))]
+    fig = go.Figure()
+    for kind in _kinds(sites["kind"]):
+        sel = (sites["kind"].astype(str) == kind).to_numpy()
+        rows = sites[sel]
+        fig.add_trace(go.Bar(
+            x=rows["count"], y=[l for l, s in zip(labels, sel) if s], orientation="h", name=kind,
+            marker_color=SYNC_COLORS.get(kind, "#7f7f7f"),
+            hovertext=[_wrap(s) for s in rows["site"].astype(str)],
+            customdata=rows["total_us"].to_numpy(float) / 1e3,
+            hovertemplate="%{hovertext}<br>%{x:,} sync points, host time %{customdata:,.3f} ms"
+                          f"<extra>{_label(kind)}</extra>"))
+    fig.update_layout(**_LAYOUT, height=140 + 26 * len(sites), barmode="stack",
+                      xaxis_title="sync points", legend=dict(title_text="kind", traceorder="normal"),
+                      title=dict(text="per site", x=0, font=dict(size=13)),
+                      yaxis=dict(categoryorder="array", categoryarray=labels[::-1], automargin=True))
+    return fig
+
+
+def sync_iterations_figure(a):
+    """Sync points per traced iteration (`outside` = not inside any ProfilerStep#N), by kind."""
+    if a.syncs is None or not a.syncs.total or a.syncs.per_iteration.empty:
+        return None
+    per_it = a.syncs.per_iteration
+    go = _go()
+    order = sorted(int(i) for i in per_it["iteration"].unique())
+    order = [i for i in order if i >= 0] + [i for i in order if i < 0]
+    names = {i: (f"#{i}" if i >= 0 else "outside") for i in order}
+    fig = go.Figure()
+    for kind in _kinds(per_it["kind"]):
+        rows = per_it[(per_it["kind"].astype(str) == kind).to_numpy()]
+        fig.add_trace(go.Bar(x=[names[int(i)] for i in rows["iteration"]], y=rows["count"], name=kind,
+                             marker_color=SYNC_COLORS.get(kind, "#7f7f7f"),
+                             hovertemplate=f"{_label(kind)}, iteration " + "%{x}: %{y:,}<extra></extra>"))
+    fig.update_layout(**_LAYOUT, height=340, barmode="stack", bargap=0.5 if len(order) < 4 else 0.2,
+                      legend=dict(title_text="kind", traceorder="normal"),
+                      title=dict(text="per iteration", x=0, font=dict(size=13)),
+                      xaxis=dict(title="iteration (ProfilerStep#N)", type="category",
+                                 categoryorder="array", categoryarray=[names[i] for i in order]),
+                      yaxis_title="sync points")
+    return fig
+
+
+def phase_figure(a, top: int = TOP_PHASES):
+    """Per phase: CPU time next to the GPU time launched inside it (iterations, then annotations)."""
+    ph = a.phases
+    if ph is None or ph.empty:
+        return None
+    go = _go()
+    iterations = ph[ph["kind"] == "iteration"]
+    annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False,
+                                                             kind="stable").head(top)
+    rows = pd.concat([iterations, annotations], ignore_index=True)
+    labels = [_label(_short(n, 60)) for n in rows["name"].astype(str)]
+    labels = _unique(labels)
+    custom = np.c_[rows["count"].to_numpy(), rows["gpu_kernels"].to_numpy(), rows["syncs"].to_numpy()]
+    fig = go.Figure()
+    series = [("cpu_us", "CPU time", PHASE_COLORS["cpu"])]
+    if (rows["gpu_us"] > 0).any():  # a CPU-only trace launches nothing: no empty second bar
+        series.append(("gpu_us", "GPU time launched", PHASE_COLORS["gpu"]))
+    for col, name, color in series:
+        fig.add_trace(go.Bar(
+            x=rows[col] / 1e3, y=labels, orientation="h", name=name, marker_color=color,
+            customdata=custom,
+            hovertemplate="%{y}: " + name + " %{x:,.3f} ms<br>%{customdata[0]:,} instances, "
+                          "%{customdata[1]:,} GPU kernels, %{customdata[2]:,} sync points<extra></extra>"))
+    fig.update_layout(**_LAYOUT, height=150 + 20 * len(series) * len(rows), barmode="group",
+                      xaxis_title="ms", showlegend=True,
+                      yaxis=dict(categoryorder="array", categoryarray=labels[::-1], automargin=True),
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
+    return fig
+
+
+# -- page parts -------------------------------------------------------------------------------
+def _header(a) -> str:
+    from .. import __version__
+
+    t = a.trace
+    paths = "".join(f"<li><code>{_esc(p)}</code></li>" for p in t.paths)
+    devices = ", ".join(f"rank {r} / gpu {d}" for r, d in t.devices) or "none (no GPU activity)"
+    facts = [("trace", f"<ul class=\"paths\">{paths}</ul>"),
+             ("ranks", f"{_esc(', '.join(str(r) for r in t.ranks))} "
+                       f"<span class=\"muted\">(rank from {_esc(t.rank_source)})</span>"),
+             ("GPU devices", _esc(devices)),
+             ("events", f"{len(t.events):,}" + (f" ({t.skipped_events:,} malformed events skipped)"
+                                              if t.skipped_events else ""))]
+    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
+    warnings = "".join(f'<p class="warning">warning: {_esc(w)}</p>' for w in t.warnings)
+    return (f"<header><h1>goodhart-prof report</h1><table class=\"facts\">{rows}</table>{warnings}"
+            f"{_gpu_table(a)}{_legend()}<p class=\"muted\">goodhart-prof {_esc(__version__)}; times "
+            f"in the tables are microseconds unless marked; definitions in docs/DESIGN.md.</p></header>")
+
+
+def _gpu_table(a) -> str:
+    if a.gpu is None or a.gpu.empty:
+        return '<p class="empty">No GPU activity in this trace (a CPU-only run?): the GPU sections ' \
+               'below are empty; sync points and phases still apply.</p>'
+    head = "".join(f"<th>{h}</th>" for h in ("rank / device", "span", "busy", "idle", "utilization",
+                                             "kernel time"))
+    body = "".join(
+        f"<tr><td>rank {int(r.rank)} / gpu {int(r.device)}</td><td>{_dur(r.span_us)}</td>"
+        f"<td>{_dur(r.busy_us)}</td><td>{_dur(r.idle_us)}</td><td>{_pct(r.utilization)}</td>"
+        f"<td>{_dur(getattr(r, 'kernel_us', float('nan')))}</td></tr>" for r in a.gpu.itertuples())
+    return f'<table class="data"><caption>GPU time</caption><tr>{head}</tr>{body}</table>'
+
+
+def _legend() -> str:
+    def chips(colors: dict[str, str], meaning: dict[str, str] | None = None) -> str:
+        return " ".join(f'<span class="chip"><i style="background:{c}"></i>{_esc(k)}'
+                        + (f": {_esc(meaning[k])}" if meaning else "") + "</span>"
+                        for k, c in colors.items())
+    return ('<details open class="legend"><summary>Legend</summary>'
+            f"<p><b>kernel categories</b> {chips(CATEGORY_COLORS)}</p>"
+            f"<p><b>idle gap classes</b> {chips(GAP_COLORS, GAP_MEANING)}</p>"
+            f"<p><b>sync point kinds</b> {chips(SYNC_COLORS)}</p>"
+            "<p><b>utilization</b>: busy share (union of kernels, memcpys, memsets) of each window "
+            "of span/200; <b>phases</b>: CPU wall time of an annotation vs the GPU time of the work "
+            "launched inside it. Charts are interactive: hover for full names, drag to zoom, "
+            "double-click to reset.</p></details>")
+
+
+def _findings_section(a) -> str:
+    title = _esc(SECTIONS["findings"])
+    if not a.findings:
+        return (f'<section id="findings"><h2>{title}</h2>'
+                '<p class="empty">None of the rules fired.</p></section>')
+    items = []
+    for f in a.findings:
+        color = SEVERITY_COLORS.get(str(f.severity), "#555")
+        items.append(
+            f'<li class="finding"><span class="severity" style="background:{color}">'
+            f"{_esc(str(f.severity).upper())}</span> <code>{_esc(f.rule)}</code> "
+            f"<b>{_esc(f.title)}</b>{_evidence(f.evidence)}"
+            f'<p class="fix"><b>fix:</b> {_esc(f.fix)}</p></li>')
+    return f'<section id="findings"><h2>{title} ({len(a.findings)})</h2><ol>{"".join(items)}</ol></section>'
+
+
+def _evidence(evidence: dict[str, Any]) -> str:
+    evidence = evidence or {}
+    parts = [f"<li><b>{_esc(k)}</b>: {_esc(_value(v))}</li>" for k, v in evidence.items() if k != "sites"]
+    for site in evidence.get("sites") or []:
+        if isinstance(site, dict):
+            extra = f", {_dur(site['total_us'])}" if "total_us" in site else ""
+            parts.append(f"<li>at <code>{_esc(site.get('site', ''))}</code> "
+                         f"({_esc(site.get('count', '?'))}x{_esc(extra)})</li>")
+        else:
+            parts.append(f"<li>at <code>{_esc(site)}</code></li>")
+    return f'<ul class="evidence">{"".join(parts)}</ul>' if parts else ""
+
+
+def _no_gpu_sentence(a) -> str:
+    return "No GPU activity in this trace (a CPU-only run?), so there is nothing to chart here."
+
+
+def _timeline_note(a) -> str:
+    if not a.burstiness:
+        return ""
+    b = a.burstiness[0]
+    return (f"Busy share per window of {_esc(_dur(b.window_us))} (span/200 on the first device). "
+            f"Shaded, with a marker above: the {MARKED_GAPS} largest idle gaps per device, coloured "
+            "by class. util CV and B (burstiness of kernel starts: -1 periodic, 0 random, towards "
+            "1 bursty) are in each device's title.")
+
+
+def _gap_note(a) -> str:
+    n = len(a.burstiness)
+    return (f"The idle gaps of {'all ' + str(n) + ' devices' if n > 1 else 'the device'} together, in "
+            "duration bins of 1-2-5 per decade: how many fall in each bin (top) and how much idle "
+            "time they add up to (bottom), stacked by class.")
+
+
+def _sync_note(a) -> str:
+    s = a.syncs
+    if s is None or not s.total:
+        return ""
+    kinds = ", ".join(f"{_esc(k)} {v:,}" for k, v in s.by_kind.items() if v)
+    return f"{s.total:,} sync points ({kinds}); the top {TOP_SITES} sites by count."
+
+
+def _phase_note(a) -> str:
+    gpu = a.phases is not None and not a.phases.empty and bool((a.phases["gpu_us"] > 0).any())
+    return (f"Traced iterations (ProfilerStep#N, whole rank) first, then the {TOP_PHASES} "
+            "annotations with the most CPU time (their own thread). "
+            + ("GPU time counts kernels, memcpys and memsets launched inside." if gpu else
+               "No phase launched GPU work, so only CPU time is shown."))
+
+
+# -- small helpers ----------------------------------------------------------------------------
+def _go():
+    import plotly.graph_objects as go
+    return go
+
+
+def _subplots():
+    from plotly.subplots import make_subplots
+    return make_subplots
+
+
+def _kinds(column: pd.Series) -> list[str]:
+    """The sync kinds present, in the legend's (DESIGN.md's) order, unknown ones last."""
+    present = list(dict.fromkeys(column.astype(str)))
+    return [k for k in SYNC_COLORS if k in present] + [k for k in present if k not in SYNC_COLORS]
+
+
+def _device_title(a, b) -> str:
+    util = a.gpu[(a.gpu["rank"] == b.rank) & (a.gpu["device"] == b.device)]["utilization"] \
+        if a.gpu is not None and not a.gpu.empty else pd.Series(dtype=float)
+    parts = [f"rank {b.rank} / gpu {b.device}"]
+    if len(util):
+        parts.append(f"busy {_pct(float(util.iloc[0]))}")
+    if b.util_cv is not None:
+        parts.append(f"util CV {b.util_cv:.2f}")
+    if b.burstiness_B is not None:
+        parts.append(f"B {b.burstiness_B:+.2f}")
+    count = (b.gaps or {}).get("count", 0)
+    parts.append(f"{count:,} gaps")
+    return " · ".join(parts)
+
+
+def _first_activity(a, b) -> tuple[float, float]:
+    """The device's first activity start and span (the gpu table's; window 0 starts there too)."""
+    if a.gpu is not None and {"first_ts", "span_us"} <= set(a.gpu.columns):
+        row = a.gpu[(a.gpu["rank"] == b.rank) & (a.gpu["device"] == b.device)]
+        if len(row):
+            return float(row["first_ts"].iloc[0]), float(row["span_us"].iloc[0])
+    return float(b.window_starts[0]), len(b.window_starts) * float(b.window_us)
+
+
+def _largest_gaps(gaps: pd.DataFrame | None, n: int) -> Iterable[tuple[str, pd.DataFrame]]:
+    if gaps is None or gaps.empty:
+        return []
+    top = gaps.nlargest(n, "dur_us")
+    cls = top["cls"].astype(str)
+    return [(c, top[(cls == c).to_numpy()]) for c in GAP_COLORS if (cls == c).any()]
+
+
+def _rectangles(starts: np.ndarray, ends: np.ndarray, top: float) -> tuple[list, list]:
+    """x, y of closed rectangles [start, end] x [0, top], separated by None (one trace, many shapes)."""
+    xs: list = []
+    ys: list = []
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        xs += [s, s, e, e, s, None]
+        ys += [0, top, top, 0, 0, None]
+    return xs, ys
+
+
+def _log_edges(dur: np.ndarray) -> np.ndarray | None:
+    """Bin edges 1-2-5 per decade covering dur (trimmed to the occupied range)."""
+    if not len(dur):
+        return None
+    lo, hi = math.floor(math.log10(dur.min())), math.ceil(math.log10(dur.max()))
+    edges = np.array([m * 10.0 ** e for e in range(lo, hi + 1) for m in (1, 2, 5)])
+    first = max(0, int(np.searchsorted(edges, dur.min(), side="right")) - 1)
+    last = int(np.searchsorted(edges, dur.max(), side="left"))
+    edges = edges[first:max(last, first + 1) + 1]
+    return edges if len(edges) >= 2 else None
+
+
+def _alpha(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _label(text: str) -> str:
+    """Text for a plotly label: entities for &, <, > so plotly.js shows them instead of tags."""
+    return html.escape(str(text), quote=False)
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    """A long name for a hover box: escaped, cut into lines."""
+    return "<br>".join(_label(part) for part in textwrap.wrap(str(text), width, break_long_words=True,
+                                                               break_on_hyphens=False)[:8])
+
+
+def _plain_name(name: str) -> str:
+    return name[5:] if name.startswith("void ") else name
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _short_tail(text: str, width: int) -> str:
+    """Keep the end of a long site: its innermost part says the most."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _unique(labels: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        n = seen.get(label, 0)
+        seen[label] = n + 1
+        out.append(label if n == 0 else f"{label} ({n + 1})")
+    return out
+
+
+def _dur(us: Any) -> str:
+    if us is None or not isinstance(us, (int, float, np.number)) or not math.isfinite(float(us)):
+        return "-"
+    us = float(us)
+    if us >= 1e6:
+        return f"{us / 1e6:,.3g} s" if us < 1e7 else f"{us / 1e6:,.1f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:,.3g} ms"
+    return f"{us:,.3g} us"
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None or value != value else f"{100 * float(value):.1f}%"
+
+
+def _value(v: Any) -> str:
+    """An evidence value, compact: floats to 4 significant digits, dicts and lists inline."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, (bool, np.bool_)) or v is None:
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        v = float(v)
+        if not math.isfinite(v):
+            return "-"
+        return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    return str(v)
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1320px;
+padding:16px 24px;color:#222}
+h1{font-size:22px;margin:0 0 8px}h2{font-size:18px;margin:28px 0 6px;border-bottom:1px solid #ddd;
+padding-bottom:4px}
+table.facts th{text-align:left;padding-right:14px;vertical-align:top;font-weight:600}
+table.facts td,table.facts th{padding:1px 14px 1px 0}
+ul.paths{margin:0;padding-left:0;list-style:none}
+table.data{border-collapse:collapse;margin:10px 0}table.data caption{text-align:left;font-weight:600}
+table.data th,table.data td{border-bottom:1px solid #e4e4e4;padding:3px 10px;text-align:right}
+table.data td:first-child,table.data th:first-child{text-align:left}
+.muted{color:#777}.warning{color:#b26a00}.empty{color:#555;font-style:italic}
+.note{color:#555;margin:4px 0}
+nav{margin:14px 0;padding:6px 0;border-top:1px solid #eee;border-bottom:1px solid #eee}
+.legend p{margin:4px 0}.chip{display:inline-block;margin-right:12px;white-space:nowrap}
+.chip i{display:inline-block;width:11px;height:11px;margin-right:4px;border-radius:2px;
+vertical-align:-1px}
+.figure{margin:6px 0 14px}
+li.finding{margin-bottom:12px}
+.severity{color:#fff;border-radius:3px;padding:1px 6px;font-size:12px;font-weight:700}
+ul.evidence{margin:4px 0;color:#333;font-size:13px}p.fix{margin:2px 0 0}
+code{font-size:12.5px;background:#f4f4f4;padding:0 3px;border-radius:2px;word-break:break-all}
+"""
