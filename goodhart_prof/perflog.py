@@ -1,0 +1,344 @@
+"""The performance log: one dated row of key figures per analysed trace, and A/B comparison of rows.
+
+`goodhart-prof log add PATH --change TEXT` analyses PATH and adds a row to a markdown table
+(PERFLOG.md by default: newest row first, right under the header; the file and header are made
+when missing, and a file without our header gets the table appended at its end) and to its
+machine-readable twin next to it (PERFLOG.jsonl: one JSON object per row, append-only, oldest
+first). Row fields (`FIELDS`):
+
+| field | meaning |
+| --- | --- |
+| id | 1, 2, 3, ... in the order rows were added (stable; row numbers shift as rows are added) |
+| date, created | local date (markdown) and ISO timestamp (JSONL) of the append |
+| change | what this run changed (`--change`) |
+| trace | PATH as given |
+| iteration_ms | mean CPU time of one `ProfilerStep#N` (all ranks' steps), ms |
+| env_steps_per_s | `env_steps_per_s` of the run.json in PATH (a folder) or beside PATH (a file); empty without one |
+| gpu_busy_pct | GPU busy / span over all devices, % |
+| syncs_per_iteration | sync points inside `ProfilerStep#N` per step |
+| top_kernel, top_kernel_pct | the kernel with the most GPU time and its share of GPU activity time, % |
+| memcpy_htod_ms | total duration of GPU memcpys named `Memcpy HtoD*`, ms |
+
+Concurrent writers are safe: an append holds an exclusive `fcntl.flock` on `PERFLOG.md.lock`
+while it reads the markdown, writes the new text to a temporary file, appends the JSONL line and
+renames the temporary file over the markdown. Readers never see a half-written table.
+
+Rows are named, for `compare`, by their row number in newest-first order (`1` is the newest, as
+`log show` numbers them) or by id (`id:7`).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import UserError
+from .fileio import atomic_path
+
+DEFAULT_LOG = "PERFLOG.md"
+HTOD_PREFIX = "Memcpy HtoD"
+FIELDS = ("id", "date", "created", "change", "trace", "iteration_ms", "env_steps_per_s",
+          "gpu_busy_pct", "syncs_per_iteration", "top_kernel", "top_kernel_pct", "memcpy_htod_ms")
+# (field, markdown header, format): the markdown table's columns, in order.
+COLUMNS = (
+    ("id", "#", "{}"), ("date", "Date", "{}"), ("change", "Change", "{}"), ("trace", "Trace", "{}"),
+    ("iteration_ms", "Iteration (ms)", "{:,.2f}"), ("env_steps_per_s", "Env-steps/s", "{:,.0f}"),
+    ("gpu_busy_pct", "GPU busy %", "{:.1f}"), ("syncs_per_iteration", "Syncs/iter", "{:,.2f}"),
+    ("top_kernel", "Top kernel", "{}"), ("top_kernel_pct", "Top kernel share", "{:.1f}%"),
+    ("memcpy_htod_ms", "Memcpy HtoD (ms)", "{:,.3f}"),
+)
+HEADER = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
+SEPARATOR = "|" + "|".join("---" for _ in COLUMNS) + "|"
+TITLE = "## Performance log"
+INTRO = ("Added by `goodhart-prof log add`, newest first; the `.jsonl` file next to this one holds "
+         "the same rows as JSON.")
+KERNEL_WIDTH = 60
+# (field, better when) for `compare`; None: neither direction is better.
+COMPARED = (("iteration_ms", "lower"), ("env_steps_per_s", "higher"), ("gpu_busy_pct", "higher"),
+            ("syncs_per_iteration", "lower"), ("top_kernel", None), ("top_kernel_pct", None),
+            ("memcpy_htod_ms", "lower"))
+
+
+class PerfLogError(UserError):
+    """A log, a row reference or an input that cannot be used; one line, exit 2."""
+
+
+def jsonl_path(log: str | os.PathLike) -> Path:
+    return Path(log).with_suffix(".jsonl")
+
+
+def lock_path(log: str | os.PathLike) -> Path:
+    log = Path(log)
+    return log.with_name(log.name + ".lock")
+
+
+# -- measuring -------------------------------------------------------------------------------------
+def env_steps_per_s(path: str | os.PathLike) -> float | None:
+    """`env_steps_per_s` from the run.json in a folder, or beside a file; None without one."""
+    path = Path(path)
+    run = (path if path.is_dir() else path.parent) / "run.json"
+    if not run.is_file():
+        return None
+    try:
+        value = json.loads(run.read_text()).get("env_steps_per_s")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise PerfLogError(f"{run}: not a readable run.json ({exc.__class__.__name__})") from None
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def memcpy_htod_us(trace) -> float:
+    """Total duration of the GPU memcpys whose name starts with `Memcpy HtoD`."""
+    gpu = trace.gpu
+    copies = gpu[(gpu["cat"] == "gpu_memcpy").to_numpy()]
+    if copies.empty:
+        return 0.0
+    names = copies["name"].astype(str)
+    return float(copies["dur"].to_numpy()[names.str.startswith(HTOD_PREFIX).to_numpy()].sum())
+
+
+def measure(analysis, path: str | os.PathLike) -> dict[str, Any]:
+    """The figures of one row (no id, date or change) from an analysis of the trace at path."""
+    from .analysis.compare import mean_iteration_us, syncs_per_iteration
+
+    busy, span = float(analysis.gpu["busy_us"].sum()), float(analysis.gpu["span_us"].sum())
+    top = analysis.kernels.iloc[0] if len(analysis.kernels) else None
+    return _finite({
+        "trace": str(path),
+        "iteration_ms": mean_iteration_us(analysis.phases) / 1e3,
+        "env_steps_per_s": env_steps_per_s(path),
+        "gpu_busy_pct": 100 * busy / span if span > 0 else None,
+        "syncs_per_iteration": syncs_per_iteration(analysis.phases),
+        "top_kernel": str(top["name"]) if top is not None else None,
+        "top_kernel_pct": float(top["pct"]) if top is not None else None,
+        "memcpy_htod_ms": memcpy_htod_us(analysis.trace) / 1e3,
+    })
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+
+
+def add(path: str | os.PathLike, change: str, log: str | os.PathLike = DEFAULT_LOG) -> dict[str, Any]:
+    """Analyse the trace at path and append its row to the log; returns the row as written."""
+    from .analysis import analyze
+    from .trace.load import load
+
+    env_steps_per_s(path)  # a broken run.json fails before the analysis, not after it
+    analysis = analyze(load(path))
+    return append(measure(analysis, path), change, log)
+
+
+# -- writing ---------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def locked(log: str | os.PathLike) -> Iterator[None]:
+    """Hold the log's exclusive lock (a `.lock` file beside it, kept: deleting it would race)."""
+    lock = lock_path(log)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def append(measured: dict[str, Any], change: str, log: str | os.PathLike = DEFAULT_LOG) -> dict[str, Any]:
+    """Add one row to the markdown log and its JSONL twin, atomically, under the lock."""
+    log = Path(log)
+    change = " ".join(str(change).split())
+    if not change:
+        raise PerfLogError("--change: say what this run changed (it cannot be empty)")
+    with locked(log):
+        text = log.read_text(encoding="utf-8") if log.exists() else ""
+        rows = read_rows(log)
+        used = [r["id"] for r in rows if isinstance(r.get("id"), int)] + _markdown_ids(text)
+        now = time.localtime()
+        row = {"id": max(used, default=0) + 1, "date": time.strftime("%Y-%m-%d", now),
+               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", now), "change": change, **measured}
+        row = {k: row.get(k) for k in FIELDS}
+        with atomic_path(log, ".md") as tmp:
+            tmp.write_text(insert_row(text, markdown_row(row)), encoding="utf-8")
+            # The JSONL line goes in before the rename: if it fails, the markdown is untouched.
+            with open(jsonl_path(log), "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row, allow_nan=False) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+    return row
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None:
+        return ""
+    text = fmt.format(value)
+    return " ".join(text.split()).replace("\\", "\\\\").replace("|", "\\|")
+
+
+def markdown_row(row: dict[str, Any]) -> str:
+    values = dict(row)
+    kernel = values.get("top_kernel")
+    if kernel and len(kernel) > KERNEL_WIDTH:
+        values["top_kernel"] = kernel[: KERNEL_WIDTH - 1] + "…"
+    return "| " + " | ".join(_cell(values.get(f), fmt) for f, _, fmt in COLUMNS) + " |"
+
+
+def insert_row(text: str, line: str) -> str:
+    """The markdown with line as the table's first row (the table is made when missing)."""
+    lines = text.splitlines()
+    for i in range(len(lines) - 1):
+        if lines[i].strip() == HEADER and lines[i + 1].strip() == SEPARATOR:
+            return "\n".join(lines[: i + 2] + [line] + lines[i + 2:]) + "\n"
+    table = [HEADER, SEPARATOR, line]
+    if not text.strip():
+        return "\n".join(["# Performance log", "", INTRO, ""] + table) + "\n"
+    return text.rstrip("\n") + "\n\n" + "\n".join([TITLE, "", INTRO, ""] + table) + "\n"
+
+
+def _markdown_ids(text: str) -> list[int]:
+    """Ids in the first column of our table's rows (they count even if the JSONL was lost)."""
+    ids, inside = [], False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped == SEPARATOR:
+            inside = True
+        elif inside and stripped.startswith("|"):
+            m = re.match(r"\|\s*(\d+)\s*\|", stripped)
+            if m:
+                ids.append(int(m.group(1)))
+        else:
+            inside = False
+    return ids
+
+
+# -- reading and comparing -------------------------------------------------------------------------
+def read_rows(log: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSONL twin's rows, newest first ([] when there is none). Unreadable lines (a torn
+    write after a crash) are skipped."""
+    path = jsonl_path(log)
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows[::-1]
+
+
+def select(rows: list[dict[str, Any]], ref: str) -> dict[str, Any]:
+    """A row by 1-based row number in newest-first order (`3`) or by id (`id:7`)."""
+    ref = str(ref).strip()
+    m = re.fullmatch(r"(id:)?(\d+)", ref)
+    if not m:
+        raise PerfLogError(f"{ref!r}: name a row by its number (1 = newest) or its id (id:7)")
+    n = int(m.group(2))
+    if m.group(1):
+        for row in rows:
+            if row.get("id") == n:
+                return row
+        ids = ", ".join(str(r.get("id")) for r in rows[::-1])
+        raise PerfLogError(f"id:{n}: no row with that id (ids: {ids})")
+    if not 1 <= n <= len(rows):
+        raise PerfLogError(f"{ref}: no such row (the log has {len(rows)} row(s), 1 = newest)")
+    return rows[n - 1]
+
+
+def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Field by field, B against A: field, a, b, delta (b - a), ratio (b / a; 1 when both are 0,
+    None when only a is), verdict (`better`/`worse` by `COMPARED`, `changed` for text, else None)."""
+    out = []
+    for field, better in COMPARED:
+        va, vb = a.get(field), b.get(field)
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (va, vb))
+        delta = ratio = None
+        verdict = "changed" if isinstance(va, str) and isinstance(vb, str) and va != vb else None
+        if numeric:
+            delta = vb - va
+            ratio = vb / va if va else (1.0 if vb == 0 else None)
+            verdict = None
+            if better and delta:
+                verdict = "better" if (delta < 0) == (better == "lower") else "worse"
+        out.append({"field": field, "a": va, "b": vb, "delta": delta, "ratio": ratio, "verdict": verdict})
+    return out
+
+
+def require_rows(log: str | os.PathLike) -> list[dict[str, Any]]:
+    rows = read_rows(log)
+    if not rows:
+        raise PerfLogError(f"{jsonl_path(log)}: no performance log rows yet (add one with "
+                           "`goodhart-prof log add PATH --change TEXT`)")
+    return rows
+
+
+# -- showing ---------------------------------------------------------------------------------------
+def _shown(value: Any, fmt: str) -> str:
+    return "" if value is None else fmt.format(value)
+
+
+def describe(row: dict[str, Any]) -> str:
+    """One line for a row: its id and figures, formatted as in the table."""
+    fmt = {f: (h, fm) for f, h, fm in COLUMNS}
+    figures = ", ".join(f"{fmt[f][0]} {_shown(row.get(f), fmt[f][1])}" for f in
+                        ("iteration_ms", "env_steps_per_s", "gpu_busy_pct", "syncs_per_iteration",
+                         "memcpy_htod_ms") if row.get(f) is not None)
+    return f"id {row.get('id')} ({row.get('date')}): {figures}"
+
+
+def render_rows(rows: list[dict[str, Any]], console) -> None:
+    from rich.table import Table
+
+    table = Table(title="Performance log (newest first)", title_justify="left", title_style="bold",
+                  show_edge=False, pad_edge=False)
+    table.add_column("row", justify="right")
+    for field, header, _ in COLUMNS:
+        right = field == "id" or field.endswith(("_ms", "_s", "_pct", "_iteration"))
+        table.add_column(header, justify="right" if right else "left",
+                         overflow="fold" if field in ("change", "trace", "top_kernel") else "ellipsis")
+    for n, row in enumerate(rows, 1):
+        values = dict(row)
+        kernel = values.get("top_kernel")
+        if kernel and len(kernel) > KERNEL_WIDTH:
+            values["top_kernel"] = kernel[: KERNEL_WIDTH - 1] + "…"
+        table.add_row(str(n), *(_shown(values.get(f), fmt) for f, _, fmt in COLUMNS))
+    console.print(table)
+
+
+def render_comparison(a: dict[str, Any], b: dict[str, Any], fields: list[dict[str, Any]],
+                      console) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]A[/bold]: id {a.get('id')} {a.get('date')} {a.get('change')!s} ({a.get('trace')})",
+                  highlight=False)
+    console.print(f"[bold]B[/bold]: id {b.get('id')} {b.get('date')} {b.get('change')!s} ({b.get('trace')})",
+                  highlight=False)
+    fmt = {f: fm for f, _, fm in COLUMNS}
+    table = Table(show_edge=False, pad_edge=False)
+    for col, right in (("field", False), ("A", True), ("B", True), ("delta (B - A)", True),
+                       ("ratio (B / A)", True), ("", False)):
+        table.add_column(col, justify="right" if right else "left")
+    for r in fields:
+        f = fmt[r["field"]]
+        delta = "" if r["delta"] is None else ("+" if r["delta"] > 0 else "") + f.format(r["delta"])
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.3f}x"
+        style = {"better": "green", "worse": "red"}.get(r["verdict"], "")
+        verdict = f"[{style}]{r['verdict']}[/{style}]" if style else (r["verdict"] or "")
+        table.add_row(r["field"], _short(_shown(r["a"], f)), _short(_shown(r["b"], f)), delta, ratio,
+                      verdict)
+    console.print(table)
+
+
+def _short(text: str, width: int = KERNEL_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+__all__ = ["DEFAULT_LOG", "FIELDS", "HEADER", "add", "append", "measure", "read_rows", "select",
+           "compare_rows", "require_rows", "describe", "render_rows", "render_comparison", "jsonl_path",
+           "lock_path", "env_steps_per_s", "memcpy_htod_us", "PerfLogError"]

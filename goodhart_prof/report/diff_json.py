@@ -1,0 +1,47 @@
+"""The `goodhart-prof/diff/v1` JSON document of `goodhart-prof diff --json`.
+
+Keys: `schema`; `a`, `b` {`paths`, `ranks`, `devices`}; `summary` [ {`metric`, `a`, `b`, `delta`,
+`ratio`, `better`} ]; `headline` {`better`, `worse`} (lists of {`verdict`, `kind`, `item`, `metric`,
+`a`, `b`, `delta`, `ratio`, `impact_us`}); `categories`, `kernels`, `sync_points` {`by_kind`, `sites`},
+`devices`, `phases`: the `Comparison` tables as records (columns `q_a`, `q_b`, `q_delta`, `q_ratio`
+per quantity, see `goodhart_prof.analysis.compare`). Times in microseconds; B - A and B / A;
+undefined values (a ratio over zero, a device missing on one side) are null, never NaN.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .json_report import device_key, records
+
+SCHEMA = "goodhart-prof/diff/v1"
+
+
+def _all(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return records(frame, list(frame.columns))
+
+
+def _side(analysis) -> dict[str, Any]:
+    t = analysis.trace
+    return {"paths": [str(p) for p in t.paths], "ranks": [int(r) for r in t.ranks],
+            "devices": [device_key(r, d) for r, d in t.devices]}
+
+
+def to_document(c, top: int | None = None) -> dict[str, Any]:
+    """The diff as plain JSON types; `top` limits kernels, sync sites, phases and each headline list."""
+    def head(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame if top is None else frame.head(top)
+
+    return {
+        "schema": SCHEMA,
+        "a": _side(c.a),
+        "b": _side(c.b),
+        "summary": _all(c.summary),
+        "headline": {"better": _all(head(c.better)), "worse": _all(head(c.worse))},
+        "categories": _all(c.categories),
+        "kernels": _all(head(c.kernels)),
+        "sync_points": {"by_kind": _all(c.sync_kinds), "sites": _all(head(c.sync_sites))},
+        "devices": _all(c.devices),
+        "phases": _all(head(c.phases)),
+    }
