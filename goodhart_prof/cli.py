@@ -92,11 +92,17 @@ def run(iterations, mode, output_dir, config_file, total_iterations, device, npr
 @click.option("--hta", is_flag=True, help="Also print HTA's temporal and idle-time breakdowns.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: for inputs over ~50 MB).")
-def analyze(path, as_json, top, rank, device, hta, progress):
+@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=str), default=None,
+              metavar="FILE", help="Also write a self-contained HTML report (plotly charts) to FILE.")
+@click.option("--force", is_flag=True, help="Replace an existing --html file.")
+def analyze(path, as_json, top, rank, device, hta, progress, html_file, force):
     """Analyze a trace: a .json/.json.gz file, a merged trace, or a folder of per-rank traces."""
     from .analysis import analyze as run_analysis
     from .trace.load import load
 
+    if html_file:
+        from .report.html import check_target, write_html
+        check_target(html_file, force)  # fail before the work, not after the report
     if hta:
         from .analysis.hta_bridge import require_hta
         require_hta()  # fail before the work, not after the report
@@ -108,6 +114,9 @@ def analyze(path, as_json, top, rank, device, hta, progress):
     if rank is not None or device is not None:
         trace = trace.select(rank, device)
     result = run_analysis(trace)
+    if html_file:
+        write_html(result, html_file, force)
+        click.echo(f"wrote {html_file}", err=True)
     if as_json:
         import json
         from .report.json_report import to_document
@@ -122,6 +131,126 @@ def analyze(path, as_json, top, rank, device, hta, progress):
     if hta:
         from .analysis.hta_bridge import hta_breakdowns
         render_hta(hta_breakdowns(trace.paths), console)
+
+
+def _console():
+    from rich.console import Console
+    return Console(width=None if sys.stdout.isatty() else 140)  # files and pipes get full rows
+
+
+@cli.command()
+@click.argument("a", type=click.Path(path_type=str))
+@click.argument("b", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the goodhart-prof/diff/v1 JSON document.")
+@click.option("--html", "html_file", type=click.Path(dir_okay=False), default=None,
+              help="Also write a self-contained page with A-vs-B charts to this file.")
+@click.option("--force", is_flag=True, help="Overwrite the --html file if it exists.")
+@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
+              help="Headline items, kernels, sites and phases to list (JSON: all when not given).")
+def diff(a, b, as_json, html_file, force, top):
+    """Compare two traces (A: before, B: after): what got better and what got worse."""
+    from .analysis import analyze as run_analysis
+    from .analysis.compare import compare
+    from .trace.load import load
+
+    if html_file:
+        from .report.diff_html import refuse_overwrite
+        refuse_overwrite(html_file, force)  # fail before the work, not after it
+    comparison = compare(run_analysis(load(a)), run_analysis(load(b)))
+    if html_file:
+        from .report.diff_html import write_html
+        write_html(comparison, html_file, force=force, top=top)
+        click.echo(f"wrote {html_file}", err=True)
+    if as_json:
+        import json
+        from .report.diff_json import to_document
+        explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
+        click.echo(json.dumps(to_document(comparison, top if explicit_top else None), indent=1,
+                              allow_nan=False))
+        return
+    from .report.diff_text import render as render_diff
+    render_diff(comparison, _console(), top)
+
+
+@cli.group("log")
+def perf_log() -> None:
+    """Performance log: a markdown table (and a JSONL twin) of key figures per analysed trace."""
+
+
+_LOG_OPTION = click.option("--log", "log_file", type=click.Path(dir_okay=False), default="PERFLOG.md",
+                           show_default=True, help="The markdown log; its twin is the .jsonl beside it.")
+
+
+@perf_log.command("add")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--change", required=True, help='What this run changed, e.g. "torch.compile A/B".')
+@_LOG_OPTION
+def log_add(path, change, log_file):
+    """Analyze PATH (a trace file or folder) and add its row to the log (newest first)."""
+    from . import perflog
+    row = perflog.add(path, change, log_file)
+    click.echo(f"added to {log_file}: {perflog.describe(row)}")
+
+
+@perf_log.command("show")
+@_LOG_OPTION
+def log_show(log_file):
+    """Print the log's rows, newest first, numbered as `log compare` takes them."""
+    from . import perflog
+    perflog.render_rows(perflog.require_rows(log_file), _console())
+
+
+@perf_log.command("compare")
+@click.argument("first")
+@click.argument("second")
+@_LOG_OPTION
+def log_compare(first, second, log_file):
+    """Compare two rows field by field (B = SECOND against A = FIRST).
+
+    Name a row by its number in `log show` (1 = newest) or by its id (id:7).
+    """
+    from . import perflog
+    rows = perflog.require_rows(log_file)
+    a, b = perflog.select(rows, first), perflog.select(rows, second)
+    perflog.render_comparison(a, b, perflog.compare_rows(a, b), _console())
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Output file: .pftrace (Perfetto protobuf) or .json / .json.gz (Chrome trace JSON).")
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+def export(path, output, force):
+    """Export a trace with our analysis (utilization counters, sync instants, launch flows) for
+    the Perfetto UI."""
+    from .analysis import analyze as run_analysis
+    from .report.perfetto import check_output, output_format, write_perfetto
+    from .report.chrome_json import write_chrome_json
+    from .trace.load import load
+
+    fmt = output_format(output)
+    check_output(output, force)  # before the work, not after it
+    result = run_analysis(load(path))
+    write = write_perfetto if fmt == "perfetto" else write_chrome_json
+    click.echo(write(result, output, force=force).line())
+
+
+@cli.command("open")
+@click.argument("file", type=click.Path(path_type=str))
+@click.option("--port", type=click.IntRange(0, 65535), default=9001, show_default=True,
+              help="Port on 127.0.0.1 (the Perfetto UI fetches from 9001; 0: any free port).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
+              show_default=True, help="Give up after this many seconds without the file being fetched.")
+@click.option("--browser/--no-browser", default=True, help="Open the UI in a browser where one exists.")
+def open_trace(file, port, timeout, browser):
+    """Serve FILE once on 127.0.0.1 and open it in the Perfetto UI (ui.perfetto.dev)."""
+    from .report.server import serve_once
+
+    if serve_once(file, port, timeout, open_browser=browser, echo=click.echo):
+        click.echo(f"served {file}; the UI has it now")
+    else:
+        click.echo(f"{file} was not fetched within {timeout:g} s", err=True)
+        click.get_current_context().exit(1)
 
 
 if __name__ == "__main__":

@@ -11,15 +11,14 @@ a truncated trace under the final name.
 from __future__ import annotations
 
 import contextlib
-import gzip
-import json
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from .fileio import atomic_path, write_json
+from .trace.merge import merge_rank_traces
 from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,
                        parse_iterations)
 
@@ -127,75 +126,3 @@ def write_profiler_trace(prof: profile, path: Path) -> None:
     # export_chrome_trace gzips when the name ends in .gz, so the temp name keeps that suffix.
     with atomic_path(path, suffix=".gz") as tmp:
         prof.export_chrome_trace(str(tmp))
-
-
-def merge_rank_traces(rank_files: Mapping[int, Path], out: Path) -> dict[str, Any]:
-    """Write all ranks into one Chrome trace, each rank its own process named `rank <r>`.
-
-    Every event of rank r gets `pid = r`. CPU threads keep their tids; a GPU stream s of device
-    d (Kineto gives it pid = d, tid = s) becomes tid `GPU_TID_BASE + d * 1000 + s` and keeps
-    `args.device`, so devices stay distinguishable. Timestamps are shifted onto the earliest
-    rank's `baseTimeNanoseconds`. Returns a summary (ranks, event counts).
-    """
-    ranks = sorted(rank_files)
-    docs = {r: _read_trace(rank_files[r]) for r in ranks}
-    bases = {r: int(docs[r].get("baseTimeNanoseconds", 0) or 0) for r in ranks}
-    base = min(bases.values()) if ranks else 0
-    events: list[dict[str, Any]] = []
-    counts = {}
-    for r in ranks:
-        shift_us = (bases[r] - base) / 1000.0
-        rank_events = _remap_rank(docs[r]["traceEvents"], r, shift_us)
-        counts[r] = len(rank_events)
-        events.extend(rank_events)
-    merged = {
-        "schemaVersion": 1,
-        "displayTimeUnit": "ms",
-        "baseTimeNanoseconds": base,
-        "deviceProperties": docs[ranks[0]].get("deviceProperties", []) if ranks else [],
-        "goodhartProf": {"merged_ranks": ranks,
-                         "sources": {str(r): Path(rank_files[r]).name for r in ranks},
-                         "distributedInfo": {str(r): docs[r].get("distributedInfo") for r in ranks}},
-        "traceEvents": events,
-    }
-    with atomic_path(out) as tmp:
-        with open(tmp, "w") as fh:
-            json.dump(merged, fh, separators=(",", ":"))
-    return {"ranks": ranks, "events": counts}
-
-
-GPU_TID_BASE = 1_000_000_000
-_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy",
-             "Memset"}
-
-
-def _read_trace(path: Path) -> dict[str, Any]:
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt") as fh:
-        return json.load(fh)
-
-
-def _remap_rank(events: list[dict[str, Any]], rank: int, shift_us: float) -> list[dict[str, Any]]:
-    gpu_pids = {e.get("pid") for e in events if e.get("cat") in _GPU_CATS}
-    out: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
-        {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
-    ]
-    for ev in events:
-        name, pid, tid = ev.get("name"), ev.get("pid"), ev.get("tid")
-        if ev.get("ph") == "M" and name in ("process_name", "process_labels", "process_sort_index"):
-            continue
-        ev = dict(ev)
-        if pid in gpu_pids:
-            device = int(pid) if str(pid).isdigit() else 0
-            stream = int(tid) if str(tid).lstrip("-").isdigit() else 0
-            ev["tid"] = GPU_TID_BASE + device * 1000 + stream
-            if ev.get("ph") == "M" and name == "thread_name":
-                ev["args"] = {"name": f"GPU {device} stream {stream}"}
-            elif ev.get("ph") != "M":
-                ev["args"] = {**ev.get("args", {}), "device": device}
-        ev["pid"] = rank
-        if "ts" in ev and shift_us:
-            ev["ts"] = ev["ts"] + shift_us
-        out.append(ev)
-    return out

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from goodhart_prof.fileio import write_json
-from goodhart_prof.hooks import ProfSettings, merge_rank_traces
+from goodhart_prof.hooks import ProfSettings
+from goodhart_prof.trace.merge import merge_rank_traces
 
 from .config import Config
 from .train import RunResult, train

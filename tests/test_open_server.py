@@ -1,0 +1,187 @@
+"""`goodhart-prof open` / scripts/open_trace_in_ui: one file, once, to the Perfetto UI, on 127.0.0.1
+only; real HTTP requests against a server on a free port."""
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from goodhart_prof.report.server import HOST, UI_ORIGIN, OneFileServer, ServeError, serve_once
+from helpers import clean_env, error_lines, run_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "run 1.pftrace"  # a space: the URL quotes it
+
+
+@pytest.fixture
+def trace_file(tmp_path) -> Path:
+    path = tmp_path / NAME
+    path.write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    return path
+
+
+class Running:
+    """A OneFileServer answering in a thread until the file was sent (or 10 s)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.server = OneFileServer(path, port=0)
+        self.result: list[bool] = []
+        self.thread = threading.Thread(target=lambda: self.result.append(
+            self.server.serve_until_sent(10)), daemon=True)
+        self.thread.start()
+
+    def request(self, method: str, target: str) -> tuple[int, dict, bytes]:
+        conn = http.client.HTTPConnection(HOST, self.server.port, timeout=10)
+        try:
+            conn.putrequest(method, target, skip_host=False, skip_accept_encoding=True)
+            conn.putheader("Origin", UI_ORIGIN)
+            conn.endheaders()
+            resp = conn.getresponse()
+            return resp.status, dict(resp.getheaders()), resp.read()
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.thread.is_alive():  # fetch the file: the way a serving loop ends
+            self.request("GET", "/" + self.path.name.replace(" ", "%20"))
+        self.thread.join(10)
+        self.server.server_close()
+
+
+@pytest.fixture
+def running(trace_file):
+    run = Running(trace_file)
+    yield run
+    run.stop()
+
+
+def test_serves_the_file_once_with_cors(running, trace_file):
+    assert running.server.socket.getsockname()[0] == "127.0.0.1"
+    assert running.server.ui_url == (f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:"
+                                     f"{running.server.port}/run%201.pftrace")
+    status, headers, _ = running.request("OPTIONS", "/run%201.pftrace")
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == UI_ORIGIN
+    status, headers, body = running.request("HEAD", "/run%201.pftrace")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) == trace_file.stat().st_size
+    assert running.thread.is_alive()  # a HEAD or a preflight does not count as served
+    status, headers, body = running.request("GET", "/run%201.pftrace")
+    assert status == 200 and body == trace_file.read_bytes()
+    assert headers["Access-Control-Allow-Origin"] == UI_ORIGIN
+    running.thread.join(5)
+    assert not running.thread.is_alive() and running.result == [True]
+
+
+@pytest.mark.parametrize("target", [
+    "/", "/other.pftrace", "/run%201.pftrace/", "/run%201.pftrace%00", "//run%201.pftrace",
+    "/./run%201.pftrace",
+    "/../run%201.pftrace", "/%2e%2e/run%201.pftrace", "/%2E%2E%2Frun%201.pftrace",
+    "/..%2frun%201.pftrace", "/%2frun%201.pftrace", "/etc/passwd", "/%2Fetc%2Fpasswd",
+    "/..%5crun%201.pftrace", "run%201.pftrace", "http://127.0.0.1/run%201.pftrace",
+])
+def test_other_paths_are_404(running, trace_file, target):
+    status, headers, body = running.request("GET", target)
+    assert status == 404 and trace_file.read_bytes()[:64] not in body
+    assert running.thread.is_alive()
+
+
+def test_absolute_path_of_the_file_is_404(running, trace_file):
+    assert running.request("GET", str(trace_file).replace(" ", "%20"))[0] == 404
+    assert running.request("POST", "/run%201.pftrace")[0] == 404
+    assert running.thread.is_alive()
+
+
+def test_missing_file_is_a_one_line_error(tmp_path):
+    with pytest.raises(ServeError, match="no such file"):
+        OneFileServer(tmp_path / "nope.pftrace", port=0)
+    with pytest.raises(ServeError, match="not a file"):
+        OneFileServer(tmp_path, port=0)
+    res = run_cmd(["-m", "goodhart_prof.cli", "open", str(tmp_path / "nope.pftrace"), "--no-browser"])
+    assert res.returncode == 2
+    assert error_lines(res.stderr) == [f"Error: {tmp_path / 'nope.pftrace'}: no such file"]
+
+
+def test_timeout_without_a_fetch(trace_file):
+    lines: list[str] = []
+    assert serve_once(trace_file, port=0, timeout=0.3, open_browser=False, echo=lines.append) is False
+    assert len(lines) == 1 and lines[0].startswith("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:")
+
+
+def test_port_in_use_is_a_user_error(trace_file):
+    with OneFileServer(trace_file, port=0) as first:
+        with pytest.raises(ServeError, match="cannot listen"):
+            OneFileServer(trace_file, port=first.port)
+
+
+def _start(command: list[str], path: Path) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen([sys.executable, *command, str(path), "--port", "0", "--no-browser",
+                             "--timeout", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=clean_env(), cwd=ROOT)
+    url = proc.stdout.readline().strip()
+    assert url.startswith("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:"), proc.stderr.read()
+    port = int(url.split("127.0.0.1:")[1].split("/")[0])
+    return proc, port
+
+
+@pytest.mark.parametrize("command", [["-m", "goodhart_prof.cli", "open"],
+                                     [str(ROOT / "scripts" / "open_trace_in_ui")]],
+                         ids=["goodhart-prof-open", "open_trace_in_ui"])
+def test_command_exits_once_served(command, trace_file):
+    proc, port = _start(command, trace_file)
+    try:
+        conn = http.client.HTTPConnection(HOST, port, timeout=10)
+        conn.request("GET", "/..%2f" + NAME.replace(" ", "%20"))
+        assert conn.getresponse().status == 404
+        conn.close()
+        conn = http.client.HTTPConnection(HOST, port, timeout=10)
+        conn.request("GET", "/" + NAME.replace(" ", "%20"))
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == trace_file.read_bytes()
+        assert resp.getheader("Access-Control-Allow-Origin") == UI_ORIGIN
+        conn.close()
+        assert proc.wait(10) == 0
+        assert "served" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_ctrl_c_stops_the_command(trace_file):
+    proc, _ = _start(["-m", "goodhart_prof.cli", "open"], trace_file)
+    proc.send_signal(signal.SIGINT)
+    try:
+        assert proc.wait(10) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_transfer_cut_short_does_not_count(tmp_path):
+    import socket
+    import struct
+
+    big = tmp_path / "big.pftrace"
+    big.write_bytes(os.urandom(32 * 1024 * 1024))
+    run = Running(big)
+    try:
+        sock = socket.create_connection((HOST, run.server.port), timeout=10)
+        sock.sendall(b"GET /big.pftrace HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert sock.recv(1024).startswith(b"HTTP/1.0 200")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset
+        sock.close()
+        run.thread.join(0.5)
+        assert run.thread.is_alive() and not run.server.served
+        status, _, body = run.request("GET", "/big.pftrace")
+        assert status == 200 and len(body) == big.stat().st_size
+        run.thread.join(5)
+        assert run.result == [True]
+    finally:
+        run.stop()
