@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -50,8 +51,11 @@ def _iterations(ctx, param, value):
 @click.option("--checkpoint-every", type=click.IntRange(min=0), default=None)
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in the output folder.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--inject", default=None, metavar="NAME[,NAME...]",
+              help="Plant known slowdowns in the trainer (the anti-pattern zoo; each NAME is the "
+                   "rule id of the finding that detects it).")
 def run(iterations, mode, output_dir, config_file, total_iterations, device, nproc, seed,
-        checkpoint_every, resume, no_progress):
+        checkpoint_every, resume, no_progress, inject):
     """Train the bundled trainer with profiling on and write the traces.
 
     Writes rank-<r>.pt.trace.json.gz per rank, merged_trace.json and run.json to the output folder.
@@ -70,16 +74,18 @@ def run(iterations, mode, output_dir, config_file, total_iterations, device, npr
     argv = [sys.executable, "-m", "trainer", "--total-iterations", str(total),
             "--output-dir", output_dir, "--nproc", str(nproc)]
     for flag, value in (("--config", config_file), ("--device", device), ("--seed", seed),
-                        ("--checkpoint-every", checkpoint_every)):
+                        ("--checkpoint-every", checkpoint_every), ("--inject", inject)):
         if value is not None:
             argv += [flag, str(value)]
     argv += ["--resume"] * resume + ["--no-progress"] * no_progress
     proc = subprocess.Popen(argv, env=env)
+    # A SIGTERM to us goes to the trainer too (it records the interruption, then exits 143).
+    signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
     try:
         code = proc.wait()
     except KeyboardInterrupt:  # the trainer got the same SIGINT; let it finish cleanly
         code = proc.wait()
-    sys.exit(code)
+    sys.exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell says
 
 
 @cli.command()
@@ -107,6 +113,8 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force):
         from .analysis.hta_bridge import require_hta
         require_hta()  # fail before the work, not after the report
     trace = load(path, progress=progress)
+    if as_json:  # the text report shows them itself
+        _warn(trace)
     if rank is not None and rank not in trace.ranks:
         raise UserError(f"{path}: no rank {rank} (ranks: {trace.ranks})")
     if device is not None and device not in {d for _, d in trace.devices}:
@@ -131,6 +139,12 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force):
     if hta:
         from .analysis.hta_bridge import hta_breakdowns
         render_hta(hta_breakdowns(trace.paths), console)
+
+
+def _warn(trace) -> None:
+    """The loader's warnings (skipped events, ignored ranks) on stderr, one line each."""
+    for warning in trace.warnings:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _console():
@@ -230,7 +244,9 @@ def export(path, output, force):
 
     fmt = output_format(output)
     check_output(output, force)  # before the work, not after it
-    result = run_analysis(load(path))
+    trace = load(path)
+    _warn(trace)
+    result = run_analysis(trace)
     write = write_perfetto if fmt == "perfetto" else write_chrome_json
     click.echo(write(result, output, force=force).line())
 

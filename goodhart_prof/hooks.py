@@ -11,6 +11,8 @@ a truncated trace under the final name.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -109,12 +111,27 @@ class ProfilerHooks:
         prof, self._prof = self._prof, None
         prof.stop()
         write_profiler_trace(prof, self.trace_path)
+        del prof
+        release_memory()
 
     def _abandon(self) -> None:
         prof, self._prof = self._prof, None
         if prof is not None:
             with contextlib.suppress(Exception):
                 prof.stop()
+            del prof
+            release_memory()
+
+
+def release_memory() -> None:
+    """Hand the memory a closed profiler freed back to the OS. The profiler frees it, but glibc
+    keeps freed heap pages, so without this a long run would stay at the window's peak RSS
+    (+8% on the tiny config; scripts/soak_train.py measures it). Once per window, ~0.1 s."""
+    gc.collect()  # the profiler's Python objects hold its event buffers and form cycles
+    try:
+        ctypes.CDLL(None).malloc_trim(0)  # glibc only; elsewhere there is nothing to do
+    except (OSError, AttributeError):
+        pass
 
 
 def make_hooks(settings: ProfSettings, rank: int = 0, device_type: str = "cpu"):

@@ -48,15 +48,15 @@ def test_nan_checks_fire_on_nonzero(tmp_path):
     assert "aten::nonzero" in found["nan_checks"].evidence["sites"][0]["site"]
 
 
-def test_launch_bound_and_dominant_scatter_gather(tmp_path):
+def test_tiny_batch_launch_bound_and_dominant_scatter_gather(tmp_path):
     events, t = [ann("ProfilerStep#1", 0, 200_000)], 10.0
     for i in range(300):  # tiny kernels with launch gaps: GPU mostly idle
         name = "void at::native::index_elementwise_kernel<128, 4>" if i % 2 else "elementwise_kernel"
         events += [rt("cudaLaunchKernel", t, 5, i), kernel(name, t + 6, 3, i)]
         t += 20
     found = rules(load_events(tmp_path, events))
-    assert found["launch_bound"].evidence["median_kernel_us"] < LAUNCH_MEDIAN_US
-    assert found["launch_bound"].evidence["utilization"] < 0.5
+    assert found["tiny_batch"].evidence["median_kernel_us"] < LAUNCH_MEDIAN_US
+    assert found["tiny_batch"].evidence["utilization"] < 0.5
     assert found["dominant_scatter_gather"].evidence["share"] >= SCATTER_SHARE
     assert "low_utilization" in found
 
@@ -67,7 +67,7 @@ def test_busy_gpu_with_big_kernels_has_no_gpu_findings(tmp_path):
         events += [rt("cudaLaunchKernel", t, 5, i), kernel("ampere_bf16_s16816gemm_128x128", t + 6, 500, i)]
         t += 501
     found = rules(load_events(tmp_path, events))
-    assert not set(found) & {"launch_bound", "low_utilization", "no_amp", "dominant_scatter_gather",
+    assert not set(found) & {"tiny_batch", "low_utilization", "no_amp", "dominant_scatter_gather",
                              "item_logging", "nan_checks", "pageable_htod"}, found
 
 

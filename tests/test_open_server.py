@@ -84,10 +84,27 @@ def test_serves_the_file_once_with_cors(running, trace_file):
     "/../run%201.pftrace", "/%2e%2e/run%201.pftrace", "/%2E%2E%2Frun%201.pftrace",
     "/..%2frun%201.pftrace", "/%2frun%201.pftrace", "/etc/passwd", "/%2Fetc%2Fpasswd",
     "/..%5crun%201.pftrace", "run%201.pftrace", "http://127.0.0.1/run%201.pftrace",
+    # double-encoded: decoded once they are still not the name
+    "/%252e%252e%252frun%25201.pftrace", "/%252E%252E/run%201.pftrace", "/run%25201.pftrace",
+    "/..%255crun%201.pftrace", "/%25%32%65%25%32%65/run%201.pftrace",
+    # backslashes, raw and encoded, and Windows-style roots
+    "/..\\run%201.pftrace", "/%5c..%5crun%201.pftrace", "\\run%201.pftrace", "/%5crun%201.pftrace",
+    "/C:%5crun%201.pftrace", "/c:/run%201.pftrace",
+    # dot segments around the name, overlong UTF-8 dots and slashes
+    "/.%2e/run%201.pftrace", "/run%201.pftrace/..", "/run%201.pftrace%2f", "/run%201.pftrace/.",
+    "/run%201.pftrace/../run%201.pftrace", "/x/../run%201.pftrace", "/%c0%ae%c0%ae%c0%afrun%201.pftrace",
+    "/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/run%201.pftrace;.html", "/RUN%201.PFTRACE",
 ])
 def test_other_paths_are_404(running, trace_file, target):
     status, headers, body = running.request("GET", target)
     assert status == 404 and trace_file.read_bytes()[:64] not in body
+    assert running.thread.is_alive()
+
+
+@pytest.mark.parametrize("method", ["HEAD", "OPTIONS"])
+def test_other_methods_on_other_paths_are_404(running, method):
+    for target in ("/", "/../run%201.pftrace", "/%252e%252e%252frun%201.pftrace", "/etc/passwd"):
+        assert running.request(method, target)[0] == 404
     assert running.thread.is_alive()
 
 
@@ -185,3 +202,49 @@ def test_a_transfer_cut_short_does_not_count(tmp_path):
         assert run.result == [True]
     finally:
         run.stop()
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses of the sockets listening on `port` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            address, hex_port = local.rsplit(":", 1)
+            if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                found.add(address)
+    return found
+
+
+def test_command_times_out_even_with_a_stalled_client(trace_file):
+    """Nothing fetches the file: the command stops after --timeout with exit code 1, also while
+    a client holds a connection open without finishing its request; it listens on 127.0.0.1
+    only (checked on the running process, from the kernel's socket table)."""
+    import socket
+    import time
+
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "goodhart_prof.cli", "open", str(trace_file),
+                             "--port", "0", "--no-browser", "--timeout", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env(), cwd=ROOT)
+    try:
+        url = proc.stdout.readline().strip()
+        port = int(url.split("127.0.0.1:")[1].split("/")[0])
+        if Path("/proc/net/tcp").exists():
+            assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, nothing else
+        stalled = socket.create_connection((HOST, port), timeout=10)
+        stalled.sendall(b"GET /run%201.pftrace HTTP/1.1\r\n")  # and never the rest
+        assert proc.wait(15) == 1
+        elapsed = time.monotonic() - started
+        stalled.close()
+        assert elapsed < 8, elapsed  # not the 30 s a stalled client may otherwise take
+        assert error_lines(proc.stderr.read()) == [f"{trace_file} was not fetched within 2 s"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -12,7 +12,9 @@ from goodhart_prof.errors import UserError, run_cli
 from goodhart_prof.hooks import ProfSettings, SettingsError
 
 from .config import ConfigError, build_config
-from .launch import finish_run, launch, stale_traces
+from .launch import (Interrupted, catch_signals, clear_earlier_outputs, default_signals,
+                     earlier_outputs, finish_run, interrupted_outcomes, launch, resume_iteration,
+                     trim_metrics)
 from .train import checkpoint_path
 
 
@@ -32,8 +34,10 @@ from .train import checkpoint_path
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Ranks to run with torch.distributed (gloo on CPU, NCCL on CUDA).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--inject", default=None, metavar="NAME[,NAME...]",
+              help="Plant known slowdowns (the anti-pattern zoo, trainer/antipatterns.py).")
 def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_every, resume, nproc,
-         no_progress):
+         no_progress, inject):
     """Train PPO on the Goodhart grid world. Profile with PROF_ENABLED=1 (see README)."""
     started = time.perf_counter()
     try:
@@ -45,7 +49,7 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
         cfg = build_config(config_file, total_iterations=total_iterations,
                            output_dir=output_dir or env_dir, device=device, seed=seed,
                            checkpoint_every=checkpoint_every,
-                           progress=False if no_progress else None)
+                           progress=False if no_progress else None, inject=inject)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     if not env_dir:
@@ -59,17 +63,41 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
                    if not checkpoint_path(cfg.output_dir, r).is_file()]
         if missing:
             raise UserError(f"{missing[0]}: no checkpoint to resume from")
-    if settings.enabled:
-        for path in stale_traces(settings.output_dir, nproc):
-            path.unlink()
+    start_iteration = resume_iteration(cfg) if resume else 0
+    earlier = earlier_outputs(cfg, settings, nproc, resume)
+    if earlier:
+        click.echo(f"replacing {len(earlier)} file(s) of an earlier run: "
+                   f"{', '.join(str(p) for p in earlier)}", err=True)
+    clear_earlier_outputs(earlier)
+    if resume:
+        trim_metrics(cfg.output_dir, start_iteration)
+    argv = ["python -m trainer", *sys.argv[1:]]
+    catch_signals()
     try:
         outcomes = launch(cfg, settings, nproc=nproc, resume=resume)
-    except KeyboardInterrupt:
-        click.echo("interrupted: training stopped; no trace was written for an unfinished window",
-                   err=True)
-        sys.exit(130)
-    record = finish_run(cfg, settings, outcomes, started, ["python -m trainer", *sys.argv[1:]])
+        record = finish_run(cfg, settings, outcomes, started, argv)
+    except Interrupted as exc:
+        default_signals()
+        outcomes, at = interrupted_outcomes(cfg, settings, nproc, start_iteration)
+        record = finish_run(cfg, settings, outcomes, started, argv,
+                            {"signal": exc.name, "at_iteration": at}, start_iteration)
+        click.echo(interrupted_line(record, settings), err=True)
+        sys.exit(exc.exit_code)
     click.echo(summary_line(record))
+
+
+def interrupted_line(record: dict, settings: ProfSettings) -> str:
+    stop = record["interrupted"]
+    window = f"{settings.first}-{settings.last}"
+    if not settings.enabled:
+        traces = "profiling was off"
+    elif record["merged_trace"] and record["profiling"]["iterations_traced"]:
+        traces = f"the finished window {window} is in {record['merged_trace']}"
+    else:
+        traces = f"no trace written (the window {window} was not finished)"
+    out = Path(record["config"]["output_dir"]) / "run.json"
+    return (f"interrupted by {stop['signal']} at iteration {stop['at_iteration']} "
+            f"({record['iterations_run']} iteration(s) finished) | {traces} | run record: {out}")
 
 
 def summary_line(record: dict) -> str:

@@ -93,7 +93,16 @@ class Config:
     warmup: bool = True
     """Run one rollout + update before timing (compiles, autotunes), then restore all state."""
 
+    # --- anti-pattern zoo ----------------------------------------------------------------------
+    inject: str = ""
+    """Known slowdowns to plant, comma-separated (`trainer/antipatterns.py`; empty: none)."""
+
     def validate(self) -> "Config":
+        from .antipatterns import parse
+        try:
+            parse(self.inject)
+        except ValueError as exc:
+            raise ConfigError(f"inject: {exc}") from None
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"device must be auto, cpu or cuda, not {self.device!r}")
         for name in ("amp", "compile"):
@@ -182,6 +191,14 @@ def build_config(config_file: str | Path | None = None, **overrides: Any) -> Con
         elif expected is not None and not isinstance(values[name], expected):
             raise ConfigError(f"config key {name} must be {expected.__name__}, "
                               f"not {type(value).__name__} ({value!r})")
+    if values.get("inject"):
+        from .antipatterns import config_overrides, parse
+        try:
+            names = parse(values["inject"])
+        except ValueError as exc:
+            raise ConfigError(f"inject: {exc}") from None
+        values["inject"] = ",".join(names)  # canonical: zoo order, each once
+        values.update(config_overrides(names))  # the planted pattern wins over file and flags
     return Config(**values).validate()
 
 

@@ -1,8 +1,17 @@
-"""Run the trainer on one or several ranks and write the run's records (merged trace, run.json)."""
+"""Run the trainer on one or several ranks and write the run's records (merged trace, run.json).
+
+Interruptions: SIGINT and SIGTERM raise `Interrupted` in the main thread (`catch_signals`), in the
+launcher and in every rank. A rank stops where it is: a traced window that was not finished
+writes no trace (the profiler is stopped, its data dropped), a finished window's trace is already
+complete on disk. The launcher then still merges the complete traces and writes run.json with
+`interrupted` = {signal, at_iteration}, and the process exits with 128 + the signal's number.
+"""
 from __future__ import annotations
 
+import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import time
@@ -13,14 +22,48 @@ from typing import Any
 
 import torch
 
-from goodhart_prof.fileio import write_json
-from goodhart_prof.hooks import ProfSettings
+from goodhart_prof.errors import UserError
+from goodhart_prof.fileio import atomic_path, write_json
+from goodhart_prof.hooks import ProfSettings, trace_name
 from goodhart_prof.trace.merge import merge_rank_traces
 
 from .config import Config
-from .train import RunResult, train
+from .train import RunResult, checkpoint_path, train
 
 RUN_SCHEMA = "goodhart-prof/run/v1"
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; `signum` says which (a KeyboardInterrupt, so every cleanup
+    path that handles Ctrl-C handles both)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+
+
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signum)
+
+
+def catch_signals() -> None:
+    """From now on SIGINT and SIGTERM raise Interrupted in the main thread."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupted)
+
+
+def default_signals() -> None:
+    """A second signal while the interruption is being recorded stops the process at once."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 @dataclass
@@ -28,7 +71,7 @@ class RankOutcome:
     rank: int
     iterations_run: int
     env_steps: int
-    wall_s: float
+    wall_s: float | None
     env_steps_per_s: float | None
     warmup_s: float | None
     last_row: dict[str, Any] | None
@@ -52,6 +95,7 @@ def _rank_entry(cfg: Config, settings: ProfSettings, resume: bool, threads: int)
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    catch_signals()  # the launcher stops its workers with SIGTERM: unwind, close the logger
     torch.set_num_threads(threads)
     if cfg.device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", rank))
@@ -61,8 +105,12 @@ def _rank_entry(cfg: Config, settings: ProfSettings, resume: bool, threads: int)
     try:
         return _train_rank(_replace(cfg, progress=cfg.progress and rank == 0), settings, resume,
                            rank, world)
+    except Interrupted as exc:
+        code = exc.exit_code  # the launcher records the interruption; no traceback from here
     finally:
+        default_signals()
         dist.destroy_process_group()
+    os._exit(code)
 
 
 def _replace(cfg: Config, **changes: Any) -> Config:
@@ -83,13 +131,22 @@ def launch(cfg: Config, settings: ProfSettings, nproc: int = 1, resume: bool = F
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
-    results = elastic_launch(config, _rank_entry)(cfg, settings, resume, threads)
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    try:  # the launcher's agent turns SIGINT/SIGTERM into SignalException after stopping the ranks
+        results = elastic_launch(config, _rank_entry)(cfg, settings, resume, threads)
+    except SignalException as exc:
+        raise Interrupted(exc.sigval) from None
     return [results[r] for r in sorted(results)]
 
 
 def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome], started: float,
-               argv: list[str]) -> dict[str, Any]:
-    """Merge the ranks' traces (when profiling) and write run.json; returns the run record."""
+               argv: list[str], interrupted: dict[str, Any] | None = None,
+               start_iteration: int | None = None) -> dict[str, Any]:
+    """Merge the ranks' traces (when profiling) and write run.json; returns the run record.
+
+    `interrupted` ({signal, at_iteration}) marks a run stopped by a signal: its traced window
+    counts only if it was finished (its traces are complete; an unfinished one wrote none)."""
     out_dir = Path(cfg.output_dir)
     trace_dir = Path(settings.output_dir)
     traces = {o.rank: Path(o.trace_path) for o in outcomes if o.trace_path and Path(o.trace_path).exists()}
@@ -98,8 +155,11 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
         merged = trace_dir / "merged_trace.json"
         merge_rank_traces(traces, merged)
     main = outcomes[0]
+    first = cfg.total_iterations - main.iterations_run if start_iteration is None else start_iteration
+    end = first + main.iterations_run
+    window_done = interrupted is None or min(settings.last, cfg.total_iterations - 1) < end
     traced = [i for i in range(settings.first, settings.last + 1)
-              if settings.enabled and i < cfg.total_iterations and i >= cfg.total_iterations - main.iterations_run]
+              if settings.enabled and window_done and traces and first <= i < end]
     record = {
         "schema": RUN_SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -125,6 +185,7 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
         "final_metrics": main.last_row,
         "traces": {str(r): str(p) for r, p in sorted(traces.items())},
         "merged_trace": str(merged) if merged else None,
+        "interrupted": interrupted,
     }
     write_json(out_dir / "run.json", record)
     return record
@@ -167,3 +228,93 @@ def stale_traces(trace_dir: Path, nproc: int) -> list[Path]:
             found.append(path)
     return found
 
+
+
+# -- an interrupted run, the files of an earlier one ----------------------------------------------
+METRICS = "metrics.jsonl"
+
+
+def read_metrics(out_dir: str | Path) -> list[dict[str, Any]]:
+    """metrics.jsonl rows (rank 0 writes one per finished iteration); a torn last line is skipped."""
+    rows = []
+    try:
+        lines = (Path(out_dir) / METRICS).read_text().splitlines()
+    except FileNotFoundError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("iteration"), int):
+            rows.append(row)
+    return rows
+
+
+def interrupted_outcomes(cfg: Config, settings: ProfSettings, nproc: int,
+                         start_iteration: int) -> tuple[list[RankOutcome], int]:
+    """What an interrupted run finished, read back from metrics.jsonl, and the iteration that was
+    running when the signal came (the first one not finished)."""
+    rows = [r for r in read_metrics(cfg.output_dir) if r["iteration"] >= start_iteration]
+    at = rows[-1]["iteration"] + 1 if rows else start_iteration
+    done = at - start_iteration
+    steps = done * cfg.n_envs * cfg.rollout_steps
+    trace_dir = Path(settings.output_dir)
+    outcomes = [RankOutcome(r, done, steps, None, None, None, rows[-1] if rows and r == 0 else None,
+                            str(trace_dir / trace_name(r)) if settings.enabled else None)
+                for r in range(nproc)]
+    return outcomes, at
+
+
+def resume_iteration(cfg: Config) -> int:
+    """The iteration a --resume starts at (rank 0's checkpoint)."""
+    path = checkpoint_path(cfg.output_dir, 0)
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=False)["iteration"])
+    except Exception as exc:  # noqa: BLE001 - whatever torch.load says, the file is not usable
+        raise UserError(f"{path}: not a usable checkpoint ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:120] if str(exc) else ''})") from None
+
+
+def trim_metrics(out_dir: str | Path, start_iteration: int) -> None:
+    """Before a resume: drop the rows of iterations at or after the checkpoint (a run killed
+    after its last checkpoint wrote them; the resumed run writes them again)."""
+    path = Path(out_dir) / METRICS
+    rows = read_metrics(out_dir)
+    keep = [r for r in rows if r["iteration"] < start_iteration]
+    if path.exists() and len(keep) != len(path.read_text().splitlines()):
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
+
+
+# Temporary files of atomic writes: a run killed with SIGKILL (no cleanup) leaves them behind.
+_TEMP_PATTERNS = (".run.json.*.tmp", ".merged_trace.json.*.tmp", ".rank-*.pt.trace.json.gz.*.tmp.gz",
+                  ".checkpoint-rank*.pt.*.tmp", f".{METRICS}.*.tmp")
+
+
+def earlier_outputs(cfg: Config, settings: ProfSettings, nproc: int, resume: bool) -> list[Path]:
+    """Files of an earlier run in this run's folders that this run replaces (a resume keeps
+    the metrics and traces it continues)."""
+    out_dir, trace_dir = Path(cfg.output_dir), Path(settings.output_dir)
+    found = [out_dir / "run.json"]
+    if not resume:
+        found.append(out_dir / METRICS)
+        if cfg.checkpoint_every:
+            found += sorted(out_dir.glob("checkpoint-rank*.pt"))
+    if settings.enabled:
+        found += stale_traces(trace_dir, nproc)
+        if not resume:
+            found += sorted(trace_dir.glob("rank-*.pt.trace.json.gz")) + [trace_dir / "merged_trace.json"]
+    for folder in dict.fromkeys((out_dir, trace_dir)):
+        for pattern in _TEMP_PATTERNS:
+            found += sorted(folder.glob(pattern))
+    return [p for p in dict.fromkeys(found) if p.is_file()]
+
+
+def clear_earlier_outputs(paths: list[Path]) -> None:
+    """Remove the earlier run's traces, metrics and temporary files now, so that an interrupted
+    run never leaves them beside its own run.json; run.json and checkpoints are replaced when
+    this run writes its own (atomically)."""
+    for path in paths:
+        if path.name != "run.json" and not path.name.startswith("checkpoint-rank"):
+            path.unlink(missing_ok=True)

@@ -14,11 +14,13 @@ import torch.distributed as dist
 from goodhart_prof.fileio import atomic_path
 from goodhart_prof.hooks import NoHooks, ProfSettings, make_hooks
 
+from . import antipatterns
 from .config import Config
 from .env import N_ACTIONS, EnvState, GoodhartGridWorld
 from .logger import AsyncLogger
 from .policy import ActorCritic, act
-from .ppo import UPDATE_STAT_NAMES, RolloutBuffer, compute_gae, ppo_loss, ppo_update
+from .ppo import (UPDATE_STAT_NAMES, RolloutBuffer, clip_grad_norm_no_sync, compute_gae, ppo_loss,
+                  ppo_update)
 
 METRIC_NAMES = ("episodes", "proxy_return", "true_return", "episode_length", "proxy_per_step",
                 "true_per_step") + UPDATE_STAT_NAMES
@@ -48,6 +50,9 @@ class Trainer:
         cuda = self.device.type == "cuda"
         self.amp = cfg.amp == "on" or (cfg.amp == "auto" and cuda)
         self.compiled = cfg.compile == "on" or (cfg.compile == "auto" and cuda)
+        # Planted anti-patterns (empty for a clean run): looked up here, once, never per step.
+        self.inject = antipatterns.parse(cfg.inject)
+        self.reward_log: list[float] = []  # filled by the item_logging pattern only
         torch.manual_seed(cfg.seed + rank)
         if cuda:
             torch.set_float32_matmul_precision("high")
@@ -55,8 +60,11 @@ class Trainer:
         obs_dtype = torch.bfloat16 if (self.amp and cuda) else torch.float32
         self.env = GoodhartGridWorld.from_config(cfg, self.device, obs_dtype)
         self.state, self.obs = self.env.reset()
-        self.policy = ActorCritic(self.env.obs_shape, N_ACTIONS, cfg.channels, cfg.hidden,
-                                  cfg.value_head, cfg.popart_beta).to(self.device)
+        policy_cls = antipatterns.NanCheckedActorCritic if "nan_checks" in self.inject else ActorCritic
+        self.policy = policy_cls(self.env.obs_shape, N_ACTIONS, cfg.channels, cfg.hidden,
+                                 cfg.value_head, cfg.popart_beta).to(self.device)
+        if "branchy_value_head" in self.inject:
+            antipatterns.make_branchy(self.policy.value_head)
         self.model: torch.nn.Module = self.policy
         if world_size > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(self.policy)
@@ -69,6 +77,8 @@ class Trainer:
 
     # -- construction ----------------------------------------------------------------------------
     def _make_optimizer(self) -> torch.optim.Optimizer:
+        if "unfused_adam" in self.inject:
+            return antipatterns.unfused_adam(self.params, self.cfg.lr)
         if self.device.type == "cuda":
             # Fused Adam keeps the whole step on the GPU; a tensor lr never needs a host read.
             lr = torch.tensor(self.cfg.lr, device=self.device)
@@ -93,9 +103,23 @@ class Trainer:
         gae_fn: Callable = partial(compute_gae, gamma=cfg.gamma, lam=cfg.gae_lambda)
         env_step = self.env.step
         if self.compiled:
-            act_fn, loss_fn = torch.compile(act_fn), torch.compile(loss_fn)
-            gae_fn, env_step = torch.compile(gae_fn), torch.compile(env_step)
-        self.act_fn, self.loss_fn, self.gae_fn, self.env_step = act_fn, loss_fn, gae_fn, env_step
+            act_fn, gae_fn, env_step = torch.compile(act_fn), torch.compile(gae_fn), torch.compile(env_step)
+            if "eager_update" not in self.inject:
+                loss_fn = torch.compile(loss_fn)
+        self.act_fn, self.loss_fn, self.gae_fn = act_fn, loss_fn, gae_fn
+        self.env_step = self._planted_env_step(env_step)
+        self.clip_grads = (antipatterns.clip_grad_norm_with_readback if "sync_grad_clip" in self.inject
+                           else clip_grad_norm_no_sync)
+
+    def _planted_env_step(self, env_step: Callable) -> Callable:
+        """The env step with the injected rollout patterns wrapped around it (outside compile)."""
+        if "item_logging" in self.inject:
+            env_step = antipatterns.item_logging_step(env_step, self.reward_log)
+        if "cpu_alloc" in self.inject:
+            env_step = antipatterns.cpu_alloc_step(env_step, self.cfg.n_envs, self.device)
+        if "pageable_htod" in self.inject:
+            env_step = antipatterns.pageable_htod_step(env_step, self.env)
+        return env_step
 
     # -- one iteration ---------------------------------------------------------------------------
     def run_iteration(self, it: int, logger: AsyncLogger | None) -> None:
@@ -123,7 +147,7 @@ class Trainer:
                 self.policy.value_head.update_stats(_global_mean_returns(returns))
                 update_stats = ppo_update(self.loss_fn, self.params, self.optimizer, buf,
                                           advantages, returns, cfg.epochs, cfg.minibatches,
-                                          cfg.max_grad_norm, phase)
+                                          cfg.max_grad_norm, phase, self.clip_grads)
             with phase("logging"):
                 self.state, episode = GoodhartGridWorld.drain_stats(self.state)
                 if logger is not None:

@@ -64,14 +64,109 @@ def _kernel_total(a) -> float:
     return float(a.categories["total_us"].sum()) if not a.categories.empty else 0.0
 
 
+# -- who caused a sync point -----------------------------------------------------------------------
+# Grad-norm ops: what gradient clipping computes before it scales the gradients.
+GRAD_NORM_OPS = frozenset({"aten::linalg_vector_norm", "aten::_foreach_norm", "aten::norm",
+                           "aten::frobenius_norm"})
+# Kinds that read a value back (`nonzero` is a shape, nan_checks' evidence; pageable HtoD goes
+# the other way).
+READBACK_KINDS = ("item", "is_nonzero", "memcpy_dtoh", "sync_memcpy", "stream_sync",
+                  "device_sync", "event_sync")
+
+
+def sync_origin(a) -> pd.DataFrame:
+    """The sync points with two columns the zoo rules split them by (cached on the trace):
+
+    - `internal`: torch issued it, not the user's code. (1) Anything inside an
+      `Optimizer.step#`/`Optimizer.zero_grad#` annotation (the optimizer's bookkeeping). (2) On a
+      CPU-only rank, an `item`/`is_nonzero` op nested inside another op: there every `.item()`
+      counts as a sync point (no runtime calls tell a real wait apart), and torch's kernels read
+      CPU scalars that way themselves (`aten::std` calls `aten::item`; foreach Adam reads its
+      CPU step counters). Neither would wait for a GPU, so neither is the user's per-step
+      read-back. (On GPU ranks rule 0 of syncs.py already dropped ops that make no runtime call.)
+    - `grad_clip`: a read-back the user's code made after a gradient-norm op and before the
+      optimizer step that follows it on the same thread (no step in between): gradient clipping
+      that reads the norm back to the host (`total_norm.item()`, `if total_norm > m:`).
+    """
+    cache = a.trace.cache
+    if "sync_origin" in cache:
+        return cache["sync_origin"]
+    sp = a.sync_points
+    if sp.empty:
+        out = sp.assign(internal=np.zeros(0, dtype=bool), grad_clip=np.zeros(0, dtype=bool))
+        cache["sync_origin"] = out
+        return out
+    from .hostops import inside_torch_annotation, top_level_ops
+    ev = a.trace.events
+    ops = top_level_ops(a.trace)
+    gpu_ranks = _device_ranks(a.trace)
+    rows = sp.assign(end=sp["ts"] + sp["dur"])
+    torch_own = inside_torch_annotation(a.trace, rows)
+    is_nested = np.zeros(int(max(ev.index.max(), sp["row"].max())) + 1, dtype=bool)
+    is_nested[ops.index.to_numpy()[~ops["top"].to_numpy()]] = True
+    nested = is_nested[sp["row"].to_numpy()]
+    cpu_only = ~sp["rank"].isin(gpu_ranks).to_numpy()
+    scalar = sp["kind"].isin(["item", "is_nonzero"]).to_numpy()
+    internal = torch_own | (cpu_only & nested & scalar)
+    readback = sp["kind"].isin(READBACK_KINDS).to_numpy() & ~internal
+    grad_clip = np.zeros(len(sp), dtype=bool)
+    if readback.any():
+        norms = ops[ops["name"].isin(GRAD_NORM_OPS).to_numpy() & ~ops["torch_own"].to_numpy()]
+        step_names = [n for n in ev["name"].cat.categories if str(n).startswith("Optimizer.step#")]
+        steps = ev[ev["cat"].isin(["user_annotation", "cpu_op"]).to_numpy()  # cpu_op: 2021 traces
+                   & ev["name"].isin(step_names).to_numpy()]
+        grad_clip = _between_norm_and_step(sp, readback, norms, steps)
+    out = sp.assign(internal=internal, grad_clip=grad_clip)
+    cache["sync_origin"] = out
+    return out
+
+
+def _device_ranks(trace) -> set:
+    """Ranks with GPU activity or CUDA/HIP runtime calls."""
+    from .links import LAUNCH_CATS
+    ev = trace.events
+    rt = ev[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
+    return set(rt["rank"].unique().tolist()) | set(trace.gpu["rank"].unique().tolist())
+
+
+def _between_norm_and_step(sp: pd.DataFrame, mask: np.ndarray, norms: pd.DataFrame,
+                           steps: pd.DataFrame) -> np.ndarray:
+    out = np.zeros(len(sp), dtype=bool)
+    if norms.empty or steps.empty:
+        return out
+    norm_ends = {k: np.sort(g["end"].to_numpy()) for k, g in norms.groupby(["rank", "pid", "tid"])}
+    step_starts = {k: np.sort(g["ts"].to_numpy()) for k, g in steps.groupby(["rank", "pid", "tid"])}
+    cand = sp[mask]
+    positions = np.flatnonzero(mask)
+    for key, q in cand.assign(_pos=positions).groupby(["rank", "pid", "tid"], sort=False):
+        key = tuple(int(k) for k in key)
+        ne, st = norm_ends.get(key), step_starts.get(key)
+        if ne is None or st is None:
+            continue
+        ts = q["ts"].to_numpy()
+        i = np.searchsorted(ne, ts, side="right") - 1          # last norm op ended by ts
+        j = np.searchsorted(st, ts, side="right") - 1          # last step started by ts
+        last_norm = np.where(i >= 0, ne[np.maximum(i, 0)], -np.inf)
+        last_step = np.where(j >= 0, st[np.maximum(j, 0)], -np.inf)
+        has_next = j + 1 < len(st)                              # a step follows
+        out[q["_pos"].to_numpy()] = (i >= 0) & (last_norm > last_step) & has_next
+    return out
+
+
+def _user_kind(a, kind: str) -> pd.DataFrame:
+    so = sync_origin(a)
+    return so[(so["kind"] == kind).to_numpy() & ~so["internal"].to_numpy() & ~so["grad_clip"].to_numpy()]
+
+
 # -- rules ------------------------------------------------------------------------------------------
 # .item() is fine once per iteration (metrics moved once); 2+ per traced iteration means a
-# per-step read-back, the pattern that cost the grid-world trainer half its speed.
+# per-step read-back, the pattern that cost the grid-world trainer half its speed. Counted: the
+# user's reads (sync_origin: not torch's own, not gradient clipping's, which sync_grad_clip owns).
 ITEM_PER_ITERATION = 2.0
 
 
 def item_logging(a) -> Finding | None:
-    items = _kind(a, "item")
+    items = _user_kind(a, "item")
     per_it = len(items) / _iterations(a)
     if per_it < ITEM_PER_ITERATION:
         return None
@@ -84,124 +179,260 @@ def item_logging(a) -> Finding | None:
         "iteration with non_blocking=True, and convert in a logging thread.")
 
 
+# Gradient clipping that reads the norm back syncs once per optimizer step, so one read-back per
+# iteration in the norm-to-step window already fires: the clean way (torch's clip_grad_norm_,
+# which multiplies by a clamped device-side coefficient) reads nothing back, ever.
+GRAD_CLIP_PER_ITERATION = 1.0
+
+
+def sync_grad_clip(a) -> Finding | None:
+    so = sync_origin(a)
+    clip = so[so["grad_clip"].to_numpy()]
+    per_it = len(clip) / _iterations(a)
+    if per_it < GRAD_CLIP_PER_ITERATION:
+        return None
+    return Finding(
+        "sync_grad_clip", "high" if per_it >= 4 else "medium",
+        f"gradient clipping reads the norm back to the host {per_it:.1f} times per iteration",
+        {"count": int(len(clip)), "per_iteration": round(per_it, 2),
+         "wait_us": round(float(clip["dur"].sum()), 3),
+         "by_kind": {str(k): int(v) for k, v in clip["kind"].value_counts().items()},
+         "sites": _top_sites(clip)},
+        "Clip without reading the norm: torch.nn.utils.clip_grad_norm_(params, max_norm, "
+        "foreach=True) scales by a clamped device-side coefficient; log the returned norm with "
+        "the other metrics, once per iteration.")
+
+
 # Any nonzero in a traced iteration is a full host sync with a data-dependent shape; NaN/mask
 # validation in the forward pass is the usual source, so one per iteration already fires.
+# (Boolean-mask indexing calls nonzero inside aten::index: the user's indexing, so it counts.)
 NONZERO_PER_ITERATION = 1.0
 
 
 def nan_checks(a) -> Finding | None:
-    nz = _kind(a, "nonzero")
+    so = sync_origin(a)
+    nz = so[(so["kind"] == "nonzero").to_numpy() & ~so["internal"].to_numpy()]
     per_it = len(nz) / _iterations(a)
     if per_it < NONZERO_PER_ITERATION:
         return None
+    names = a.trace.events["name"].cat.categories
     return Finding(
         "nan_checks", "high" if per_it >= 5 else "medium",
         f"nonzero (boolean masks, torch.where(cond), isnan().any() checks) syncs {per_it:.1f} "
         "times per iteration",
         {"count": int(len(nz)), "per_iteration": round(per_it, 2),
-         "wait_us": round(float(nz["dur"].sum()), 3), "sites": _top_sites(nz)},
+         "wait_us": round(float(nz["dur"].sum()), 3), "isnan_in_trace": bool("aten::isnan" in names),
+         "sites": _top_sites(nz)},
         "Put NaN/shape validation behind a debug flag; use torch.where(cond, a, b) or "
         "masked arithmetic instead of boolean indexing in the hot path.")
 
 
 # `if tensor:` in the update: one per iteration already breaks compiled graphs.
+IS_NONZERO_PER_ITERATION = 1.0
+
+
 def branchy_value_head(a) -> Finding | None:
-    br = _kind(a, "is_nonzero")
+    br = _user_kind(a, "is_nonzero")
     per_it = len(br) / _iterations(a)
-    if per_it < 1.0:
+    if per_it < IS_NONZERO_PER_ITERATION:
         return None
     return Finding(
         "branchy_value_head", "medium",
         f"Python branches on tensor values (`if tensor:`) sync {per_it:.1f} times per iteration",
-        {"count": int(len(br)), "per_iteration": round(per_it, 2), "sites": _top_sites(br)},
+        {"count": int(len(br)), "per_iteration": round(per_it, 2),
+         "wait_us": round(float(br["dur"].sum()), 3), "sites": _top_sites(br)},
         "Replace the branch with torch.where or give both variants one interface (e.g. value "
         "heads with the same methods), so the hot path is straight-line code.")
 
 
 # Pageable HtoD copies block the host while the driver stages them. More than 1 per iteration
-# or more than 1% of GPU time is worth pinning or building the data on the device.
+# or more than 1% of GPU time is worth pinning or building the data on the device. Copies of a
+# tensor a torch factory made just before (`torch.zeros(n).to(dev)`) are cpu_alloc's evidence,
+# not this rule's: their fix is `device=`, not pinning. On a CPU-only rank there is no copy, so
+# the evidence is the move itself: host data wrapped into a tensor (`torch.from_numpy`,
+# `torch.tensor(data)`: aten::lift_fresh) and moved at once, once per iteration or more.
 PAGEABLE_PER_ITERATION = 1.0
 PAGEABLE_SHARE = 0.01
 
 
 def pageable_htod(a) -> Finding | None:
+    from .hostops import fresh_moves
+    moves = fresh_moves(a.trace)
     pg = _kind(a, "memcpy_htod_pageable")
-    if pg.empty:
+    pg = pg[~_inside_moves(pg, moves[moves["kind"] == "factory"])]
+    host = moves[(moves["kind"] == "host_data").to_numpy() & ~moves["gpu"].to_numpy()]
+    if pg.empty and host.empty:
         return None
-    gpu = a.trace.gpu
-    copies = gpu[_names_matching(gpu["name"], r"^Memcpy HtoD \(Pageable")]
+    copies = _gpu_copies_of(a.trace, pg)
     copy_us = float(copies["dur"].sum())
-    per_it = len(pg) / _iterations(a)
+    n = len(pg) + len(host)
+    per_it = n / _iterations(a)
     share = copy_us / max(float(a.gpu["busy_us"].sum()), 1e-9) if not a.gpu.empty else 0.0
     if per_it < PAGEABLE_PER_ITERATION and share < PAGEABLE_SHARE:
         return None
+    sites = pd.concat([pg[["kind", "site", "dur"]], _as_points(a.trace, host, "host_to_device")])
+    where = (f"{len(pg)} pageable host-to-device copies" if not pg.empty else
+             f"{len(host)} moves of host-built data (numpy/lists) to the device")
     return Finding(
         "pageable_htod", "high" if share >= 0.05 else "medium",
-        f"{len(pg)} pageable host-to-device copies ({per_it:.1f} per iteration, "
-        f"{copy_us / 1000:.2f} ms on the GPU)",
-        {"count": int(len(pg)), "per_iteration": round(per_it, 2), "copy_us": round(copy_us, 3),
+        f"{where} ({per_it:.1f} per iteration, {copy_us / 1000:.2f} ms on the GPU)",
+        {"count": int(n), "per_iteration": round(per_it, 2), "gpu_copies": int(len(pg)),
+         "host_data_moves": int(len(host)), "copy_us": round(copy_us, 3),
          "bytes": float(copies["bytes"].sum(skipna=True)), "gpu_share": round(share, 4),
-         "sites": _top_sites(pg)},
+         "sites": _top_sites(sites)},
         "Create the data on the device, or copy from pinned memory (tensor.pin_memory()) "
         "with non_blocking=True.")
 
 
-# Small HtoD copies of freshly created CPU tensors (`torch.zeros(n)` then `.to(device)`): many
-# tiny transfers per iteration. Tiny = under 64 KiB; 2+ per iteration fires.
+# Tensors made on the host by a torch factory and moved at once (`torch.zeros(n)` then
+# `.to(device)`; analysis/hostops.py "fresh move"): every one is a tiny copy plus an allocation
+# per step. One per iteration can be a setup step; 2+ per iteration is a per-step buffer. Where the
+# trace does not show which op made the copy (no cpu op around its launch), a small HtoD copy
+# (under 64 KiB: a buffer, not a batch of data) counts instead, as before the op structure.
 SMALL_COPY_BYTES = 64 * 1024
 SMALL_COPIES_PER_ITERATION = 2.0
 
 
 def cpu_alloc(a) -> Finding | None:
+    from .hostops import fresh_moves, launch_in_cpu_op
+    moves = fresh_moves(a.trace)
+    made = moves[moves["kind"] == "factory"]
     gpu = a.trace.gpu
-    if gpu.empty:
-        return None
-    htod = gpu[_names_matching(gpu["name"], r"^Memcpy HtoD")]
-    small = htod[htod["bytes"].fillna(0) < SMALL_COPY_BYTES]
-    per_it = len(small) / _iterations(a)
+    small = gpu.iloc[:0]
+    if not gpu.empty:
+        htod = gpu[_names_matching(gpu["name"], r"^Memcpy HtoD")]
+        small = htod[htod["bytes"].fillna(0) < SMALL_COPY_BYTES]
+        small = small[~launch_in_cpu_op(a.trace, small.index.to_numpy())]
+    n = len(made) + len(small)
+    per_it = n / _iterations(a)
     if per_it < SMALL_COPIES_PER_ITERATION:
         return None
+    copied = made[made["gpu"].to_numpy()]
+    nbytes = pd.concat([copied["bytes"], small["bytes"]]).dropna()
     return Finding(
         "cpu_alloc", "medium",
-        f"{per_it:.1f} small host-to-device copies per iteration: tensors made on the CPU, then moved",
-        {"count": int(len(small)), "per_iteration": round(per_it, 2),
-         "bytes_median": float(small["bytes"].median()) if small["bytes"].notna().any() else None,
-         "copy_us": round(float(small["dur"].sum()), 3)},
+        f"{per_it:.1f} tensors per iteration made on the host, then moved to the device",
+        {"count": int(n), "per_iteration": round(per_it, 2), "moves": int(len(made)),
+         "unattributed_small_copies": int(len(small)),
+         "creators": {str(k): int(v) for k, v in made["creator"].value_counts().items()},
+         "bytes_median": float(nbytes.median()) if len(nbytes) else None,
+         "copy_us": round(float(copied["copy_us"].sum() + small["dur"].sum()), 3),
+         "sites": _top_sites(_as_points(a.trace, made, "cpu_alloc"))},
         "Pass device= when creating tensors (torch.zeros(n, device=dev)) or preallocate them "
         "once outside the loop.")
 
 
-_FUSED_OPT = re.compile(r"fused_adam|FusedAdam|_fused_adamw?_|fused_sgd", re.I)
-_OPT_STEP = re.compile(r"^Optimizer\.step#")
-# A fused Adam launches a handful of kernels per step; foreach/for-loop Adam launches several per
-# parameter tensor. 20+ kernels per optimizer step with no fused kernel fires.
-UNFUSED_KERNELS_PER_STEP = 20
+def _as_points(trace, moves: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Move ops as rows _top_sites can rank (kind, site, dur)."""
+    from .syncs import op_sites
+    if moves.empty:
+        return pd.DataFrame({"kind": [], "site": [], "dur": []})
+    return pd.DataFrame({"kind": kind, "site": op_sites(trace, moves.index),
+                         "dur": (moves["end"] - moves["ts"]).to_numpy()})
+
+
+def _inside_moves(points: pd.DataFrame, moves: pd.DataFrame) -> np.ndarray:
+    """Whether each sync point's host call starts inside one of the move ops (same thread)."""
+    out = np.zeros(len(points), dtype=bool)
+    if points.empty or moves.empty:
+        return out
+    spans = {k: (g["ts"].to_numpy(), g["end"].to_numpy())
+             for k, g in moves.sort_values("ts").groupby(["rank", "pid", "tid"], sort=False)}
+    positions = pd.RangeIndex(len(points))
+    for key, q in points.reset_index(drop=True).groupby(["rank", "pid", "tid"], sort=False):
+        span = spans.get(tuple(int(k) for k in key))
+        if span is None:
+            continue
+        j = np.searchsorted(span[0], q["ts"].to_numpy(), side="right") - 1
+        ok = j >= 0
+        hit = np.zeros(len(q), dtype=bool)
+        hit[ok] = span[1][j[ok]] >= q["ts"].to_numpy()[ok]
+        out[positions.get_indexer(q.index)] = hit
+    return out
+
+
+def _gpu_copies_of(trace, points: pd.DataFrame) -> pd.DataFrame:
+    """The GPU memcpy events of memcpy sync points (their rows are launch calls, or the GPU
+    event itself when the launch is not in the trace)."""
+    gpu = trace.gpu
+    if points.empty or gpu.empty:
+        return gpu.iloc[:0]
+    from .links import gpu_launches
+    links = gpu_launches(trace)
+    rows = set(points["row"].tolist())
+    by_launch = links[links["launch_row"].isin(rows)]["gpu_row"].to_numpy()
+    direct = [r for r in rows if r in gpu.index]
+    copies = gpu.loc[np.unique(np.concatenate([by_launch, np.asarray(direct, dtype=np.int64)]))]
+    return copies[copies["cat"] == "gpu_memcpy"]
+
+
+_FUSED_OPT = re.compile(r"fused_adam|FusedAdam|_fused_adamw?_|fused_sgd|FusedSgd|fused_adagrad|"
+                        r"FusedAdagrad", re.I)
+# Optimizers that have a fused implementation in torch (`fused=True`): the fix exists for them.
+# The rule id says Adam (the usual case), but SGD and Adagrad steps are judged the same way.
+_OPT_STEP = re.compile(r"^Optimizer\.step#(Adam|AdamW|SGD|Adagrad)\.step$")
+# A fused step launches the step-counter increment plus one fused kernel per (device, dtype)
+# group: 1-3 kernels. foreach launches one multi-tensor kernel per arithmetic stage (Adam: 6-8),
+# a for-loop several per parameter tensor. 4+ kernels per step with no fused-optimizer kernel
+# among them fires (fewer is a fused step, or a step that runs on the host).
+UNFUSED_KERNELS_PER_STEP = 4
 
 
 def unfused_adam(a) -> Finding | None:
-    ph = a.phases
-    if ph.empty or a.trace.gpu.empty:
+    ev = a.trace.events
+    if a.trace.gpu.empty:
         return None
-    steps = ph[ph["name"].astype(str).str.match(_OPT_STEP) & (ph["kind"] == "annotation")]
+    names = ev["name"].cat.categories
+    wanted = names[names.str.match(_OPT_STEP.pattern)]
+    steps = ev[ev["name"].isin(wanted).to_numpy()
+               & ev["cat"].isin(["user_annotation", "cpu_op"]).to_numpy()]
     if steps.empty:
         return None
-    names = pd.Series(a.trace.events["name"].cat.categories.astype(str))
-    if names.str.contains(_FUSED_OPT).any():
+    from .links import gpu_launches
+    links = gpu_launches(a.trace)
+    links = links[links["launch_row"].to_numpy() >= 0]
+    inside = _launched_inside(steps, links)
+    kernels = ev.loc[inside]
+    kernels = kernels[(kernels["cat"] == "kernel").to_numpy()]
+    if kernels["name"].astype(str).str.contains(_FUSED_OPT).any():
         return None
-    kernels = int(steps["gpu_kernels"].sum()) if "gpu_kernels" in steps else None
-    calls = int(steps["count"].sum())
-    per_step = kernels / calls if kernels is not None and calls else None
-    if per_step is not None and per_step < UNFUSED_KERNELS_PER_STEP:
+    per_step = len(kernels) / len(steps)
+    if per_step < UNFUSED_KERNELS_PER_STEP:
         return None
+    kinds = sorted({str(n).split("#", 1)[1].split(".")[0] for n in steps["name"].astype(str)})
     return Finding(
         "unfused_adam", "medium",
-        "the optimizer step is not fused: many small kernels per step",
-        {"optimizer_steps": calls, "kernels_per_step": None if per_step is None else round(per_step, 1),
-         "gpu_us": round(float(steps["gpu_us"].sum()), 3), "cpu_us": round(float(steps["cpu_us"].sum()), 3)},
-        "torch.optim.Adam(params, fused=True) (CUDA), with the learning rate as a device tensor.")
+        f"the optimizer step ({', '.join(kinds)}) is not fused: {per_step:.0f} kernels per step",
+        {"optimizer": kinds, "optimizer_steps": int(len(steps)),
+         "kernels_per_step": round(per_step, 1), "gpu_us": round(float(kernels["dur"].sum()), 3),
+         "cpu_us": round(float(steps["dur"].sum()), 3)},
+        "torch.optim.Adam(params, fused=True) (also AdamW, SGD, Adagrad; CUDA), with the learning "
+        "rate as a device tensor.")
 
 
-_LOW_PRECISION = re.compile(r"bf16|f16|fp16|half|h884|h1688|h16816|s1688|s16816|hmma|e4m3|e5m2|fp8", re.I)
+def _launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> np.ndarray:
+    """GPU rows whose launch call starts inside one of the spans on the span's thread."""
+    found = []
+    for key, sp in spans.groupby(["rank", "pid", "tid"], sort=False, observed=True):
+        l = links[(links["rank"] == key[0]) & (links["pid"] == key[1]) & (links["tid"] == key[2])]
+        if l.empty:
+            continue
+        l = l.sort_values("launch_ts")
+        t = l["launch_ts"].to_numpy()
+        lo = np.searchsorted(t, sp["ts"].to_numpy(), side="left")
+        hi = np.searchsorted(t, sp["end"].to_numpy(), side="right")
+        rows = l["gpu_row"].to_numpy()
+        found += [rows[x:y] for x, y in zip(lo, hi) if y > x]
+    return np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+
+
+# 16-bit (or 8-bit) GEMM/conv kernels by name. CUTLASS spells the math: `h1688`/`h16816` (fp16),
+# `bf16_s16816` (bf16 in, fp32 accumulate); a bare `s1688gemm`/`s16816gemm` is TF32 on fp32 data
+# (sampled_128rank's A100 GEMMs), which keeps fp32's memory traffic, so it is not mixed precision.
+# cuBLASLt's Hopper `nvjet_*` names carry type letters instead (s fp32, h fp16, t bf16): `nvjet_tst`
+# is bf16 in/out with fp32 accumulation, `nvjet_hsh` fp16.
+_LOW_PRECISION = re.compile(r"bf16|f16|fp16|half|h884|h1688|h16816|hmma|e4m3|e5m2|fp8|nvjet_[ht]s[ht]",
+                            re.I)
 # Mixed precision is on when at least a third of GEMM/conv time runs in 16-bit (or 8-bit) kernels;
 # only judged when GEMM/conv is at least 10% of kernel time, else precision is not the bottleneck.
 AMP_MIN_SHARE = 0.10
@@ -222,34 +453,38 @@ def no_amp(a) -> Finding | None:
         return None
     return Finding(
         "no_amp", "medium",
-        f"GEMM/conv kernels run in fp32 ({100 * (1 - half_us / mm_us):.0f}% of their time)",
+        f"GEMM/conv kernels run in fp32 or TF32 ({100 * (1 - half_us / mm_us):.0f}% of their time)",
         {"gemm_conv_us": round(mm_us, 3), "low_precision_us": round(half_us, 3),
          "gemm_conv_share": round(mm_us / total, 4),
          "top": mm.head(3)["name"].astype(str).tolist()},
         "Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.bfloat16).")
 
 
-# Launch-bound: the GPU mostly waits (utilization under 50%) while kernels are tiny (median under
-# 10 us) and most idle gaps are short launch gaps or host waits.
+# tiny_batch (launch-bound): the GPU mostly waits (utilization under 50%) while its kernels are
+# tiny (median under 10 us, about the cost of launching one). That is what too small a batch
+# (too few envs) looks like: each kernel has too little work to cover its own launch. Judged on
+# 100+ kernels (fewer is no steady state). A CPU-only trace has no kernels: never fires there.
 LAUNCH_UTIL = 0.5
 LAUNCH_MEDIAN_US = 10.0
+LAUNCH_MIN_KERNELS = 100
 
 
-def launch_bound(a) -> Finding | None:
+def tiny_batch(a) -> Finding | None:
     gpu = a.trace.gpu
     kernels = gpu[gpu["cat"] == "kernel"]
-    if len(kernels) < 100 or a.gpu.empty:
+    if len(kernels) < LAUNCH_MIN_KERNELS or a.gpu.empty:
         return None
     util = float(a.gpu["busy_us"].sum() / max(a.gpu["span_us"].sum(), 1e-9))
     median = float(kernels["dur"].median())
     if util >= LAUNCH_UTIL or median >= LAUNCH_MEDIAN_US:
         return None
     return Finding(
-        "launch_bound", "high",
+        "tiny_batch", "high",
         f"launch-bound: {len(kernels):,} kernels with a median of {median:.1f} us, GPU busy {100 * util:.0f}%",
         {"kernels": int(len(kernels)), "median_kernel_us": round(median, 3),
          "utilization": round(util, 4)},
-        "Give each kernel more work (more envs per batch), fuse with torch.compile, and replay "
+        "Give each kernel more work (more envs per batch, larger minibatches), fuse with "
+        "torch.compile, and replay "
         "fixed-shape steps with CUDA graphs (mode='reduce-overhead').")
 
 
@@ -311,10 +546,15 @@ def dominant_scatter_gather(a) -> Finding | None:
         "indexing in inner loops, or let torch.compile fuse the indexing.")
 
 
-_COMPILED = re.compile(r"Torch-Compiled Region|CompiledFunction|triton_", re.I)
+_COMPILED_BACKWARD = "CompiledFunctionBackward"
 _BACKWARD = re.compile(r"autograd::engine|Backward", re.I)
-# Eager update: the trace trains (backward ops present) on a GPU with 50+ kernels but shows no
-# compiled region and no Triton kernel.
+_ACCUMULATE = re.compile(r"AccumulateGrad")
+# Eager update: the trace trains (backward ops present) on a GPU with 50+ activities, and no
+# backward node is a compiled graph's (`CompiledFunctionBackward`, what torch.compile'd code
+# records under autograd). Judged on the backward, not on the whole trace, because the rollout can
+# be compiled (Triton kernels, compiled regions) while the update is not. Parameter-gradient
+# accumulation (`AccumulateGrad`) is always eager and does not count either way. On the CPU
+# compile does not pay (the trainer leaves it off there): no GPU activity, no finding.
 EAGER_MIN_KERNELS = 50
 
 
@@ -322,20 +562,30 @@ def eager_update(a) -> Finding | None:
     gpu = a.trace.gpu
     if len(gpu) < EAGER_MIN_KERNELS:
         return None
-    names = pd.Series(a.trace.events["name"].cat.categories.astype(str))
-    if not names.str.contains(_BACKWARD).any() or names.str.contains(_COMPILED).any():
+    ev = a.trace.events
+    names = pd.Series(ev["name"].cat.categories.astype(str))
+    backward = names[names.str.contains(_BACKWARD) & ~names.str.contains(_ACCUMULATE)]
+    if backward.empty or backward.str.contains(_COMPILED_BACKWARD).any():
         return None
+    count = int(ev["name"].isin(backward.tolist()).sum())
+    compiled_elsewhere = bool(names.str.contains(r"Torch-Compiled Region|triton_").any())
     return Finding(
         "eager_update", "low",
-        "the update runs eagerly: no compiled region or Triton kernel in a training trace",
-        {"kernels": int(len(gpu)), "backward_ops": int(names.str.contains(_BACKWARD).sum())},
+        "the update runs eagerly: no compiled graph in the backward pass"
+        + (" (other code in the trace is compiled)" if compiled_elsewhere else ""),
+        {"kernels": int(len(gpu)), "backward_ops": count,
+         "backward_op_names": int(len(backward)), "compiled_elsewhere": compiled_elsewhere},
         "torch.compile the loss/update function (warm it up before timing) to fuse elementwise "
         "chains into a few Triton kernels.")
 
 
-RULES: tuple[Callable, ...] = (item_logging, nan_checks, branchy_value_head, pageable_htod, cpu_alloc,
-                               unfused_adam, no_amp, launch_bound, low_utilization,
-                               dominant_scatter_gather, eager_update)
+RULES: tuple[Callable, ...] = (item_logging, sync_grad_clip, nan_checks, branchy_value_head,
+                               pageable_htod, cpu_alloc, unfused_adam, no_amp, tiny_batch,
+                               low_utilization, dominant_scatter_gather, eager_update)
+# The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
+# rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
+ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",
+             "pageable_htod", "unfused_adam", "no_amp", "eager_update", "tiny_batch")
 
 
 def findings(a) -> list[Finding]:

@@ -527,3 +527,17 @@ def sync_summary(points: pd.DataFrame) -> SyncSummary:
     per_it = (points.groupby(["iteration", "kind"], sort=True).size().rename("count").reset_index()
               if len(points) else pd.DataFrame({"iteration": [], "kind": [], "count": []}))
     return SyncSummary(int(len(points)), by_kind, sites, per_it)
+
+
+def op_sites(trace: Trace, rows: pd.Index | np.ndarray) -> list[str]:
+    """Sites of host ops (row labels in trace.events), by the rules sync points use: the
+    innermost user-code frame when the trace has stacks, else the chain of annotations and ops."""
+    if len(rows) == 0:
+        return []
+    ev = trace.events.loc[np.asarray(rows)]
+    ops = pd.DataFrame({"rank": ev["rank"].to_numpy(), "pid": ev["pid"].to_numpy(),
+                        "tid": ev["tid"].to_numpy(), "ts": ev["ts"].to_numpy(),
+                        "end": ev["end"].to_numpy(), "row": ev.index.to_numpy(np.int64),
+                        "name": ev["name"].astype(str).to_numpy(), "hosted": True, "call": False})
+    host = _HostIndex(trace.events, trace.frames, ops[["rank", "pid", "tid"]])
+    return host.sites(ops)

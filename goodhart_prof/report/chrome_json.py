@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..fileio import atomic_path
 from ..trace.merge import GPU_TID_BASE, remap_rank
-from ..trace.raw import RawTraceError, raw_document
+from ..trace.raw import RawTraceError, raw_document, read_document
 from ..trace.model import GPU_ACTIVITY_CATS, Trace
 from .perfetto import ExportError, ExportSummary, check_output, linked_launches, utilization_samples
 
@@ -78,6 +78,13 @@ def _raw_document(path: Path) -> dict[str, msgspec.Raw]:
         raise ExportError(f"{exc} (reading it again for the export)") from None
 
 
+def _document(path: Path) -> dict[str, Any]:
+    try:
+        return read_document(path)
+    except RawTraceError as exc:
+        raise ExportError(f"{exc} (reading it again for the export)") from None
+
+
 def _appended(path: Path, added: list[dict[str, Any]], export: dict[str, Any]) -> bytes:
     """The document of `path`, byte for byte in its events, with `added` after its last event
     and `goodhartProf.export` describing them."""
@@ -113,8 +120,7 @@ def _merged(trace: Trace, added: list[dict[str, Any]], export: dict[str, Any]) -
     events: list[dict[str, Any]] = []
     sources = {}
     for i, path in enumerate(trace.paths):
-        doc = {k: msgspec.json.decode(v) for k, v in _raw_document(path).items()
-               if k in ("traceEvents", "distributedInfo")}
+        doc = _document(path)
         info = doc.get("distributedInfo")
         by_info = trace.rank_source == "distributedInfo" and isinstance(info, dict)
         rank = int(info.get("rank")) if by_info else i

@@ -40,6 +40,12 @@ class _Handler(BaseHTTPRequestHandler):
     server: "OneFileServer"
     timeout = CLIENT_TIMEOUT_S
 
+    def setup(self) -> None:
+        # A client that stalls is dropped after 30 s, or sooner at the server's own deadline:
+        # one slow connection never keeps the command running past --timeout.
+        self.timeout = self.server.client_timeout()
+        super().setup()
+
     def _cors(self) -> None:
         self.send_header("Access-Control-Allow-Origin", UI_ORIGIN)
         self.send_header("Cache-Control", "no-cache")
@@ -124,6 +130,7 @@ class OneFileServer(HTTPServer):
         self.file = file.resolve()
         self.name = file.name
         self.served = False
+        self.deadline = float("inf")
         try:
             super().__init__((HOST, port), _Handler)
         except OSError as exc:
@@ -145,10 +152,14 @@ class OneFileServer(HTTPServer):
 
     def serve_until_sent(self, timeout: float = DEFAULT_TIMEOUT_S) -> bool:
         """Answer requests until the file was sent once (True) or `timeout` seconds pass (False)."""
-        deadline = time.monotonic() + timeout
-        while not self.served and time.monotonic() < deadline:
+        self.deadline = time.monotonic() + timeout
+        while not self.served and time.monotonic() < self.deadline:
             self.handle_request()
         return self.served
+
+    def client_timeout(self) -> float:
+        """Seconds one connection may stall: at most CLIENT_TIMEOUT_S, and not past the deadline."""
+        return max(POLL_S, min(CLIENT_TIMEOUT_S, self.deadline - time.monotonic()))
 
 
 def launch_browser(url: str) -> bool:

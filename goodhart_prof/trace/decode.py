@@ -6,7 +6,7 @@ without building Python objects for it.
 """
 from __future__ import annotations
 
-import gzip
+import json
 import mmap
 import os
 import re
@@ -86,25 +86,65 @@ class DecodeError(ValueError):
 _decoder = msgspec.json.Decoder(TraceDoc)
 GZIP_MAGIC = b"\x1f\x8b"
 
-try:  # ISA-L's gunzip is about twice as fast as zlib's; same format, same errors
-    from isal.igzip import decompress as _gunzip
+try:  # ISA-L's gunzip is about twice as fast as zlib's; same format, same API
+    from isal.isal_zlib import decompressobj as _decompressobj, error as _GzipError
 except ImportError:  # pragma: no cover - isal is a dependency, but only a speed-up
-    _gunzip = gzip.decompress
+    from zlib import decompressobj as _decompressobj, error as _GzipError
 _NON_SPACE = re.compile(rb"\S")
+_BOM = b"\xef\xbb\xbf"
+GUNZIP_CHUNK = 64 << 20
+GUNZIP_FLOOR = 1 << 30   # any gzip trace may expand to this much ...
+GUNZIP_RATIO = 256       # ... and beyond it to this many times its size (JSON traces: 10-30x)
 
 
-def read_bytes(path) -> "mmap.mmap | bytes":
+def gunzip_limit(compressed: int) -> int:
+    """How far a gzip file of `compressed` bytes may expand: a gzip bomb (deflate reaches 1000x)
+    stops here, long before memory runs out. Real traces compress 10-30x; a third of the
+    machine's memory is the hard cap (decoding needs about twice the document besides)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux/macOS
+        memory = 1 << 36
+    return min(memory // 3, max(GUNZIP_FLOOR, GUNZIP_RATIO * compressed))
+
+
+def gunzip(data: bytes, limit: int) -> bytearray:
+    """All gzip members of `data`, refusing to expand past `limit` bytes."""
+    out = bytearray()
+    while data:
+        inflater = _decompressobj(wbits=31)
+        tail = data
+        while not inflater.eof:
+            chunk = inflater.decompress(tail, GUNZIP_CHUNK)
+            if not chunk and len(inflater.unconsumed_tail) == len(tail):
+                raise DecodeError("truncated or corrupt gzip data (it ends too early)")
+            tail = inflater.unconsumed_tail
+            out += chunk
+            if len(out) > limit:
+                raise DecodeError(f"gzip data expands past {limit / 2**30:.1f} GiB (a gzip bomb, or "
+                                  f"a trace too big for this machine's memory)")
+        data = inflater.unused_data
+        if data[:2] != GZIP_MAGIC and not data.strip(b"\0"):
+            break  # padding after the last member
+        if data[:2] != GZIP_MAGIC:
+            raise DecodeError("corrupt gzip data (bytes after the end of the gzip stream)")
+    return out
+
+
+def read_bytes(path) -> "mmap.mmap | bytearray | bytes":
     """File contents, gunzipped when the bytes (not the suffix) say gzip.
 
     A plain file is mapped copy-on-write (no read, no copy: pages load as the decoder reaches
-    them, and `piece` may write into the mapping without touching the file).
+    them, and `piece` may write into the mapping without touching the file). Gunzipped bytes
+    come in a bytearray, so that `piece` may cut them in place too.
     """
     with open(path, "rb") as fh:
         if fh.read(2) == GZIP_MAGIC:
             fh.seek(0)
+            data = fh.read()
             try:
-                return _gunzip(fh.read())
-            except (EOFError, OSError, zlib.error) as exc:
+                return gunzip(data, gunzip_limit(len(data)))
+            except (EOFError, OSError, zlib.error, _GzipError) as exc:
                 raise DecodeError(f"truncated or corrupt gzip data ({exc})") from None
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
@@ -113,49 +153,144 @@ def read_bytes(path) -> "mmap.mmap | bytes":
 
 
 def decode(raw: bytes) -> tuple[TraceDoc, int]:
-    """The typed document and how many malformed events were skipped to get it."""
+    """The typed document and how many malformed events were skipped to get it.
+
+    Every way bytes can fail to be a trace ends in DecodeError (never another exception): not
+    JSON, not UTF-8 (only the events holding the bad bytes are skipped), nested deeper than the
+    decoder's recursion limit, NaN/Infinity (Python's json writes them; read by a slower parser),
+    numbers out of range (their events are skipped).
+    """
     if _NON_SPACE.search(raw) is None:
         raise DecodeError("empty file" if not len(raw) else "only whitespace")
+    if raw[:3] == _BOM:
+        raw = memoryview(raw)[3:]
     try:
         return _decoder.decode(raw), 0
-    except msgspec.ValidationError as exc:
-        strict_error = exc
+    except (msgspec.ValidationError, UnicodeDecodeError) as exc:
+        strict_error: Exception = exc
     except msgspec.DecodeError as exc:
+        if _nonstandard_number(raw, exc):
+            return decode(_standard_json(raw))
         raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
     return _decode_lenient(raw, strict_error)
 
 
-def _decode_lenient(raw: bytes, strict_error: msgspec.ValidationError) -> tuple[TraceDoc, int]:
-    """Slow path for documents with some malformed events: keep the good ones, count the rest."""
-    doc = msgspec.json.decode(raw)
-    if not isinstance(doc, dict):
-        raise DecodeError(f"not a trace: top level is {_json_type(doc)}, not an object")
-    events = doc.get("traceEvents")
-    if not isinstance(events, list):
-        raise DecodeError("not a trace: no traceEvents list" if events is None
-                          else f"not a trace: traceEvents is {_json_type(events)}, not a list")
+TOO_DEEP = "nested too deeply (arrays or objects inside each other beyond the decoder's limit)"
+_NONSTANDARD = re.compile(rb"NaN|Infinity")
+_MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
+NONSTANDARD_MAX_BYTES = 256 << 20  # the slow parser needs ~10x the document in memory
+
+
+def _nonstandard_number(raw, exc: msgspec.DecodeError) -> bool:
+    """Whether decoding stopped at NaN, Infinity or -Infinity (not JSON, but Python writes them)."""
+    at = _MALFORMED_AT.search(str(exc))
+    return at is not None and _NONSTANDARD.match(raw, int(at.group(1))) is not None
+
+
+def _standard_json(raw) -> bytes:
+    """The document re-encoded as standard JSON: NaN/Infinity, and integers too large for any
+    column, become null (their events are then skipped or their durations treated as 0)."""
+    if len(raw) > NONSTANDARD_MAX_BYTES:
+        raise DecodeError(f"uses NaN/Infinity (not JSON) and is too big for the slow parser that "
+                          f"reads them ({len(raw) / 2**20:.0f} MB > {NONSTANDARD_MAX_BYTES >> 20} MB)")
+    try:
+        doc = json.loads(bytes(raw), parse_int=_bounded_int)
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
+    except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+    return msgspec.json.encode(doc)
+
+
+def parse_json(raw, type: Any = Any) -> Any:
+    """Plain JSON -> Python objects (or `type`), with the loader's leniency and errors: a UTF-8
+    BOM is skipped, NaN/Infinity are read (as null), too deep a nesting is a DecodeError."""
+    if raw[:3] == _BOM:
+        raw = memoryview(raw)[3:]
+    try:
+        try:
+            return msgspec.json.decode(raw, type=type)
+        except msgspec.DecodeError as exc:
+            if isinstance(exc, msgspec.ValidationError) or not _nonstandard_number(raw, exc):
+                raise
+        return msgspec.json.decode(_standard_json(raw), type=type)
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"not UTF-8 text ({_short(exc)})") from None
+
+
+def _bounded_int(text: str) -> "int | float":
+    return int(text) if len(text) < 19 else float(text)  # float: inf (-> null) when too large
+
+
+class _Phase(msgspec.Struct):
+    ph: Any = None
+
+
+_event_decoder = msgspec.json.Decoder(Event)
+_phase_decoder = msgspec.json.Decoder(_Phase)
+_HEADER_DECODERS = {name: msgspec.json.Decoder(Union[kind, None]) for name, kind in (
+    ("deviceProperties", list[dict[str, Any]]), ("distributedInfo", DistributedInfo),
+    ("baseTimeNanoseconds", int), ("goodhartProf", dict[str, Any]))}
+
+
+def _decode_lenient(raw, strict_error: Exception) -> tuple[TraceDoc, int]:
+    """Slow path for documents with some malformed events: keep the good ones, count the rest.
+
+    The document is split into raw events without building them (the memory of the fast
+    path, not of a full object tree); each event is then decoded alone."""
+    try:
+        top = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError:
+        raise DecodeError(f"not a trace: top level is {_json_kind(raw)}, not an object") from None
+    except msgspec.DecodeError as exc:  # the strict decode stopped before the broken part
+        raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
+    except UnicodeDecodeError as exc:  # in a top-level key
+        raise DecodeError(f"not UTF-8 text ({_short(exc)})") from None
+    if "traceEvents" not in top:
+        raise DecodeError("not a trace: no traceEvents list")
+    try:
+        events = msgspec.json.decode(top["traceEvents"], type=list[msgspec.Raw])
+    except msgspec.ValidationError:
+        raise DecodeError(f"not a trace: traceEvents is {_json_kind(top['traceEvents'])}, "
+                          f"not a list") from None
     good, skipped = [], 0
     for ev in events:
         try:
-            good.append(msgspec.convert(ev, Event))
-        except msgspec.ValidationError:
-            # An unknown phase letter is another tool's extension, not a malformed event.
-            unknown_phase = isinstance(ev, dict) and isinstance(ev.get("ph"), str) and ev["ph"] not in _KNOWN
-            skipped += not unknown_phase
-    header = {k: v for k, v in doc.items() if k != "traceEvents"}
-    try:
-        meta = msgspec.convert({**header, "traceEvents": []}, TraceDoc)
-    except msgspec.ValidationError:
-        meta = TraceDoc(traceEvents=[])  # a malformed header field is not worth failing over
+            good.append(_event_decoder.decode(ev))
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            skipped += not _unknown_phase(ev)
     if skipped and not good:
         raise DecodeError(f"not a trace: none of its {skipped} events is well-formed "
                           f"({_short(strict_error)})")
-    return msgspec.structs.replace(meta, traceEvents=good), skipped
+    header = {}
+    for name, decoder in _HEADER_DECODERS.items():
+        try:  # a malformed header field is dropped, not worth failing over
+            header[name] = decoder.decode(top[name]) if name in top else None
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            header[name] = None
+    return TraceDoc(traceEvents=good, **header), skipped
 
 
-def _json_type(value: Any) -> str:
-    return {list: "a list", dict: "an object", str: "a string", int: "a number",
-            float: "a number", bool: "a boolean", type(None): "null"}.get(type(value), "unknown")
+def _unknown_phase(ev: msgspec.Raw) -> bool:
+    """An unknown phase letter is another tool's extension, not a malformed event."""
+    try:
+        ph = _phase_decoder.decode(ev).ph
+    except (msgspec.ValidationError, UnicodeDecodeError):
+        return False
+    return isinstance(ph, str) and ph not in _KNOWN
+
+
+def _json_kind(raw) -> str:
+    first = _NON_SPACE.search(memoryview(raw)[:4096])
+    char = bytes(memoryview(raw)[first.start():first.start() + 1]) if first else b""
+    return {b"[": "a list", b"{": "an object", b'"': "a string", b"t": "a boolean", b"f": "a boolean",
+            b"n": "null"}.get(char, "a number")
 
 
 def _short(exc: Exception) -> str:

@@ -38,18 +38,22 @@ class _FileResult:
     device_properties: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
     base_ns: int | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def trace_files(path: Path) -> list[Path]:
     """The trace files a path stands for (a folder's per-rank traces win over its merged one)."""
-    if path.is_file():
-        return [path]
-    if not path.exists():
-        raise TraceError(f"{path}: no such file or folder")
-    if not path.is_dir():
-        raise TraceError(f"{path}: not a file or folder")
-    found = sorted(p for p in path.iterdir() if p.is_file() and p.name not in NOT_TRACES
-                   and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    try:
+        if path.is_file():
+            return [path]
+        if not path.exists():
+            raise TraceError(f"{path}: no such file or folder")
+        if not path.is_dir():  # a FIFO or a device would block or never end: refused
+            raise TraceError(f"{path}: not a file or folder")
+        found = sorted(p for p in path.iterdir() if p.is_file() and p.name not in NOT_TRACES
+                       and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    except OSError as exc:  # an unreadable folder, a name too long, ...
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     per_rank = [p for p in found if p.name != "merged_trace.json"]
     found = per_rank or found
     if not found:
@@ -94,7 +98,7 @@ def _decode_piece(path: Path, cuts: list[tuple[int, int]], i: int) -> _Piece:
     raw = _INHERITED
     if raw is None:
         raw = read_bytes(path)
-        raw = raw if isinstance(raw, mmap.mmap) else bytearray(raw)
+        raw = raw if isinstance(raw, (mmap.mmap, bytearray)) else bytearray(raw)
     result = _piece_of(piece(raw, cuts, i))
     result.frames.columns["name"] = _PackedNames("\0".join(result.frames.columns["name"].tolist()))
     return result
@@ -144,8 +148,8 @@ def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
     raw = _read(path)
     pieces = None
     if parts > 1 and len(raw) > SPLIT_BYTES:
-        # A mapped file is cut in place (copy-on-write); gunzipped bytes need a writable copy.
-        buffer = raw if isinstance(raw, mmap.mmap) else bytearray(raw)
+        # A mapped file is cut in place (copy-on-write), gunzipped bytes (a bytearray) too.
+        buffer = raw if isinstance(raw, (mmap.mmap, bytearray)) else bytearray(raw)
         pieces = _split_load(path, buffer, parts)
         if pieces is None and buffer is raw:
             raw = _read(path)  # the failed split wrote into the mapping
@@ -158,13 +162,27 @@ def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
     pid_rank = {k: v for p in pieces for k, v in p.pid_rank.items()}
     table = concat_tables([p.table for p in pieces], sort=False)
     frames = Frames.concat([p.frames for p in pieces], sort=False)
+    warnings = []
     info_rank = header.distributedInfo.rank if header.distributedInfo is not None else None
+    if info_rank is not None and not 0 <= info_rank < MAX_RANK:
+        warnings.append(f"{path.name}: ignored distributedInfo.rank {_clip(info_rank)} (not a rank)")
+        info_rank = None
     if info_rank is not None:
         pid_rank = {}
+    if not len(table):
+        warnings.append(f"{path.name}: no events")
     assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank)
     return _FileResult(path, table, frames, info_rank, sorted(set(pid_rank.values())),
                        list(header.deviceProperties or []), sum(p.skipped for p in pieces),
-                       header.baseTimeNanoseconds)
+                       header.baseTimeNanoseconds, warnings)
+
+
+MAX_RANK = 2**31 - 1
+
+
+def _clip(value) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def load(path: str | os.PathLike, progress: bool | None = None, workers: int | None = None) -> Trace:
@@ -183,7 +201,11 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     finally:
         if bar is not None:
             bar.close()
-    return _assemble(files, results)
+    trace = _assemble(files, results)
+    if not len(trace.events):
+        skipped = f"; {trace.skipped_events:,} malformed event(s) skipped" if trace.skipped_events else ""
+        raise TraceError(f"{path}: no events (no complete 'ph: X' events to analyse{skipped})")
+    return trace
 
 
 def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar) -> list[_FileResult]:
@@ -229,7 +251,11 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
         source, ranks = _ranks_of_many(results, warnings)
     skipped = sum(r.skipped for r in results)
     if skipped:
-        warnings.append(f"skipped {skipped} malformed event(s)")
+        where = (f" in {results[0].path.name}" if len(results) == 1 else
+                 " in " + ", ".join(f"{r.path.name} ({r.skipped:,})" for r in results if r.skipped))
+        warnings.append(f"skipped {skipped:,} malformed event(s){where}")
+    warnings.extend(w for r in results for w in r.warnings
+                    if len(results) > 1 or not w.endswith(": no events"))
     events = concat_tables([r.table for r in results])
     frames = Frames.concat([r.frames for r in results])
     props = {}

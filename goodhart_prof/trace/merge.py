@@ -72,9 +72,10 @@ def remap_rank(events: list[dict[str, Any]], rank: int, shift_us: float) -> list
             if ev.get("ph") == "M" and name == "thread_name":
                 ev["args"] = {"name": f"GPU {device} stream {stream}"}
             elif ev.get("ph") != "M":
-                ev["args"] = {**ev.get("args", {}), "device": device}
+                args = ev.get("args")
+                ev["args"] = {**(args if isinstance(args, dict) else {}), "device": device}
         ev["pid"] = rank
-        if "ts" in ev and shift_us:
+        if shift_us and isinstance(ev.get("ts"), (int, float)):
             ev["ts"] = ev["ts"] + shift_us
         out.append(ev)
     return out

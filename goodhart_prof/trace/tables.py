@@ -1,6 +1,7 @@
 """Typed trace structs -> the columnar events table (see model.py for the columns)."""
 from __future__ import annotations
 
+import math
 import re
 from operator import attrgetter
 
@@ -10,8 +11,9 @@ import pandas as pd
 from .decode import NO_ARGS, Complete, Metadata, TraceDoc
 from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, NEVER_USER_FRAMES, Frames, _is_sorted
 
-_RANK_NAME = re.compile(r"^\s*rank\s*[-_#:]?\s*(\d+)\s*$", re.IGNORECASE)
-_STREAM_TID = re.compile(r"stream\s*(\d+)", re.IGNORECASE)
+_RANK_NAME = re.compile(r"^\s*rank\s*[-_#:]?\s*(\d{1,9})\s*$", re.IGNORECASE)
+_STREAM_TID = re.compile(r"stream\s*(\d{1,9})\b", re.IGNORECASE)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def rank_processes(doc: TraceDoc) -> dict[int, int]:
@@ -26,23 +28,24 @@ def rank_processes(doc: TraceDoc) -> dict[int, int]:
 
 
 def _int_id(value, names: dict[str, int]) -> int:
-    """Ints stay; numeric strings become ints; other strings get stable negative ids."""
-    if value.__class__ is int:
+    """Ints stay; numeric strings become ints; other values (and ints beyond int64) get stable
+    negative ids."""
+    if value.__class__ is int and INT64_MIN <= value <= INT64_MAX:
         return value
     if value is None:
         return -1
     text = str(value)
-    if text.lstrip("-").isdigit():
+    if text.lstrip("-").isdigit() and len(text) < 19:
         return int(text)
     return names.setdefault(text, -2 - len(names))
 
 
 def _parse_int(v) -> int:
     if v.__class__ is int:
-        return v
-    if v.__class__ is str and v.isdigit():
+        return v if INT64_MIN <= v <= INT64_MAX else -1
+    if v.__class__ is str and v.isdigit() and len(v) < 19:
         return int(v)
-    if v.__class__ is float and v == v and v.is_integer():
+    if v.__class__ is float and v.is_integer() and -2.0**63 <= v < 2.0**63:  # NaN, inf: not integers
         return int(v)
     return -1
 
@@ -59,7 +62,10 @@ def _column(items: list, attr: str, dtype, clean, good_class) -> np.ndarray:
     odd = [i for i, v in enumerate(values) if v.__class__ not in good_class]
     for i in odd:
         values[i] = clean(values[i])
-    return np.fromiter(values, dtype, len(values))
+    try:
+        return np.fromiter(values, dtype, len(values))
+    except (TypeError, ValueError, OverflowError):  # a number beyond the column's range
+        return np.fromiter(map(clean, values), dtype, len(values))
 
 
 _INT = (int,)
@@ -84,7 +90,13 @@ def _interned(values: list) -> pd.Categorical:
 
 
 def _number(v) -> bool:
-    return v.__class__ in _NUM and v == v
+    """A finite int or float (NaN, infinities and ints beyond float's range are not)."""
+    if v.__class__ not in _NUM:
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, Frames, int]:
@@ -99,19 +111,20 @@ def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, Frames, int]:
 
 
 def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int]:
-    """Usable events (numeric ts), their ts and dur (missing/negative dur -> 0), and the skip count."""
+    """Usable events (finite numeric ts), their ts and dur (missing, negative or non-finite
+    dur -> 0), and the skip count."""
     n = len(xs)
     try:
         ts = np.fromiter(map(attrgetter("ts"), xs), np.float64, n)
-        skipped = int(np.isnan(ts).sum())
-    except TypeError:  # a missing or non-numeric ts
+        skipped = n - int(np.isfinite(ts).sum())
+    except (TypeError, OverflowError):  # a missing or non-numeric ts, or an int beyond float
         ts, skipped = None, -1
     if ts is None or skipped:
         usable = [e for e in xs if _number(e.ts)]
         skipped, xs, n = n - len(usable), usable, len(usable)
         ts = np.fromiter(map(attrgetter("ts"), xs), np.float64, n)
     dur = _column(xs, "dur", np.float64, _float_or_nan, _NUM)
-    dur[~(dur >= 0)] = 0.0  # missing, NaN or negative durations count as instants
+    dur[~((dur >= 0) & (dur < np.inf))] = 0.0  # missing, NaN, infinite or negative: an instant
     return xs, ts, dur, skipped
 
 
@@ -193,13 +206,14 @@ def assign_ranks(table: pd.DataFrame, frames: Frames, pid_rank: dict[int, int], 
 
 def _stream_from_tid(tid) -> int:
     if tid.__class__ is int:
-        return tid
+        return tid if INT64_MIN <= tid <= INT64_MAX else -1
     match = _STREAM_TID.search(str(tid))
     return int(match.group(1)) if match else -1
 
 
 def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame:
     """Stack tables; categories are unioned so names stay interned. Sorted by (rank, ts)."""
+    tables = [t for t in tables if len(t)] or tables[:1]  # an empty table's categories have no dtype
     if len(tables) == 1:
         out = tables[0]
     else:

@@ -1,0 +1,172 @@
+"""Broken and hostile trace inputs, generated on the fly (nothing big is committed).
+
+`build(folder)` writes every case and says what `goodhart-prof analyze` must do with it: a
+one-line error naming the file (`error` is a piece of that line, exit code 2), or a report
+(`error` None) that counts `skipped` malformed events and shows `warning`.
+Used by tests/test_broken_inputs.py and scripts/fuzz_loader.py (as seeds).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+DEEP = 100_000  # levels of nesting: far past msgspec's (and Python's) recursion limit
+
+
+@dataclass
+class Case:
+    name: str
+    path: Path
+    error: str | None = None   # a piece of the one-line error; None: the input is analysed
+    skipped: int = 0           # malformed events the report counts
+    warning: str | None = None  # another warning the report shows
+    skip_reason: str | None = None  # the case cannot be made here (e.g. chmod as root)
+
+
+def event(ts=1.0, dur=2.0, name="aten::mm", cat="cpu_op", pid=1, tid=1, **extra) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, **extra}
+
+
+def good_events() -> list[dict]:
+    """A CPU op, its launch and the kernel it launched: enough for every report section."""
+    return [
+        event(10, 50, "aten::mm", args={"External id": 1}),
+        event(12, 5, "cudaLaunchKernel", cat="cuda_runtime", args={"correlation": 7, "External id": 1}),
+        event(20, 30, "gemm_kernel", cat="kernel", pid=0, tid=7,
+              args={"device": 0, "stream": 7, "correlation": 7}),
+    ]
+
+
+def good_doc(events: list | None = None, **header) -> dict:
+    return {"schemaVersion": 1, **header, "traceEvents": good_events() if events is None else events}
+
+
+def _dump(doc) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def _spliced(events_json: list[bytes]) -> bytes:
+    """A document whose events are given as raw JSON text (for what json.dumps cannot write)."""
+    return b'{"traceEvents":[' + b",".join(events_json) + b"]}"
+
+
+def build(root: Path) -> dict[str, Case]:
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    cases: list[Case] = []
+
+    def file(name: str, data: bytes, **expect) -> None:
+        path = root / name
+        path.write_bytes(data)
+        cases.append(Case(name.split(".")[0], path, **expect))
+
+    plain = _dump(good_doc())
+    file("empty.json", b"", error="empty file")
+    file("whitespace.json", b" \n\t \r\n", error="only whitespace")
+    file("truncated.json", plain[: len(plain) * 2 // 3], error="not valid JSON")
+    file("truncated_gzip.json.gz", gzip.compress(plain)[:40], error="truncated or corrupt gzip")
+    file("corrupt_gzip.json.gz", b"\x1f\x8b" + bytes(range(256)) * 4, error="corrupt gzip")
+    file("gzip_trailing_garbage.json.gz", gzip.compress(plain) + b"GARBAGE", error="corrupt gzip")
+    file("gzip_suffix_on_plain.json.gz", plain)
+    file("plain_suffix_on_gzip.json", gzip.compress(plain))
+    file("two_gzip_members.json.gz", gzip.compress(plain[:50]) + gzip.compress(plain[50:]))
+    file("binary_garbage.json", bytes((i * 7919 + 13) % 256 for i in range(16_384)),
+         error="not valid JSON")
+    file("trailing_text.json", plain + b" and then some", error="not valid JSON")
+    file("utf16.json", json.dumps(good_doc()).encode("utf-16"), error="not valid JSON")
+    file("utf8_bom.json", b"\xef\xbb\xbf" + plain)
+    bad_utf8 = _dump(event(40, 1, "PLACEHOLDER")).replace(b"PLACEHOLDER", b"caf\xe9 \xff\xfe")
+    file("non_utf8_name.json", _spliced([_dump(e) for e in good_events()] + [bad_utf8]), skipped=1)
+    file("latin1_everywhere.json", _spliced([bad_utf8, bad_utf8]),
+         error="none of its 2 events is well-formed")
+    file("non_utf8_key.json", b'{"traceEvents": 3, "caf\xe9": 1}', error="not UTF-8 text")
+    file("list_of_numbers.json", b"[1, 2, 3]", error="top level is a list")
+    file("string.json", b'"traceEvents"', error="top level is a string")
+    file("null.json", b"null", error="top level is null")
+    file("no_trace_events.json", _dump({"schemaVersion": 1, "deviceProperties": []}),
+         error="no traceEvents list")
+    file("trace_events_number.json", b'{"traceEvents": 3}', error="traceEvents is a number, not a list")
+    file("trace_events_object.json", b'{"traceEvents": {"ph": "X"}}', error="traceEvents is an object")
+    file("trace_events_null.json", b'{"traceEvents": null}', error="traceEvents is null")
+    wrong = [1, "x", None, [], {"ph": 5}, event(ts={}), event(name={"a": 1}), event(pid=[1]),
+             event(args=[1, 2]), {"ts": 3}]
+    file("wrong_types.json", _dump(good_doc(good_events() + wrong + [{"ph": "Z", "name": "other tool"}])),
+         skipped=len(wrong))
+    file("only_wrong_types.json", _dump(good_doc(wrong)), error=f"none of its {len(wrong)} events")
+    missing = [{k: v for k, v in event(60, 1).items() if k != "ts"},
+               {k: v for k, v in event(61, 1).items() if k != "dur"}]
+    file("missing_ts_dur.json", _dump(good_doc(good_events() + missing)), skipped=1)
+    file("negative_dur.json", _dump(good_doc(good_events() + [event(70, -5), event(71, -1e9)])))
+    file("nan_infinity.json", _spliced([_dump(e) for e in good_events()] + [
+        b'{"ph":"X","cat":"cpu_op","name":"nan ts","pid":1,"tid":1,"ts":NaN,"dur":1}',
+        b'{"ph":"X","cat":"cpu_op","name":"inf dur","pid":1,"tid":1,"ts":80,"dur":Infinity}',
+        b'{"ph":"X","cat":"cpu_op","name":"-inf ts","pid":1,"tid":1,"ts":-Infinity,"dur":1}']),
+        skipped=2)
+    file("huge_numbers.json", _spliced([_dump(e) for e in good_events()] + [
+        _dump(event(90, 1, "huge ts")).replace(b'"ts": 90', b'"ts": ' + b"9" * 400),
+        _dump(event(91, 1, "huge pid")).replace(b'"pid": 1', b'"pid": ' + b"7" * 30),
+        _dump(event(92, 1, "huge dur")).replace(b'"dur": 1', b'"dur": ' + b"8" * 5000),
+        _dump(event(93, 1, "float overflow")).replace(b'"ts": 93', b'"ts": 1e400'),
+        _dump(event(94, 1, "huge stream", cat="kernel", pid=0, tid=2**70,
+                    args={"device": 2**80, "stream": 2**90, "correlation": -(2**70)}))]),
+        skipped=3)
+    file("deep_nesting_in_event.json", _spliced([_dump(e) for e in good_events()] + [
+        b'{"ph":"X","ts":1,"dur":1,"args":{"x":' + b"[" * DEEP + b"]" * DEEP + b"}}"]),
+        error="nested too deeply")
+    file("deep_nesting_header.json", b'{"traceName":' + b"[" * DEEP + b"]" * DEEP + b',"traceEvents":'
+         + _dump(good_events()) + b"}", error="nested too deeply")
+    file("deep_list_top.json", b"[" * DEEP + b"]" * DEEP, error="top level is a list")
+    file("deep_nesting_unclosed.json", b'{"traceEvents":' + b"[" * DEEP, error="nested too deeply")
+    file("zero_events.json", _dump(good_doc([])), error="no events")
+    file("metadata_only.json", _dump(good_doc([{"ph": "M", "name": "process_name", "pid": 1,
+                                               "args": {"name": "python"}}])), error="no events")
+    file("bad_rank.json", _dump(good_doc(distributedInfo={"rank": 2**40, "world_size": 2})),
+         warning="ignored distributedInfo.rank")
+    file("bad_header.json", _dump(good_doc(deviceProperties="many", baseTimeNanoseconds="now",
+                                           distributedInfo=[1])))
+
+    empty_dir = root / "empty_folder"
+    empty_dir.mkdir()
+    (empty_dir / "notes.txt").write_text("no traces here\n")
+    cases.append(Case("empty_folder", empty_dir, error="folder holds no trace files"))
+    same = root / "same_rank"
+    same.mkdir()
+    for i in range(2):
+        (same / f"worker{i}.json").write_bytes(_dump(good_doc(distributedInfo={"rank": 3})))
+    cases.append(Case("same_rank", same, error="claims rank 3"))
+    mixed = root / "one_broken_rank"
+    mixed.mkdir()
+    (mixed / "rank-0.json").write_bytes(_dump(good_doc(distributedInfo={"rank": 0})))
+    (mixed / "rank-1.json").write_bytes(plain[:100])
+    cases.append(Case("one_broken_rank", mixed, error="rank-1.json: not valid JSON"))
+    one_empty = root / "one_empty_rank"
+    one_empty.mkdir()
+    (one_empty / "rank-0.json").write_bytes(_dump(good_doc(distributedInfo={"rank": 0})))
+    (one_empty / "rank-1.json").write_bytes(_dump(good_doc([], distributedInfo={"rank": 1})))
+    cases.append(Case("one_empty_rank", one_empty, warning="rank-1.json: no events"))
+
+    locked = root / "unreadable.json"
+    locked.write_bytes(plain)
+    locked.chmod(0)
+    reason = None
+    if os.access(locked, os.R_OK):  # root (or a capability) reads it anyway
+        reason = "this user can read a chmod 000 file (root?): unreadability cannot be made here"
+    cases.append(Case("unreadable", locked, error="cannot read (Permission denied)", skip_reason=reason))
+    cases.append(Case("missing", root / "does_not_exist.json", error="no such file or folder"))
+    cases.append(Case("name_too_long", root / ("x" * 300 + ".json"), error="cannot read"))
+    fifo = root / "fifo.json"
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(fifo)
+        cases.append(Case("fifo", fifo, error="not a file or folder"))
+    return {c.name: c for c in cases}
+
+
+def restore_permissions(root: Path) -> None:
+    """So that pytest can delete the folder afterwards."""
+    for path in Path(root).rglob("*"):
+        if not path.is_symlink() and path.exists():
+            path.chmod(path.stat().st_mode | stat.S_IRUSR | stat.S_IWUSR)

@@ -1,0 +1,243 @@
+"""The anti-pattern zoo: each planted slowdown is found by the rule of the same name, nothing else fires.
+
+CPU-detectable patterns are recorded here (`goodhart-prof run --inject NAME --mode full` on the
+tiny config, all runs started at once); the CUDA-only rules are checked on real GPU traces from
+other people's runs and on hand-built ones, since no GPU recording of our trainer exists yet.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from goodhart_prof.analysis import analyze
+from goodhart_prof.analysis.findings import UNFUSED_KERNELS_PER_STEP, ZOO_RULES
+from goodhart_prof.trace.load import load
+from helpers import clean_env, error_lines, run_cmd, write_tiny_config
+from test_syncs import ann, kernel, load_events, memcpy, op, rt
+from trainer import antipatterns
+from trainer.config import ConfigError, build_config
+from trainer.ppo import clip_grad_norm_no_sync
+from trainer.train import Trainer
+
+DATA = Path(__file__).parent / "data"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+PLANTED = Path(antipatterns.__file__).resolve()
+
+# Tiny config: 8 env steps per rollout, 1 epoch x 2 minibatches; two traced iterations.
+STEPS, MINIBATCHES = 8, 2
+# What each pattern does per iteration, from the planted code, and a piece of its planted line.
+EXPECTED = {
+    "item_logging": (STEPS, ".item()"),                      # one read per env step
+    "cpu_alloc": (STEPS, "torch.zeros(n_envs).to(device)"),  # one buffer per env step
+    "nan_checks": (3 * (STEPS + 1 + MINIBATCHES), "torch.where("),  # 3 checks per forward
+    "sync_grad_clip": (MINIBATCHES, "total_norm.item()"),    # one read per optimizer step
+    "branchy_value_head": (MINIBATCHES, "if returns.std() > 0"),  # one branch per minibatch
+    "pageable_htod": (STEPS, "torch.from_numpy(obs).to("),   # one host-built obs per env step
+}
+assert set(EXPECTED) == antipatterns.CPU_DETECTABLE
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict[str, Path]:
+    """Trace folders of a clean run and of each CPU-detectable pattern, recorded in parallel."""
+    root = tmp_path_factory.mktemp("zoo")
+    cfg = write_tiny_config(root)
+    env = clean_env(OMP_NUM_THREADS="1")
+    procs = {}
+    for name in ("clean", *EXPECTED):
+        out = root / name
+        argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--iterations", "2-3", "--mode",
+                "full", "--config", str(cfg), "--output-dir", str(out), "--no-progress"]
+        argv += [] if name == "clean" else ["--inject", name]
+        procs[name] = (out, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, text=True))
+    folders = {}
+    for name, (out, proc) in procs.items():
+        _, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, (name, stderr[-2000:])
+        folders[name] = out
+    return folders
+
+
+def function_body(path: Path, first_line: int, fn: str) -> str:
+    lines = path.read_text().splitlines()[first_line - 1:]
+    assert re.match(rf"\s*(def|class) {fn}\b", lines[0]), lines[0]
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    body = [lines[0]]
+    for line in lines[1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body.append(line)
+    return "\n".join(body)
+
+
+def zoo_findings(folder: Path) -> dict[str, object]:
+    return {f.rule: f for f in analyze(load(folder)).findings if f.rule in ZOO_RULES}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_planted_pattern_fires_its_rule_with_evidence(recorded, name):
+    found = zoo_findings(recorded[name])
+    assert set(found) == {name}, sorted(found)  # its rule, and no other zoo rule
+    per_iteration, planted_code = EXPECTED[name]
+    ev = found[name].evidence
+    assert ev["per_iteration"] == per_iteration and ev["count"] == 2 * per_iteration
+    top = ev["sites"][0]
+    assert top["count"] == ev["count"]
+    m = re.match(r"^(?P<file>.+\.py):(?P<line>\d+) (?P<fn>\w+)$", top["site"])
+    assert m and Path(m["file"]).resolve() == PLANTED, top["site"]
+    # Kineto names a Python frame by its function's first line: the planted line is in its body.
+    assert planted_code in function_body(PLANTED, int(m["line"]), m["fn"]), top["site"]
+    record = json.loads((recorded[name] / "run.json").read_text())
+    assert record["config"]["inject"] == name
+
+
+@pytest.mark.slow
+def test_clean_run_fires_no_zoo_rule(recorded):
+    # Torch's own reads (foreach Adam's CPU step counters, aten::std's scalar) are not ours.
+    assert zoo_findings(recorded["clean"]) == {}
+    record = json.loads((recorded["clean"] / "run.json").read_text())
+    assert record["config"]["inject"] == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["-m", "goodhart_prof.cli", "run"], ["-m", "trainer"]])
+def test_bad_inject_name_is_one_line_error(tmp_path, argv):
+    res = run_cmd(argv + ["--inject", "item_logging,bogus", "--output-dir", str(tmp_path / "never")])
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    lines = error_lines(res.stderr)
+    assert len(lines) == 1 and "'bogus'" in lines[0], res.stderr
+    assert all(n in lines[0] for n in antipatterns.NAMES)
+    assert not (tmp_path / "never").exists()
+
+
+def test_inject_config_is_canonical_and_overrides(tmp_path):
+    cfg = build_config(write_tiny_config(tmp_path), device="cpu", inject="tiny_batch, no_amp,tiny_batch")
+    assert cfg.inject == "no_amp,tiny_batch"  # zoo order, each once
+    assert (cfg.n_envs, cfg.amp) == (antipatterns.TINY_BATCH_ENVS, "off")
+    with pytest.raises(ConfigError, match="valid: item_logging"):
+        build_config(None, device="cpu", inject="fast")
+
+
+def test_clean_trainer_has_no_planted_code(tmp_path):
+    cfg = build_config(write_tiny_config(tmp_path), device="cpu", output_dir=str(tmp_path))
+    trainer = Trainer(cfg)
+    assert trainer.env_step == trainer.env.step  # no wrapper around the hot path
+    assert trainer.clip_grads is clip_grad_norm_no_sync
+    assert type(trainer.policy).forward is antipatterns.ActorCritic.forward
+    assert "prepare_targets" not in vars(trainer.policy.value_head)
+    planted = Trainer(build_config(write_tiny_config(tmp_path), device="cpu",
+                                   output_dir=str(tmp_path), inject=",".join(antipatterns.NAMES)))
+    assert planted.env_step != planted.env.step and isinstance(planted.optimizer, torch.optim.Adam)
+
+
+def test_host_built_observations_equal_the_device_ones(tmp_path):
+    cfg = build_config(write_tiny_config(tmp_path), device="cpu", output_dir=str(tmp_path))
+    env = Trainer(cfg).env
+    step = antipatterns.pageable_htod_step(env.step, env)
+    state, _ = env.reset()
+    for _ in range(5):
+        actions = torch.randint(0, 5, (cfg.n_envs,))
+        host = step(state, actions)
+        assert torch.equal(host.obs, env.observe(host.state.grid, host.state.pos))
+        state = host.state
+
+
+# -- CUDA-only rules: real GPU traces and hand-built ones ---------------------------------------------
+def rules(trace) -> dict[str, object]:
+    return {f.rule: f for f in analyze(trace).findings}
+
+
+def test_gpu_rules_on_real_traces():
+    v100 = rules(load(DATA / "hta" / "v100_ddp_rank1.json.gz"))
+    assert "no_amp" in v100 and v100["no_amp"].evidence["low_precision_us"] == 0  # volta_sgemm
+    assert v100["unfused_adam"].evidence["optimizer"] == ["SGD"]  # a for-loop SGD step
+    assert v100["unfused_adam"].evidence["kernels_per_step"] >= UNFUSED_KERNELS_PER_STEP
+    assert "eager_update" not in v100  # its backward is a CompiledFunctionBackward
+    owl = rules(load(DATA / "tracelens" / "h100_owlv2_inference.json.gz"))
+    assert not {"no_amp", "unfused_adam", "eager_update", "cpu_alloc"} & set(owl)  # bf16 inference
+    assert owl["pageable_htod"].evidence["gpu_copies"] == 25
+
+
+def test_tiny_batch_and_eager_update_on_dlrm():
+    path = SHARED / "param" / "dlrm_8rank"
+    if not path.exists():
+        pytest.skip(f"{path} not present (shared traces live beside the repository)")
+    found = rules(load(path))
+    assert found["tiny_batch"].evidence["median_kernel_us"] < 10
+    assert "eager_update" in found and not found["eager_update"].evidence["compiled_elsewhere"]
+
+
+def _optimizer_trace(tmp_path, kernel_names, backward, name="opt.json"):
+    """A training step on a GPU: backward nodes, then an Adam step launching kernel_names."""
+    events, t, corr = [ann("ProfilerStep#1", 0, 100_000)], 10.0, 1
+    for bw in backward:
+        events.append(op(f"autograd::engine::evaluate_function: {bw}", t, 20))
+        t += 30
+    for i in range(60):  # enough GPU activity to judge eager_update
+        events += [rt("cudaLaunchKernel", t, 5, corr), kernel("elementwise_kernel", t + 6, 40, corr)]
+        t, corr = t + 50, corr + 1
+    events.append(ann("Optimizer.step#Adam.step", t, 20 * len(kernel_names) + 10))
+    for k in kernel_names:
+        events += [rt("cudaLaunchKernel", t + 2, 5, corr), kernel(k, t + 8, 4, corr)]
+        t, corr = t + 20, corr + 1
+    return load_events(tmp_path, events, name)
+
+
+def test_unfused_adam_judges_the_kernels_of_the_step(tmp_path):
+    foreach = [f"multi_tensor_apply_kernel<BinaryOpListAlphaFunctor{i}>" for i in range(7)]
+    found = rules(_optimizer_trace(tmp_path, foreach, ["MmBackward0"]))
+    assert found["unfused_adam"].evidence["kernels_per_step"] == 7
+    fused = ["multi_tensor_apply_kernel<BinaryOpScalarFunctor>",
+             "multi_tensor_apply_kernel<FusedAdamMathFunctor<float, 4>>"]
+    assert "unfused_adam" not in rules(_optimizer_trace(tmp_path, fused, ["MmBackward0"], "f.json"))
+
+
+def test_eager_update_looks_at_the_backward(tmp_path):
+    eager = rules(_optimizer_trace(tmp_path, [], ["MmBackward0", "torch::autograd::AccumulateGrad"]))
+    assert eager["eager_update"].evidence["backward_ops"] == 1  # AccumulateGrad is always eager
+    compiled = _optimizer_trace(tmp_path, [], ["CompiledFunctionBackward",
+                                               "torch::autograd::AccumulateGrad"], "c.json")
+    assert "eager_update" not in rules(compiled)
+
+
+def test_no_amp_reads_hopper_and_cutlass_type_names(tmp_path):
+    def gemms(name, file):
+        events, t = [ann("ProfilerStep#1", 0, 100_000)], 0.0
+        for i in range(120):
+            events += [rt("cudaLaunchKernel", t, 5, i), kernel(name, t + 6, 500, i)]
+            t += 501
+        return rules(load_events(tmp_path, events, file))
+    assert "no_amp" not in gemms("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", "bf16.json")  # cuBLASLt bf16
+    assert "no_amp" in gemms("cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4", "tf32.json")
+    assert "no_amp" in gemms("ampere_sgemm_128x64_nn", "fp32.json")
+
+
+def _moves_on_gpu(tmp_path, creator: str, name: str):
+    """Two iterations of 3 `torch.<creator>(...).to('cuda')` each, as Kineto records them on a GPU."""
+    events, corr = [], 1
+    for it in range(2):
+        base = it * 10_000
+        events.append(ann(f"ProfilerStep#{it}", base, 9_000))
+        for k in range(3):
+            t = base + 100 + 1000 * k
+            events += [op(creator, t, 20), op("aten::to", t + 50, 80), op("aten::_to_copy", t + 55, 70),
+                       op("aten::copy_", t + 60, 60), rt("cudaMemcpyAsync", t + 70, 20, corr),
+                       memcpy("Memcpy HtoD (Pageable -> Device)", t + 200, 3, corr)]
+            corr += 1
+    return rules(load_events(tmp_path, events, name))
+
+
+def test_gpu_copies_of_fresh_tensors_go_to_one_rule(tmp_path):
+    made = _moves_on_gpu(tmp_path, "aten::zeros", "zeros.json")  # torch.zeros(n).to(dev)
+    assert made["cpu_alloc"].evidence["per_iteration"] == 3 and "pageable_htod" not in made
+    assert made["cpu_alloc"].evidence["creators"] == {"aten::zeros": 6}
+    host = _moves_on_gpu(tmp_path, "aten::lift_fresh", "numpy.json")  # torch.from_numpy(a).to(dev)
+    assert host["pageable_htod"].evidence["gpu_copies"] == 6 and "cpu_alloc" not in host

@@ -1,0 +1,173 @@
+"""The anti-pattern zoo: known slowdowns, planted in our own trainer behind `--inject NAME[,NAME...]`.
+
+Each pattern is real code doing what its description says, taken from the experience reports the
+project grew from. Its name is also the `rule` id of the finding in `goodhart_prof.analysis.findings`
+that must detect it, so `goodhart-prof run --inject X` followed by `goodhart-prof analyze` checks the
+analyzer end to end (`scripts/bench_zoo.py` does that for the whole zoo).
+
+The clean trainer pays nothing for the zoo: the Trainer looks the injected names up once, at
+construction, and swaps in the planted functions below (a wrapped env step, a checked policy, a
+different clip function, ...). No per-step `if` on the injected set exists on the hot path.
+
+`cuda_only` patterns cost something (and can be detected) only on a CUDA device: on the CPU, fused
+Adam, bf16 autocast and torch.compile are not what makes the loop fast or slow (`amp` and `compile`
+are already off there by default), so the planted change is a no-op or nearly so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .env import OBS_CHANNELS, GoodhartGridWorld, StepResult
+from .policy import ActorCritic, ValueHead
+
+
+@dataclass(frozen=True)
+class AntiPattern:
+    name: str             # the --inject name and the finding's rule id
+    cuda_only: bool       # the planted change does something only on a CUDA device
+    cpu_detectable: bool  # a CPU-only trace holds the evidence its rule needs
+    what: str             # what the planted code does
+
+
+TINY_BATCH_ENVS = 8
+ZOO: tuple[AntiPattern, ...] = (
+    AntiPattern("item_logging", False, True,
+                "logs reward.mean().item() into a Python list after every env step"),
+    AntiPattern("cpu_alloc", False, True,
+                "creates a per-step reward-shaping buffer with torch.zeros(n) (no device=), then "
+                "moves it with .to(device) and adds it to the reward"),
+    AntiPattern("nan_checks", False, True,
+                "validates obs, features and logits in every policy forward: torch.isnan(x).any() "
+                "per row, then torch.where(mask) to locate the bad rows"),
+    AntiPattern("sync_grad_clip", False, True,
+                "clips gradients by a norm read back to the host (total_norm.item()) and branches "
+                "on it, every minibatch"),
+    AntiPattern("branchy_value_head", False, True,
+                "the value head's prepare_targets branches on a tensor (`if returns.std() > 0:`) "
+                "in the update"),
+    AntiPattern("pageable_htod", False, True,
+                "builds each step's observations on the host with numpy and copies them with "
+                "torch.from_numpy(...).to(device)"),
+    AntiPattern("unfused_adam", True, False, "Adam without fused=True (CUDA only)"),
+    AntiPattern("no_amp", True, False, "bf16 autocast off (CUDA only)"),
+    AntiPattern("eager_update", True, False, "the PPO loss/update is not torch.compile'd (CUDA only)"),
+    AntiPattern("tiny_batch", False, False,
+                f"only {TINY_BATCH_ENVS} envs, so every kernel is tiny (the GPU is launch-bound)"),
+)
+NAMES: tuple[str, ...] = tuple(p.name for p in ZOO)
+BY_NAME: dict[str, AntiPattern] = {p.name: p for p in ZOO}
+CUDA_ONLY: frozenset[str] = frozenset(p.name for p in ZOO if p.cuda_only)
+CPU_DETECTABLE: frozenset[str] = frozenset(p.name for p in ZOO if p.cpu_detectable)
+
+
+def parse(text: str | None) -> tuple[str, ...]:
+    """`a,b` -> the names in zoo order, each once; ValueError (one line) on an unknown name."""
+    given = [n.strip() for n in (text or "").split(",") if n.strip()]
+    unknown = [n for n in given if n not in BY_NAME]
+    if unknown:
+        raise ValueError(f"unknown anti-pattern {unknown[0]!r}; valid: {', '.join(NAMES)}")
+    return tuple(n for n in NAMES if n in given)
+
+
+def config_overrides(names: tuple[str, ...]) -> dict[str, Any]:
+    """Config changes that plant a pattern (they win over the file and the flags, and run.json
+    records the config the run really used)."""
+    out: dict[str, Any] = {}
+    if "tiny_batch" in names:
+        out["n_envs"] = TINY_BATCH_ENVS
+    if "no_amp" in names:
+        out["amp"] = "off"
+    return out
+
+
+# -- env step wrappers (the rollout's hot path) -----------------------------------------------------
+StepFn = Callable[..., StepResult]
+
+
+def item_logging_step(step: StepFn, log: list[float]) -> StepFn:
+    def step_and_log(state, actions):
+        res = step(state, actions)
+        log.append(res.proxy_reward.mean().item())  # a host read-back every env step
+        return res
+    return step_and_log
+
+
+def cpu_alloc_step(step: StepFn, n_envs: int, device: torch.device) -> StepFn:
+    def step_with_shaping(state, actions):
+        res = step(state, actions)
+        shaping = torch.zeros(n_envs).to(device)  # made on the CPU, then moved, every step
+        return res._replace(proxy_reward=res.proxy_reward + shaping)
+    return step_with_shaping
+
+
+def pageable_htod_step(step: StepFn, env: GoodhartGridWorld) -> StepFn:
+    """Observations built on the host with numpy from the new state, copied to the device."""
+    offsets = np.arange(-env.pad, env.pad + 1)
+    channels = np.array(OBS_CHANNELS, dtype=np.int8).reshape(1, -1, 1, 1)
+    env_idx = np.arange(env.n_envs).reshape(-1, 1, 1)
+    np_dtype = np.float32
+
+    def step_host_obs(state, actions):
+        res = step(state, actions)
+        grid = res.state.grid.cpu().numpy()
+        pos = res.state.pos.cpu().numpy()
+        rows = pos[:, 0].reshape(-1, 1, 1) + offsets.reshape(1, -1, 1)
+        cols = pos[:, 1].reshape(-1, 1, 1) + offsets.reshape(1, 1, -1)
+        obs = (grid[env_idx, rows, cols][:, None] == channels).astype(np_dtype)
+        # Pageable host memory: the copy cannot be asynchronous and the driver stages it.
+        return res._replace(obs=torch.from_numpy(obs).to(env.device, dtype=env.obs_dtype))
+    return step_host_obs
+
+
+# -- policy and update ----------------------------------------------------------------------------
+def _locate_nan_rows(name: str, x: torch.Tensor) -> None:
+    bad_rows = torch.isnan(x).reshape(len(x), -1).any(dim=1)
+    rows = torch.where(bad_rows)[0]  # nonzero: a data-dependent shape, so a host sync
+    if len(rows):
+        raise FloatingPointError(f"NaN in {name}, rows {rows[:8].tolist()}")
+
+
+class NanCheckedActorCritic(ActorCritic):
+    """The same network, validating its input and outputs on every forward, unconditionally."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _locate_nan_rows("obs", obs)
+        features = self.trunk(obs)
+        _locate_nan_rows("features", features)
+        logits, value = self.actor(features), self.value_head(features)
+        _locate_nan_rows("logits", logits)
+        return logits, value
+
+
+def clip_grad_norm_with_readback(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """The classic hand-written clip: per-tensor norms, the total read back, a host-side branch."""
+    grads = [p.grad for p in params if p.grad is not None]
+    total_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    norm = total_norm.item()  # waits for the whole backward pass
+    if not math.isfinite(norm):
+        raise FloatingPointError(f"gradient norm is {norm}")
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / (norm + 1e-6))
+    return total_norm
+
+
+def make_branchy(head: ValueHead) -> None:
+    """Give this value head a prepare_targets that branches on a tensor value in the update."""
+    straight = head.prepare_targets
+
+    def prepare_targets(returns: torch.Tensor, old_values: torch.Tensor):
+        if returns.std() > 0:  # `if tensor:` -- a host sync, and a graph break under compile
+            return straight(returns, old_values)
+        return returns - returns.mean(), old_values - returns.mean()
+    head.prepare_targets = prepare_targets  # type: ignore[method-assign]
+
+
+def unfused_adam(params: list[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+    """Adam as most code writes it: no fused=True (foreach on CUDA, a loop per tensor on the CPU)."""
+    return torch.optim.Adam(params, lr=lr, eps=1e-5)
