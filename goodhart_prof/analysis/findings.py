@@ -12,6 +12,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from .intervals import starts_inside
+
 SEVERITIES = ("high", "medium", "low")
 
 
@@ -333,22 +335,7 @@ def _as_points(trace, moves: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 def _inside_moves(points: pd.DataFrame, moves: pd.DataFrame) -> np.ndarray:
     """Whether each sync point's host call starts inside one of the move ops (same thread)."""
-    out = np.zeros(len(points), dtype=bool)
-    if points.empty or moves.empty:
-        return out
-    spans = {k: (g["ts"].to_numpy(), g["end"].to_numpy())
-             for k, g in moves.sort_values("ts").groupby(["rank", "pid", "tid"], sort=False)}
-    positions = pd.RangeIndex(len(points))
-    for key, q in points.reset_index(drop=True).groupby(["rank", "pid", "tid"], sort=False):
-        span = spans.get(tuple(int(k) for k in key))
-        if span is None:
-            continue
-        j = np.searchsorted(span[0], q["ts"].to_numpy(), side="right") - 1
-        ok = j >= 0
-        hit = np.zeros(len(q), dtype=bool)
-        hit[ok] = span[1][j[ok]] >= q["ts"].to_numpy()[ok]
-        out[positions.get_indexer(q.index)] = hit
-    return out
+    return starts_inside(moves, points)
 
 
 def _gpu_copies_of(trace, points: pd.DataFrame) -> pd.DataFrame:

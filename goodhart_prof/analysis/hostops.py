@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from .intervals import starts_inside
 from .links import gpu_launches
 from .syncs import STEP, _start_order
 
@@ -223,16 +224,5 @@ def launch_in_cpu_op(trace: Trace, gpu_rows: np.ndarray) -> np.ndarray:
                       "tid": ev["tid"].loc[launch[has]].to_numpy(),
                       "ts": ev["ts"].loc[launch[has]].to_numpy(), "pos": np.flatnonzero(has)})
     ops = top_level_ops(trace)
-    top = ops[ops["top"].to_numpy()]
-    spans = {k: (g["ts"].to_numpy(), g["end"].to_numpy())
-             for k, g in top.groupby(["rank", "pid", "tid"], sort=False)}
-    for key, g in q.groupby(["rank", "pid", "tid"], sort=False):
-        span = spans.get(tuple(int(k) for k in key))
-        if span is None:
-            continue
-        j = np.searchsorted(span[0], g["ts"].to_numpy(), side="right") - 1
-        ok = j >= 0
-        hit = np.zeros(len(g), dtype=bool)
-        hit[ok] = span[1][j[ok]] >= g["ts"].to_numpy()[ok]
-        out[g["pos"].to_numpy()] = hit
+    out[q["pos"].to_numpy()] = starts_inside(ops[ops["top"].to_numpy()], q)
     return out

@@ -84,3 +84,25 @@ def by_thread(frame: pd.DataFrame) -> Iterator[tuple[tuple[int, int, int], pd.Da
                                                           kind="stable").drop(columns="_neg")
     for key, group in ordered.groupby(["rank", "pid", "tid"], sort=False, observed=True):
         yield tuple(int(k) for k in key), group
+
+
+def starts_inside(spans: pd.DataFrame, points: pd.DataFrame) -> np.ndarray:
+    """Whether each point's `ts` lies inside one of the spans (`ts`..`end`) on its own
+    (rank, pid, tid); the spans of one thread must not overlap (e.g. top-level ops)."""
+    out = np.zeros(len(points), dtype=bool)
+    if points.empty or spans.empty:
+        return out
+    by_thread = {k: (g["ts"].to_numpy(), g["end"].to_numpy())
+                 for k, g in spans.sort_values("ts").groupby(["rank", "pid", "tid"], sort=False)}
+    positions = pd.RangeIndex(len(points))
+    for key, q in points.reset_index(drop=True).groupby(["rank", "pid", "tid"], sort=False):
+        span = by_thread.get(tuple(int(k) for k in key))
+        if span is None:
+            continue
+        ts = q["ts"].to_numpy()
+        j = np.searchsorted(span[0], ts, side="right") - 1
+        ok = j >= 0
+        hit = np.zeros(len(q), dtype=bool)
+        hit[ok] = span[1][j[ok]] >= ts[ok]
+        out[positions.get_indexer(q.index)] = hit
+    return out
