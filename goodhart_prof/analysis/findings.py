@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import starts_inside
+from .links import launched_inside
 
 SEVERITIES = ("high", "medium", "low")
 
@@ -399,17 +400,7 @@ def unfused_adam(a) -> Finding | None:
 
 def _launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> np.ndarray:
     """GPU rows whose launch call starts inside one of the spans on the span's thread."""
-    found = []
-    for key, sp in spans.groupby(["rank", "pid", "tid"], sort=False, observed=True):
-        l = links[(links["rank"] == key[0]) & (links["pid"] == key[1]) & (links["tid"] == key[2])]
-        if l.empty:
-            continue
-        l = l.sort_values("launch_ts")
-        t = l["launch_ts"].to_numpy()
-        lo = np.searchsorted(t, sp["ts"].to_numpy(), side="left")
-        hi = np.searchsorted(t, sp["end"].to_numpy(), side="right")
-        rows = l["gpu_row"].to_numpy()
-        found += [rows[x:y] for x, y in zip(lo, hi) if y > x]
+    found = [part["gpu_row"].to_numpy() for _, part in launched_inside(spans, links)]
     return np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
 
 

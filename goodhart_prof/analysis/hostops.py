@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from .intervals import starts_inside
-from .links import gpu_launches
+from .links import gpu_launches, launched_inside
 from .syncs import STEP, _start_order
 
 FACTORIES = frozenset({
@@ -189,20 +189,8 @@ def _htod_inside(trace: Trace, moves: pd.DataFrame) -> pd.DataFrame:
     links = gpu_launches(trace)
     links = links[(links["launch_row"].to_numpy() >= 0) & links["gpu_row"].isin(copies.index).to_numpy()]
     links = links.join(copies, on="gpu_row")
-    rows = []
-    for key, q in moves.groupby(["rank", "pid", "tid"], sort=False):
-        l = links[(links["rank"] == key[0]) & (links["pid"] == key[1]) & (links["tid"] == key[2])]
-        if l.empty:
-            continue
-        l = l.sort_values("launch_ts")
-        t = l["launch_ts"].to_numpy()
-        lo = np.searchsorted(t, q["ts"].to_numpy(), side="left")
-        hi = np.searchsorted(t, q["end"].to_numpy(), side="right")
-        for row, a, b in zip(q.index, lo, hi):
-            if b > a:
-                part = l.iloc[a:b]
-                rows.append((row, b - a, float(part["bytes"].sum(skipna=True)),
-                             float(part["dur"].sum()), int(part["pageable"].sum())))
+    rows = [(row, len(part), float(part["bytes"].sum(skipna=True)), float(part["dur"].sum()),
+             int(part["pageable"].sum())) for row, part in launched_inside(moves, links)]
     if not rows:
         return pd.DataFrame(columns=cols, index=moves.index, dtype=float)
     found = pd.DataFrame(rows, columns=["row"] + cols).set_index("row")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from typing import Iterator
+
 from ..trace.model import GPU_ACTIVITY_CATS, Trace
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
@@ -41,3 +43,20 @@ def _gpu_launches(trace: Trace) -> pd.DataFrame:
     for col in ("pid", "tid"):
         out[col] = out[col].fillna(-1).astype(np.int64)
     return out.drop(columns="correlation")
+
+
+def launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> Iterator[tuple[object, pd.DataFrame]]:
+    """For each span (rows with rank, pid, tid, ts, end) that launched GPU work: its label and
+    the rows of `links` (a `gpu_launches` selection) whose launch call starts inside it on the
+    same thread. Per thread: launches sorted once, two searchsorted calls for all its spans."""
+    for key, sp in spans.groupby(["rank", "pid", "tid"], sort=False, observed=True):
+        own = links[(links["rank"] == key[0]) & (links["pid"] == key[1]) & (links["tid"] == key[2])]
+        if own.empty:
+            continue
+        own = own.sort_values("launch_ts")
+        t = own["launch_ts"].to_numpy()
+        lo = np.searchsorted(t, sp["ts"].to_numpy(), side="left")
+        hi = np.searchsorted(t, sp["end"].to_numpy(), side="right")
+        for label, a, b in zip(sp.index, lo, hi):
+            if b > a:
+                yield label, own.iloc[a:b]
