@@ -108,9 +108,12 @@ def gunzip_limit(compressed: int) -> int:
     return min(memory // 3, max(GUNZIP_FLOOR, GUNZIP_RATIO * compressed))
 
 
-def gunzip(data: bytes, limit: int) -> bytearray:
-    """All gzip members of `data`, refusing to expand past `limit` bytes."""
-    out = bytearray()
+def gunzip(data: bytes, limit: int) -> "bytes | bytearray":
+    """All gzip members of `data`, refusing to expand past `limit` bytes.
+
+    A document that inflates in one chunk comes back as that chunk (bytes: copying 54 MB into a
+    bytearray would cost as much as inflating them); a longer one in a bytearray."""
+    out: "bytes | bytearray" = b""
     while data:
         inflater = _decompressobj(wbits=31)
         tail = data
@@ -119,7 +122,12 @@ def gunzip(data: bytes, limit: int) -> bytearray:
             if not chunk and len(inflater.unconsumed_tail) == len(tail):
                 raise DecodeError("truncated or corrupt gzip data (it ends too early)")
             tail = inflater.unconsumed_tail
-            out += chunk
+            if not out:
+                out = chunk
+            else:
+                if out.__class__ is not bytearray:
+                    out = bytearray(out)
+                out += chunk
             if len(out) > limit:
                 raise DecodeError(f"gzip data expands past {limit / 2**30:.1f} GiB (a gzip bomb, or "
                                   f"a trace too big for this machine's memory)")
@@ -136,7 +144,8 @@ def read_bytes(path) -> "mmap.mmap | bytearray | bytes":
 
     A plain file is mapped copy-on-write (no read, no copy: pages load as the decoder reaches
     them, and `piece` may write into the mapping without touching the file). Gunzipped bytes
-    come in a bytearray, so that `piece` may cut them in place too.
+    come as bytes (one chunk) or a bytearray; the loader copies bytes into a bytearray before
+    `piece` cuts them in place.
     """
     with open(path, "rb") as fh:
         if fh.read(2) == GZIP_MAGIC:
