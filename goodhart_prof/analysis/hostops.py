@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import starts_inside
+from .intervals import starts_inside, thread_groups
 from .links import gpu_launches, launched_inside
 from .syncs import STEP, _start_order
 
@@ -107,27 +107,27 @@ def inside_torch_annotation(trace: Trace, rows: pd.DataFrame) -> np.ndarray:
     annotation on its thread: torch's own work, not a line of the user's code."""
     out = np.zeros(len(rows), dtype=bool)
     ev = trace.events
-    cats = ev["cat"].to_numpy()
     names = ev["name"].cat.categories
     wanted = np.flatnonzero(names.str.match(TORCH_ANNOTATION.pattern))
     if rows.empty or not len(wanted):
         return out
     # (2021-era traces record these annotations as cpu ops.)
-    ann = ev[np.isin(cats, ("user_annotation", "cpu_op")) & np.isin(ev["name"].cat.codes.to_numpy(), wanted)]
-    spans = {k: (g["ts"].to_numpy(), g["end"].to_numpy())
-             for k, g in ann.groupby(["rank", "pid", "tid"], sort=False, observed=True)}
-    positions = pd.RangeIndex(len(rows))
-    for key, q in rows.reset_index(drop=True).groupby(["rank", "pid", "tid"], sort=False):
-        span = spans.get(tuple(int(k) for k in key))
-        if span is None:
+    at = np.flatnonzero(np.isin(ev["name"].cat.codes.to_numpy(), wanted))
+    at = at[ev["cat"].iloc[at].isin(("user_annotation", "cpu_op")).to_numpy()]
+    ann = pd.DataFrame({c: ev[c].to_numpy()[at] for c in ("rank", "pid", "tid", "ts", "end")})
+    spans = thread_groups(ann)
+    q_ts, q_end = rows["ts"].to_numpy(), rows["end"].to_numpy()
+    for key, pos in thread_groups(rows).items():
+        own = spans.get(key)
+        if own is None:
             continue
-        order = np.argsort(span[0], kind="stable")
-        starts, ends = span[0][order], np.maximum.accumulate(span[1][order])
-        j = np.searchsorted(starts, q["ts"].to_numpy(), side="right") - 1
+        own = own[np.argsort(ann["ts"].to_numpy()[own], kind="stable")]
+        starts, ends = ann["ts"].to_numpy()[own], np.maximum.accumulate(ann["end"].to_numpy()[own])
+        j = np.searchsorted(starts, q_ts[pos], side="right") - 1
         ok = j >= 0
-        hit = np.zeros(len(q), dtype=bool)
-        hit[ok] = ends[j[ok]] >= q["end"].to_numpy()[ok]
-        out[positions.get_indexer(q.index)] = hit
+        hit = np.zeros(len(pos), dtype=bool)
+        hit[ok] = ends[j[ok]] >= q_end[pos][ok]
+        out[pos] = hit
     return out
 
 

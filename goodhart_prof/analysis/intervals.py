@@ -76,6 +76,26 @@ def innermost_enclosing(c_ts: np.ndarray, c_end: np.ndarray, q_ts: np.ndarray, q
     return out
 
 
+ThreadKey = tuple  # (rank, pid, tid)
+
+
+def thread_groups(frame: pd.DataFrame, keys: tuple[str, ...] = ("rank", "pid", "tid")
+                  ) -> dict[tuple, np.ndarray]:
+    """Positions (0..len-1) of the rows of each (rank, pid, tid), or of each value of `keys`;
+    within a group, positions ascend. One lexsort, no pandas groupby (10x cheaper: the analyses
+    group a dozen tables by thread)."""
+    if frame.empty:
+        return {}
+    cols = [frame[k].to_numpy() for k in keys]
+    order = np.lexsort(cols[::-1])  # stable: positions stay ascending inside a group
+    cols = [c[order] for c in cols]
+    change = np.zeros(len(order) - 1, dtype=bool)
+    for c in cols:
+        change |= c[1:] != c[:-1]
+    bounds = np.concatenate(([0], np.flatnonzero(change) + 1, [len(order)]))
+    return {tuple(int(c[a]) for c in cols): order[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
+
+
 def by_thread(frame: pd.DataFrame) -> Iterator[tuple[tuple[int, int, int], pd.DataFrame]]:
     """(rank, pid, tid) groups of an events frame, each sorted by ts (longer first on ties)."""
     if frame.empty:
@@ -92,17 +112,18 @@ def starts_inside(spans: pd.DataFrame, points: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(points), dtype=bool)
     if points.empty or spans.empty:
         return out
-    by_thread = {k: (g["ts"].to_numpy(), g["end"].to_numpy())
-                 for k, g in spans.sort_values("ts").groupby(["rank", "pid", "tid"], sort=False)}
-    positions = pd.RangeIndex(len(points))
-    for key, q in points.reset_index(drop=True).groupby(["rank", "pid", "tid"], sort=False):
-        span = by_thread.get(tuple(int(k) for k in key))
-        if span is None:
+    span_ts, span_end = spans["ts"].to_numpy(), spans["end"].to_numpy()
+    span_groups = thread_groups(spans)
+    ts = points["ts"].to_numpy()
+    for key, pos in thread_groups(points).items():
+        own = span_groups.get(key)
+        if own is None:
             continue
-        ts = q["ts"].to_numpy()
-        j = np.searchsorted(span[0], ts, side="right") - 1
+        own = own[np.argsort(span_ts[own], kind="stable")]
+        starts, ends = span_ts[own], span_end[own]
+        j = np.searchsorted(starts, ts[pos], side="right") - 1
         ok = j >= 0
-        hit = np.zeros(len(q), dtype=bool)
-        hit[ok] = span[1][j[ok]] >= ts[ok]
-        out[positions.get_indexer(q.index)] = hit
+        hit = np.zeros(len(pos), dtype=bool)
+        hit[ok] = ends[j[ok]] >= ts[pos][ok]
+        out[pos] = hit
     return out

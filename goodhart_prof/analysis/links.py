@@ -26,23 +26,47 @@ def gpu_launches(trace: Trace) -> pd.DataFrame:
 
 def _gpu_launches(trace: Trace) -> pd.DataFrame:
     ev = trace.events
-    gpu = ev[ev["cat"].isin(GPU_ACTIVITY_CATS)]
-    rt = ev[ev["cat"].isin(LAUNCH_CATS) & (ev["correlation"] >= 0)]
-    left = pd.DataFrame({"gpu_row": gpu.index.to_numpy(), "rank": gpu["rank"].to_numpy(),
-                         "correlation": gpu["correlation"].to_numpy(),
-                         "device": gpu["device"].to_numpy(), "ts": gpu["ts"].to_numpy(),
-                         "end": gpu["end"].to_numpy(), "dur": gpu["dur"].to_numpy()})
+    cat = ev["cat"]
+    gpu_rows = np.flatnonzero(cat.isin(GPU_ACTIVITY_CATS).to_numpy())
+    corr = ev["correlation"].to_numpy()
+    rt_rows = np.flatnonzero(cat.isin(LAUNCH_CATS).to_numpy() & (corr >= 0))
+    rank = ev["rank"].to_numpy()
+    col = {c: ev[c].to_numpy() for c in ("ts", "end", "pid", "tid")}
     # One launch per (rank, correlation); a duplicate would be a broken trace, keep the first.
-    right = pd.DataFrame({"launch_row": rt.index.to_numpy(), "rank": rt["rank"].to_numpy(),
-                          "correlation": rt["correlation"].to_numpy(),
-                          "launch_ts": rt["ts"].to_numpy(), "launch_end": rt["end"].to_numpy(),
-                          "pid": rt["pid"].to_numpy(), "tid": rt["tid"].to_numpy()}
-                         ).drop_duplicates(["rank", "correlation"])
-    out = left.merge(right, on=["rank", "correlation"], how="left")
-    out["launch_row"] = out["launch_row"].fillna(-1).astype(np.int64)
-    for col in ("pid", "tid"):
-        out[col] = out[col].fillna(-1).astype(np.int64)
-    return out.drop(columns="correlation")
+    # The join: launches sorted by (rank, correlation), one searchsorted for all GPU rows.
+    order = np.lexsort((rt_rows, corr[rt_rows], rank[rt_rows]))
+    rt_sorted = rt_rows[order]
+    r_rank, r_corr = rank[rt_sorted], corr[rt_sorted]
+    first = np.ones(len(rt_sorted), dtype=bool)
+    first[1:] = (r_rank[1:] != r_rank[:-1]) | (r_corr[1:] != r_corr[:-1])
+    rt_sorted, r_rank, r_corr = rt_sorted[first], r_rank[first], r_corr[first]
+    g_rank, g_corr = rank[gpu_rows], corr[gpu_rows]
+    # position of each GPU row's (rank, correlation) among the launches: rank block, then corr
+    lo = np.searchsorted(r_rank, g_rank, side="left")
+    hi = np.searchsorted(r_rank, g_rank, side="right")
+    pos = np.empty(len(gpu_rows), dtype=np.int64)
+    for r in np.unique(g_rank):  # ranks: a handful
+        sel = g_rank == r
+        a, b = lo[sel][0], hi[sel][0]
+        pos[sel] = a + np.searchsorted(r_corr[a:b], g_corr[sel], side="left")
+    inside = pos < len(rt_sorted)
+    found = np.zeros(len(gpu_rows), dtype=bool)
+    found[inside] = (r_rank[pos[inside]] == g_rank[inside]) & (r_corr[pos[inside]] == g_corr[inside])
+    launch = np.full(len(gpu_rows), -1, dtype=np.int64)  # position in ev of each GPU row's launch
+    launch[found] = rt_sorted[pos[found]]
+    has = launch >= 0
+    at = np.where(has, launch, 0)
+
+    def from_launch(values: np.ndarray, missing) -> np.ndarray:
+        return np.where(has, values[at], missing) if len(values) else np.full(len(at), missing)
+    labels = ev.index.to_numpy()
+    return pd.DataFrame({
+        "gpu_row": labels[gpu_rows], "rank": g_rank, "device": ev["device"].to_numpy()[gpu_rows],
+        "ts": col["ts"][gpu_rows], "end": col["end"][gpu_rows], "dur": ev["dur"].to_numpy()[gpu_rows],
+        "launch_row": from_launch(labels, -1).astype(np.int64),
+        "launch_ts": from_launch(col["ts"], np.nan), "launch_end": from_launch(col["end"], np.nan),
+        "pid": from_launch(col["pid"], -1).astype(np.int64),
+        "tid": from_launch(col["tid"], -1).astype(np.int64)})
 
 
 def launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> Iterator[tuple[object, pd.DataFrame]]:

@@ -21,12 +21,14 @@ Order: annotations by cpu_us (largest first), then the iterations in step order.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, name_codes
+from .intervals import thread_groups
 from .links import gpu_launches
 from .syncs import STEP, profiler_steps
 
@@ -36,72 +38,82 @@ COLUMNS = ["name", "kind", "iteration", "count", "cpu_us", "gpu_us", "gpu_kernel
 def phases(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     """The phase table (see the module docstring); `points` is `sync_points(trace)`."""
     ev = trace.events
-    is_ann = (ev["cat"] == "user_annotation").to_numpy()
-    ann = ev[is_ann]
-    ann = ann[~ann["name"].astype(str).str.match(STEP.pattern).to_numpy()]
+    name_codes_all = ev["name"].cat.codes.to_numpy()
+    at = np.flatnonzero((ev["cat"] == "user_annotation").to_numpy())
+    at = at[~np.isin(name_codes_all[at], name_codes(ev, STEP))]
+    ann = pd.DataFrame({c: ev[c].to_numpy()[at] for c in ("rank", "pid", "tid", "ts", "end", "dur")})
     steps = profiler_steps(ev)
     launches = gpu_launches(trace)
     launches = launches[launches["launch_row"].to_numpy() >= 0]
-    launches = launches.assign(
-        kernel=(ev["cat"].loc[launches["gpu_row"].to_numpy()] == "kernel").to_numpy(float))
+    gpu_us = launches["dur"].to_numpy()
+    is_kernel = (ev["cat"].loc[launches["gpu_row"].to_numpy()] == "kernel").to_numpy(float)
 
-    thread = ["rank", "pid", "tid"]
-    ann_gpu = _sum_inside(ann, launches, "launch_ts", "dur", thread)
-    ann_kernels = _sum_inside(ann, launches, "launch_ts", "kernel", thread)
-    ann_syncs = _sum_inside(ann, points, "ts", None, thread)
-    step_gpu = _sum_inside(steps, launches, "launch_ts", "dur", ["rank"])
-    step_kernels = _sum_inside(steps, launches, "launch_ts", "kernel", ["rank"])
+    thread = ("rank", "pid", "tid")
+    ann_gpu, ann_kernels = _sums_inside(ann, launches, "launch_ts", [gpu_us, is_kernel], thread)
+    (ann_syncs,) = _sums_inside(ann, points, "ts", [None], thread)
+    step_gpu, step_kernels = _sums_inside(steps, launches, "launch_ts", [gpu_us, is_kernel], ("rank",))
 
-    rows = []
-    if not ann.empty:
-        a = pd.DataFrame({"name": ann["name"].astype(str).to_numpy(), "cpu_us": ann["dur"].to_numpy(),
-                          "gpu_us": ann_gpu, "gpu_kernels": ann_kernels, "syncs": ann_syncs})
-        g = a.groupby("name", sort=False).agg(count=("cpu_us", "size"), cpu_us=("cpu_us", "sum"),
-                                              gpu_us=("gpu_us", "sum"),
-                                              gpu_kernels=("gpu_kernels", "sum"),
-                                              syncs=("syncs", "sum"))
-        g = g.reset_index().assign(kind="annotation", iteration=-1)
-        rows.append(g.sort_values(["cpu_us", "name"], ascending=[False, True], kind="stable"))
+    parts = []
+    if len(ann):
+        codes, inverse = np.unique(name_codes_all[at], return_inverse=True)
+        names = ev["name"].cat.categories[codes].astype(str)
+        cpu_us = ann["dur"].to_numpy()
+        a = pd.DataFrame({"name": np.asarray(names, dtype=object), "kind": "annotation",
+                          "iteration": -1, "count": np.bincount(inverse),
+                          **_sums_by(inverse, len(codes), cpu_us=cpu_us, gpu_us=ann_gpu,
+                                     gpu_kernels=ann_kernels, syncs=ann_syncs)})
+        parts.append(a.sort_values(["cpu_us", "name"], ascending=[False, True], kind="stable"))
     if not steps.empty:
-        s = pd.DataFrame({"iteration": steps["step"].to_numpy(), "cpu_us": steps["dur"].to_numpy(),
-                          "gpu_us": step_gpu, "gpu_kernels": step_kernels})
-        g = s.groupby("iteration", sort=True).agg(count=("cpu_us", "size"), cpu_us=("cpu_us", "sum"),
-                                                  gpu_us=("gpu_us", "sum"),
-                                                  gpu_kernels=("gpu_kernels", "sum")).reset_index()
+        its, inverse = np.unique(steps["step"].to_numpy(), return_inverse=True)
         per_it = points["iteration"].value_counts() if len(points) else pd.Series(dtype=np.int64)
-        g["syncs"] = g["iteration"].map(per_it).fillna(0).astype(np.int64)
-        g["name"] = "ProfilerStep#" + g["iteration"].astype(str)
-        rows.append(g.assign(kind="iteration"))
-    if not rows:
+        s = pd.DataFrame({"name": np.array([f"ProfilerStep#{i}" for i in its], dtype=object),
+                          "kind": "iteration", "iteration": its, "count": np.bincount(inverse),
+                          **_sums_by(inverse, len(its), cpu_us=steps["dur"].to_numpy(),
+                                     gpu_us=step_gpu, gpu_kernels=step_kernels),
+                          "syncs": pd.Series(its).map(per_it).fillna(0).to_numpy()})
+        parts.append(s)
+    if not parts:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(
             COLUMNS, (object, object, np.int64, np.int64, float, float, np.int64, np.int64))})
-    out = pd.concat(rows, ignore_index=True)[COLUMNS]
+    out = pd.concat(parts, ignore_index=True)[COLUMNS]
     return out.astype({"iteration": np.int64, "count": np.int64, "cpu_us": float, "gpu_us": float,
                        "gpu_kernels": np.int64, "syncs": np.int64})
 
 
-def _sum_inside(spans: pd.DataFrame, items: pd.DataFrame, time_col: str, value_col: str | None,
-                keys: list[str]) -> np.ndarray:
-    """For each span, the sum of items[value_col] (or the count of items) whose time_col lies in
-    [ts, end], among items with the same keys. Sorted times, prefix sums and searchsorted per
-    key group: no loop over spans or items."""
-    out = np.zeros(len(spans))
+def _sums_by(inverse: np.ndarray, groups: int, **values: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-group sums of each values array (group of row i: inverse[i]), exactly rounded
+    (math.fsum), so that the figures do not depend on the order rows are added in."""
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=groups))))
+    out = {}
+    for k, v in values.items():
+        v = np.asarray(v, dtype=float)[order].tolist()
+        out[k] = np.array([math.fsum(v[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
+    return out
+
+
+def _sums_inside(spans: pd.DataFrame, items: pd.DataFrame, time_col: str,
+                 values: list[np.ndarray | None], keys: tuple[str, ...]) -> list[np.ndarray]:
+    """For each span and each of `values` (arrays aligned with items; None counts items), the
+    sum over the items whose time_col lies in [ts, end] among items with the same keys. Sorted
+    times, prefix sums and searchsorted per key group: no loop over spans or items."""
+    out = [np.zeros(len(spans)) for _ in values]
     if spans.empty or items.empty:
         return out
-    groups = {k if isinstance(k, tuple) else (k,): g for k, g in items.groupby(keys, sort=False)}
-    positions = pd.RangeIndex(len(spans))
-    for key, sp in spans.reset_index(drop=True).groupby(keys, sort=False):
-        g = groups.get(key if isinstance(key, tuple) else (key,))
-        if g is None:
+    item_groups = thread_groups(items, keys)
+    item_t = items[time_col].to_numpy()
+    span_ts, span_end = spans["ts"].to_numpy(), spans["end"].to_numpy()
+    for key, pos in thread_groups(spans, keys).items():
+        own = item_groups.get(key)
+        if own is None:
             continue
-        t = g[time_col].to_numpy()
-        order = np.argsort(t, kind="stable")
-        t = t[order]
-        values = np.ones(len(t)) if value_col is None else g[value_col].to_numpy()[order]
-        cum = np.concatenate(([0.0], np.cumsum(values)))
-        lo = np.searchsorted(t, sp["ts"].to_numpy(), side="left")
-        hi = np.searchsorted(t, sp["end"].to_numpy(), side="right")
-        out[positions.get_indexer(sp.index)] = cum[hi] - cum[lo]
+        own = own[np.argsort(item_t[own], kind="stable")]
+        t = item_t[own]
+        lo = np.searchsorted(t, span_ts[pos], side="left")
+        hi = np.searchsorted(t, span_end[pos], side="right")
+        for result, v in zip(out, values):
+            cum = np.concatenate(([0.0], np.cumsum(np.ones(len(t)) if v is None else v[own])))
+            result[pos] = cum[hi] - cum[lo]
     return out
 
 

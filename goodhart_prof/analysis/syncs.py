@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Frames, Trace
+from ..trace.model import Frames, Trace, rows_named
 from .intervals import innermost_enclosing
 from .links import LAUNCH_CATS, gpu_launches
 
@@ -470,19 +470,20 @@ def is_user_path(path: str) -> bool:
 # -- iterations ------------------------------------------------------------------------------------
 def profiler_steps(ev: pd.DataFrame) -> pd.DataFrame:
     """Host-side `ProfilerStep#N` events (user annotations; cpu ops in 2021 traces) with `step`."""
-    names = ev["name"].cat.categories
-    step_names = names[names.str.match(STEP.pattern)]
-    sel = ev[ev["name"].isin(step_names).to_numpy() & ev["cat"].isin(HOST_CATS).to_numpy()]
-    return sel.assign(step=sel["name"].astype(str).str.slice(len("ProfilerStep#")).astype(np.int64))
+    sel = ev.iloc[rows_named(ev, STEP, HOST_CATS)]
+    step = np.array([int(str(n)[len("ProfilerStep#"):]) for n in sel["name"]], dtype=np.int64)
+    return sel.assign(step=step)
 
 
 def iterations(ev: pd.DataFrame, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """N of the ProfilerStep#N on the same rank (any thread) whose interval holds ts, else -1."""
     out = np.full(len(ts), -1, dtype=np.int64)
     steps = profiler_steps(ev)
-    for r, s in steps.groupby("rank", sort=False):
-        s = s.sort_values("ts", kind="stable")
-        st, se, sn = s["ts"].to_numpy(), s["end"].to_numpy(), s["step"].to_numpy()
+    s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))
+    for r in np.unique(s_rank):
+        own = np.flatnonzero(s_rank == r)
+        own = own[np.argsort(s_ts[own], kind="stable")]
+        st, se, sn = s_ts[own], s_end[own], s_step[own]
         sel = np.flatnonzero(rank == r)
         j = np.searchsorted(st, ts[sel], side="right") - 1
         ok = (j >= 0) & (ts[sel] <= se[np.maximum(j, 0)])

@@ -22,6 +22,7 @@ few that become sync sites), and without torch's own frames (NEVER_USER_FRAMES).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,26 @@ class Frames:
         if sort and len(out) and not _is_sorted(cols["rank"], cols["ts"]):
             out = out.take(np.lexsort((cols["ts"], cols["rank"])))
         return out
+
+
+def name_codes(events: pd.DataFrame, pattern: "re.Pattern[str]", search: bool = False) -> np.ndarray:
+    """Codes of the distinct `name`s that `pattern` matches (re.match; re.search with `search`):
+    each distinct name is tested once, rows are then picked by code."""
+    test = pattern.search if search else pattern.match
+    return np.array([i for i, n in enumerate(events["name"].cat.categories) if test(str(n))],
+                    dtype=np.int64)
+
+
+def rows_named(events: pd.DataFrame, pattern: "re.Pattern[str]", cats: tuple[str, ...] | None = None,
+               search: bool = False) -> np.ndarray:
+    """Positions of the rows whose name matches `pattern` (and whose cat is one of `cats`)."""
+    codes = name_codes(events, pattern, search)
+    if not len(codes):
+        return np.empty(0, dtype=np.int64)
+    at = np.flatnonzero(np.isin(events["name"].cat.codes.to_numpy(), codes))
+    if cats is not None and len(at):
+        at = at[events["cat"].iloc[at].isin(cats).to_numpy()]
+    return at
 
 
 def _is_sorted(rank: np.ndarray, ts: np.ndarray) -> bool:
