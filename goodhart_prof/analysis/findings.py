@@ -128,8 +128,8 @@ def _device_ranks(trace) -> set:
     """Ranks with GPU activity or CUDA/HIP runtime calls."""
     from .links import LAUNCH_CATS
     ev = trace.events
-    rt = ev[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
-    return set(rt["rank"].unique().tolist()) | set(trace.gpu["rank"].unique().tolist())
+    rt_rank = ev["rank"].to_numpy()[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
+    return set(np.unique(rt_rank).tolist()) | set(trace.gpu["rank"].unique().tolist())
 
 
 def _between_norm_and_step(sp: pd.DataFrame, mask: np.ndarray, norms: pd.DataFrame,

@@ -69,8 +69,7 @@ def _top_level_ops(trace: Trace) -> pd.DataFrame:
     sel = np.flatnonzero(mask)
     col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
     col["name"], col["row"] = codes_all[sel].astype(np.int32), ev.index.to_numpy()[sel]
-    threads = pd.DataFrame({"r": col["rank"], "p": col["pid"], "t": col["tid"]}).groupby(
-        ["r", "p", "t"], sort=False).indices if len(sel) else {}
+    threads = thread_groups(pd.DataFrame({"rank": col["rank"], "pid": col["pid"], "tid": col["tid"]}))
     parts = []
     for pos in threads.values():  # numpy only inside: a thread can hold a million ops
         order = pos[_start_order(col["ts"][pos], col["dur"][pos])]

@@ -6,6 +6,8 @@ Rules are applied once per distinct name, then spread to rows through the catego
 """
 from __future__ import annotations
 
+import re
+
 from typing import Iterable
 
 import numpy as np
@@ -69,19 +71,23 @@ CATEGORIES = tuple(c for c, _, _ in RULES) + ("other",)
 _RETURN_TYPE = r"^(?:void|std::enable_if<.*?>::type)\s+"
 
 
+_COMPILED_RULES = tuple((c, re.compile(p, re.I), re.compile(u, re.I) if u else None) for c, p, u in RULES)
+_RETURN_TYPE_RE = re.compile(_RETURN_TYPE)
+
+
 def categorize_names(names: Iterable[str]) -> np.ndarray:
-    """Category of each distinct name (run it on unique names; `categorize` does rows)."""
-    text = pd.Series([str(n) for n in names], dtype=object)
-    text = text.str.replace(_RETURN_TYPE, "", regex=True)
-    if text.empty:
-        return np.empty(0, dtype=object)
-    hits = []
-    for _, pattern, unless in RULES:
-        hit = text.str.contains(pattern, case=False, regex=True)
-        if unless:
-            hit &= ~text.str.contains(unless, case=False, regex=True)
-        hits.append(hit.to_numpy(dtype=bool))
-    return np.select(hits, [c for c, _, _ in RULES], default="other").astype(object)
+    """Category of each distinct name (run it on unique names; `categorize` does rows): the
+    first rule whose pattern is found (and whose `unless` is not)."""
+    out = []
+    for n in names:
+        text = _RETURN_TYPE_RE.sub("", str(n), count=1)
+        for category, pattern, unless in _COMPILED_RULES:
+            if pattern.search(text) and not (unless and unless.search(text)):
+                out.append(category)
+                break
+        else:
+            out.append("other")
+    return np.array(out, dtype=object)
 
 
 def categorize(names, cats=None) -> np.ndarray:
