@@ -102,9 +102,9 @@ def categorize(names, cats=None) -> np.ndarray:
     table = np.append(categorize_names(uniques), "other")  # code -1 (missing name) -> other
     out = table[codes]
     if cats is not None:
-        cats = np.asarray(pd.Series(cats).astype(object))
-        out = np.where(cats == "gpu_memcpy", "memcpy", out)
-        out = np.where(cats == "gpu_memset", "memset", out).astype(object)
+        cats = cats if isinstance(cats, pd.Series) else pd.Series(cats)
+        for cat, category in (("gpu_memcpy", "memcpy"), ("gpu_memset", "memset")):
+            out[(cats == cat).to_numpy(dtype=bool)] = category
     return out
 
 

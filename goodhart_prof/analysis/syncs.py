@@ -521,8 +521,8 @@ def sync_summary(points: pd.DataFrame) -> SyncSummary:
     by_kind = {k: 0 for k in KINDS}
     counts = points["kind"].value_counts()
     by_kind.update({str(k): int(v) for k, v in counts.items()})
-    sites = (points.groupby(["kind", "site"], sort=False)
-             .agg(count=("dur", "size"), total_us=("dur", "sum")).reset_index()
+    sites = (points.groupby(["kind", "site"], sort=False)["dur"].agg(["size", "sum"])
+             .rename(columns={"size": "count", "sum": "total_us"}).reset_index()
              .sort_values(["count", "total_us", "kind", "site"], ascending=[False, False, True, True],
                           kind="stable").reset_index(drop=True))
     per_it = (points.groupby(["iteration", "kind"], sort=True).size().rename("count").reset_index()
