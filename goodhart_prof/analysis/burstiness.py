@@ -61,9 +61,9 @@ def burstiness(trace: Trace, windows: int = 200,
     if gpu.empty:
         return []
     # Launch start per GPU activity, aligned with trace.gpu's rows (NaN: launch not in the trace).
-    links = gpu_launches(trace).set_index("gpu_row")
-    launch_ts = links["launch_ts"].where(links["launch_row"] >= 0).reindex(gpu.index)
-    gpu = gpu.assign(_launch_ts=launch_ts.to_numpy(float))
+    links = gpu_launches(trace)  # one row per trace.gpu row, in the same order
+    launch_ts = np.where(links["launch_row"].to_numpy() >= 0, links["launch_ts"].to_numpy(float), np.nan)
+    gpu = gpu.assign(_launch_ts=launch_ts)
     out = []
     for (rank, device), g in device_groups(gpu):
         out.append(_device(int(rank), int(device), g, windows, min_window_us))
@@ -115,9 +115,13 @@ def _gaps(blocks, starts: np.ndarray, launch_ts: np.ndarray) -> pd.DataFrame:
     opener_launch = earliest_launch[opener]
     dur = gap_end - gap_start
     host_wait = np.isfinite(opener_launch) & (opener_launch > gap_start)
-    cls = np.where(host_wait, "host_wait", np.where(dur < LAUNCH_GAP_US, "launch", "other"))
+    cls = np.where(host_wait, _CLASS_CODE["host_wait"],
+                   np.where(dur < LAUNCH_GAP_US, _CLASS_CODE["launch"], _CLASS_CODE["other"]))
     return pd.DataFrame({"start": gap_start, "end": gap_end, "dur_us": dur,
-                         "cls": pd.Categorical(cls, categories=list(GAP_CLASSES))})
+                         "cls": pd.Categorical.from_codes(cls, categories=list(GAP_CLASSES))})
+
+
+_CLASS_CODE = {c: i for i, c in enumerate(GAP_CLASSES)}
 
 
 def _gap_summary(gaps: pd.DataFrame) -> dict:
@@ -128,9 +132,10 @@ def _gap_summary(gaps: pd.DataFrame) -> dict:
                  "max_us": float(dur.max())}
     else:
         stats = {"p50_us": None, "p90_us": None, "p99_us": None, "max_us": None}
-    per = gaps.groupby("cls", observed=False)["dur_us"].agg(["count", "sum"])
-    by_class = {c: {"count": int(per.at[c, "count"]), "total_us": float(per.at[c, "sum"])}
-                for c in GAP_CLASSES}
+    codes = gaps["cls"].cat.codes.to_numpy()
+    counts = np.bincount(codes, minlength=len(GAP_CLASSES))
+    by_class = {c: {"count": int(counts[i]), "total_us": math.fsum(dur[codes == i])}
+                for i, c in enumerate(GAP_CLASSES)}
     return {"count": int(len(dur)), **stats, "total_us": float(dur.sum()), "by_class": by_class}
 
 

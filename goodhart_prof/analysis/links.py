@@ -12,7 +12,7 @@ LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
 
 def gpu_launches(trace: Trace) -> pd.DataFrame:
-    """One row per GPU activity with its launch call.
+    """One row per GPU activity (in trace.gpu's row order) with its launch call.
 
     Columns: `gpu_row`, `launch_row` (row labels in trace.events; -1 when the launch is not in
     the trace), `rank`, `device`, `ts`, `end`, `dur`, `launch_ts`, `launch_end`, `pid`, `tid`

@@ -11,7 +11,7 @@ import mmap
 import os
 import re
 import zlib
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 import msgspec
 
@@ -108,34 +108,46 @@ def gunzip_limit(compressed: int) -> int:
     return min(memory // 3, max(GUNZIP_FLOOR, GUNZIP_RATIO * compressed))
 
 
+def inflate_chunks(data: bytes, limit: int, chunk_bytes: int = GUNZIP_CHUNK) -> Iterator[bytes]:
+    """The inflated bytes of all gzip members of `data`, chunk by chunk, refusing to expand past
+    `limit` bytes. Every failure is a DecodeError."""
+    total = 0
+    try:
+        while data:
+            inflater = _decompressobj(wbits=31)
+            tail = data
+            while not inflater.eof:
+                chunk = inflater.decompress(tail, chunk_bytes)
+                if not chunk and len(inflater.unconsumed_tail) == len(tail):
+                    raise DecodeError("truncated or corrupt gzip data (it ends too early)")
+                tail = inflater.unconsumed_tail
+                total += len(chunk)
+                if total > limit:
+                    raise DecodeError(f"gzip data expands past {limit / 2**30:.1f} GiB (a gzip bomb, "
+                                      f"or a trace too big for this machine's memory)")
+                yield chunk
+            data = inflater.unused_data
+            if data[:2] != GZIP_MAGIC and not data.strip(b"\0"):
+                break  # padding after the last member
+            if data[:2] != GZIP_MAGIC:
+                raise DecodeError("corrupt gzip data (bytes after the end of the gzip stream)")
+    except (EOFError, OSError, zlib.error, _GzipError) as exc:
+        raise DecodeError(f"truncated or corrupt gzip data ({exc})") from None
+
+
 def gunzip(data: bytes, limit: int) -> "bytes | bytearray":
     """All gzip members of `data`, refusing to expand past `limit` bytes.
 
     A document that inflates in one chunk comes back as that chunk (bytes: copying 54 MB into a
     bytearray would cost as much as inflating them); a longer one in a bytearray."""
     out: "bytes | bytearray" = b""
-    while data:
-        inflater = _decompressobj(wbits=31)
-        tail = data
-        while not inflater.eof:
-            chunk = inflater.decompress(tail, GUNZIP_CHUNK)
-            if not chunk and len(inflater.unconsumed_tail) == len(tail):
-                raise DecodeError("truncated or corrupt gzip data (it ends too early)")
-            tail = inflater.unconsumed_tail
-            if not out:
-                out = chunk
-            else:
-                if out.__class__ is not bytearray:
-                    out = bytearray(out)
-                out += chunk
-            if len(out) > limit:
-                raise DecodeError(f"gzip data expands past {limit / 2**30:.1f} GiB (a gzip bomb, or "
-                                  f"a trace too big for this machine's memory)")
-        data = inflater.unused_data
-        if data[:2] != GZIP_MAGIC and not data.strip(b"\0"):
-            break  # padding after the last member
-        if data[:2] != GZIP_MAGIC:
-            raise DecodeError("corrupt gzip data (bytes after the end of the gzip stream)")
+    for chunk in inflate_chunks(data, limit):
+        if not out:
+            out = chunk
+        else:
+            if out.__class__ is not bytearray:
+                out = bytearray(out)
+            out += chunk
     return out
 
 
@@ -151,10 +163,7 @@ def read_bytes(path) -> "mmap.mmap | bytearray | bytes":
         if fh.read(2) == GZIP_MAGIC:
             fh.seek(0)
             data = fh.read()
-            try:
-                return gunzip(data, gunzip_limit(len(data)))
-            except (EOFError, OSError, zlib.error, _GzipError) as exc:
-                raise DecodeError(f"truncated or corrupt gzip data ({exc})") from None
+            return gunzip(data, gunzip_limit(len(data)))
         size = os.fstat(fh.fileno()).st_size
         if size == 0:
             return b""
