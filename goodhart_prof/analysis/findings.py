@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from ..trace.model import rows_named
 from .intervals import starts_inside
 from .links import launched_inside
 
@@ -115,13 +116,14 @@ def sync_origin(a) -> pd.DataFrame:
     grad_clip = np.zeros(len(sp), dtype=bool)
     if readback.any():
         norms = ops[ops["name"].isin(GRAD_NORM_OPS).to_numpy() & ~ops["torch_own"].to_numpy()]
-        step_names = [n for n in ev["name"].cat.categories if str(n).startswith("Optimizer.step#")]
-        steps = ev[ev["cat"].isin(["user_annotation", "cpu_op"]).to_numpy()  # cpu_op: 2021 traces
-                   & ev["name"].isin(step_names).to_numpy()]
+        steps = ev.iloc[rows_named(ev, _ANY_OPT_STEP, ("user_annotation", "cpu_op"))]  # cpu_op: 2021
         grad_clip = _between_norm_and_step(sp, readback, norms, steps)
     out = sp.assign(internal=internal, grad_clip=grad_clip)
     cache["sync_origin"] = out
     return out
+
+
+_ANY_OPT_STEP = re.compile(r"Optimizer\.step#")
 
 
 def _device_ranks(trace) -> set:
@@ -370,10 +372,7 @@ def unfused_adam(a) -> Finding | None:
     ev = a.trace.events
     if a.trace.gpu.empty:
         return None
-    names = ev["name"].cat.categories
-    wanted = names[names.str.match(_OPT_STEP.pattern)]
-    steps = ev[ev["name"].isin(wanted).to_numpy()
-               & ev["cat"].isin(["user_annotation", "cpu_op"]).to_numpy()]
+    steps = ev.iloc[rows_named(ev, _OPT_STEP, ("user_annotation", "cpu_op"))]
     if steps.empty:
         return None
     from .links import gpu_launches

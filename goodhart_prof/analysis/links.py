@@ -7,6 +7,7 @@ import pandas as pd
 from typing import Iterator
 
 from ..trace.model import GPU_ACTIVITY_CATS, Trace
+from .intervals import thread_groups
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
@@ -73,14 +74,17 @@ def launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> Iterator[tuple[
     """For each span (rows with rank, pid, tid, ts, end) that launched GPU work: its label and
     the rows of `links` (a `gpu_launches` selection) whose launch call starts inside it on the
     same thread. Per thread: launches sorted once, two searchsorted calls for all its spans."""
-    for key, sp in spans.groupby(["rank", "pid", "tid"], sort=False, observed=True):
-        own = links[(links["rank"] == key[0]) & (links["pid"] == key[1]) & (links["tid"] == key[2])]
-        if own.empty:
+    link_groups = thread_groups(links)
+    launch_ts = links["launch_ts"].to_numpy()
+    span_ts, span_end, labels = spans["ts"].to_numpy(), spans["end"].to_numpy(), spans.index
+    for key, pos in thread_groups(spans).items():
+        own = link_groups.get(key)
+        if own is None:
             continue
-        own = own.sort_values("launch_ts")
-        t = own["launch_ts"].to_numpy()
-        lo = np.searchsorted(t, sp["ts"].to_numpy(), side="left")
-        hi = np.searchsorted(t, sp["end"].to_numpy(), side="right")
-        for label, a, b in zip(sp.index, lo, hi):
+        own = own[np.argsort(launch_ts[own], kind="stable")]
+        t = launch_ts[own]
+        lo = np.searchsorted(t, span_ts[pos], side="left")
+        hi = np.searchsorted(t, span_end[pos], side="right")
+        for p, a, b in zip(pos.tolist(), lo.tolist(), hi.tolist()):
             if b > a:
-                yield label, own.iloc[a:b]
+                yield labels[p], links.iloc[own[a:b]]
