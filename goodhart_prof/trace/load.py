@@ -13,18 +13,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from .decode import (GZIP_MAGIC, DecodeError, TraceDoc, decode, merge_headers, piece, read_bytes,
-                     split_points)
-from .stream import decode_gzip
+from .decode import DecodeError, TraceDoc, decode, merge_headers, piece, read_bytes, split_points
 from .model import Frames, Trace
 from .tables import assign_ranks, concat_tables, events_table, rank_processes
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 SPLIT_BYTES = 64 * 1024 * 1024     # one document this big is decoded in pieces, in parallel
-# gzip files up to this size are decoded while they inflate (stream.py); traces compress 10-30x,
-# so larger ones may well inflate past SPLIT_BYTES and take the parallel path instead.
-STREAM_MAX_GZIP_BYTES = SPLIT_BYTES // 10
 FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 NOT_TRACES = {"run.json"}
 
@@ -85,29 +80,9 @@ class _Piece:
 
 
 def _piece_of(raw: bytes) -> _Piece:
-    return _piece_of_doc(*decode(raw))
-
-
-def _piece_of_doc(doc: TraceDoc, skipped: int) -> _Piece:
+    doc, skipped = decode(raw)
     table, frames, bad = events_table(doc)
     return _Piece(table, frames, rank_processes(doc), merge_headers([doc]), skipped + bad)
-
-
-def _streamed(path: Path) -> _Piece | None:
-    """A gzip file small enough that it will not be split: decoded while it inflates
-    (stream.py); None for other files."""
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(2) != GZIP_MAGIC or os.fstat(fh.fileno()).st_size > STREAM_MAX_GZIP_BYTES:
-                return None
-            fh.seek(0)
-            data = fh.read()
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        return _piece_of_doc(*decode_gzip(data))
-    except DecodeError as exc:
-        raise TraceError(f"{path}: {exc}") from None
 
 
 # The document a forked worker cuts its piece from: inherited copy-on-write, never copied.
@@ -170,9 +145,8 @@ def _split_load(path: Path, raw: "mmap.mmap | bytearray", parts: int) -> list[_P
 
 
 def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
-    streamed = _streamed(path)
-    raw = _read(path) if streamed is None else b""
-    pieces = [streamed] if streamed is not None else None
+    raw = _read(path)
+    pieces = None
     if parts > 1 and len(raw) > SPLIT_BYTES:
         # A mapped file is cut in place (copy-on-write), gunzipped bytes (a bytearray) too.
         buffer = raw if isinstance(raw, (mmap.mmap, bytearray)) else bytearray(raw)
