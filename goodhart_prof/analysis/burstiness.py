@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .gpu_time import device_groups
-from .intervals import covered_before, merge_intervals
+from .gpu_time import DeviceActivity, device_activity
+from .intervals import covered_before
 from .links import gpu_launches
 
 LAUNCH_GAP_US = 30.0
@@ -63,23 +63,17 @@ def burstiness(trace: Trace, windows: int = 200,
     # Launch start per GPU activity, aligned with trace.gpu's rows (NaN: launch not in the trace).
     links = gpu_launches(trace)  # one row per trace.gpu row, in the same order
     launch_ts = np.where(links["launch_row"].to_numpy() >= 0, links["launch_ts"].to_numpy(float), np.nan)
-    gpu = gpu.assign(_launch_ts=launch_ts)
-    out = []
-    for (rank, device), g in device_groups(gpu):
-        out.append(_device(int(rank), int(device), g, windows, min_window_us))
-    return out
+    return [_device(d, launch_ts[d.rows], windows, min_window_us) for d in device_activity(trace)]
 
 
-def _device(rank: int, device: int, g: pd.DataFrame, windows: int,
+def _device(d: DeviceActivity, launch_ts: np.ndarray, windows: int,
             min_window_us: float) -> DeviceBurstiness:
-    starts, ends = g["ts"].to_numpy(float), g["end"].to_numpy(float)
-    blocks = merge_intervals(starts, ends)
+    starts, ends, blocks = d.starts, d.ends, d.blocks
     first, last = float(starts.min()), float(ends.max())
     window_us, window_starts, window_util = _timeline(blocks, first, last, windows, min_window_us)
-    gap_table = _gaps(blocks, starts, g["_launch_ts"].to_numpy(float))
-    kernel_starts = starts[(g["cat"] == "kernel").to_numpy()]
-    return DeviceBurstiness(rank, device, window_us, window_starts, window_util,
-                            _cv(window_util), _burstiness_b(kernel_starts),
+    gap_table = _gaps(blocks, starts, launch_ts)
+    return DeviceBurstiness(d.rank, d.device, window_us, window_starts, window_util,
+                            _cv(window_util), _burstiness_b(starts[d.is_kernel]),
                             _gap_summary(gap_table), gap_table)
 
 

@@ -262,7 +262,8 @@ class _Nesting:
         idx = idx[_start_order(cols["ts"][idx], cols["dur"][idx])]
         self.ts, self.end = cols["ts"][idx], cols["end"][idx]
         self.row = cols["row"][idx]
-        self.label = cols["label"][idx]
+        # Events carry their name as a code into label_names (a label per event is not built).
+        self.label = cols["label"][idx] if "label" in cols else cols["label_names"][cols["label_codes"][idx]]
         self.is_op = cols["is_op"][idx]
         self.py_id, self.py_parent = cols["python_id"][idx], cols["python_parent_id"][idx]
         pad = (-len(self.end)) % self.BLOCK
@@ -316,8 +317,9 @@ class _HostIndex:
         cols = {c: ev[c].to_numpy() for c in ("ts", "dur", "end")}
         none = np.full(len(ev), -1, dtype=np.int64)
         names = np.asarray(ev["name"].cat.categories, dtype=object)
-        cols.update(row=ev.index.to_numpy(np.int64), label=names[ev["name"].cat.codes.to_numpy()],
-                    is_op=is_op, python_id=none, python_parent_id=none)
+        cols.update(row=ev.index.to_numpy(np.int64), label_names=names,
+                    label_codes=ev["name"].cat.codes.to_numpy(), is_op=is_op, python_id=none,
+                    python_parent_id=none)
         fcols = {c: frames[c] for c in ("ts", "dur", "end", "python_id", "python_parent_id")}
         fcols.update(row=np.full(len(frames), -1, dtype=np.int64), label=frames["name"],
                      is_op=np.zeros(len(frames), dtype=bool))
