@@ -4,7 +4,7 @@
 (a) the floor: a msgspec typed decode of the big trace keeping only ph/cat/name/pid/tid/ts/dur;
 (b) `goodhart-prof analyze --json` on the same file, end to end as a process, with its peak RSS;
 (c) on the V100 trace: HTA's TraceAnalysis construction + temporal, idle-time and kernel
-    breakdowns, against our load + analyze of the same file (both in-process, both timed here).
+    breakdowns, against our load + analyze of the same file (both in-process, best of 3 each).
 
 The big trace is shared/traces/tracelens/h100_owlv2_inference.json.gz tiled N times along time
 (ids shifted so correlations stay unique), written compactly once and cached. Prints a table and,
@@ -155,17 +155,24 @@ def main() -> None:
               "analyze_vs_floor": round(ratio, 3), "peak_rss_gb": round(peak_gb, 3),
               "busy_us": doc["gpu"][next(iter(doc["gpu"]))]["busy_us"] if doc.get("gpu") else None}
     if V100.exists():
-        ours_v = min(ours_in_process(V100) for _ in range(3))
+        # Three rounds, ours then HTA in each, best of each: a busy spell hits both sides.
+        ours_runs, hta_runs = [], []
+        for _ in range(3):
+            ours_runs.append(ours_in_process(V100))
+            if not args.skip_hta:
+                hta_runs.append(hta_in_process(V100))
+        ours_v = min(ours_runs)
         result["ours_v100_s"] = round(ours_v, 3)
         rows.append(("(c) ours on V100 (load + analyze)", f"{ours_v:.2f} s", "best of 3, in-process"))
         if not args.skip_hta:
-            hta = hta_in_process(V100)
+            failed = [h for h in hta_runs if isinstance(h, str)]
+            hta = failed[0] if failed else min(hta_runs)
             if isinstance(hta, str):
                 rows.append(("    HTA", "n/a", hta))
                 result["hta_v100_s"] = None
             else:
                 speedup = hta / ours_v
-                rows.append(("    HTA (construct + 3 breakdowns)", f"{hta:.2f} s",
+                rows.append(("    HTA (construct + 3 breakdowns)", f"{hta:.2f} s", "best of 3; "
                              f"ours {speedup:.1f}x faster (target >= 10x): {'PASS' if speedup >= 10 else 'FAIL'}"))
                 result.update(hta_v100_s=round(hta, 3), speedup_vs_hta=round(speedup, 2))
     print(f"{'measurement':38s} {'time':>10s}  note")

@@ -35,7 +35,17 @@ class Finding:
 # -- helpers --------------------------------------------------------------------------------------
 def _iterations(a) -> int:
     """Traced iterations (ProfilerStep#N annotations), at least 1 so rates stay finite."""
-    ph = a.phases
+    cached = getattr(a, "_iterations", None)  # counted once per analysis (several rules ask)
+    if cached is None:
+        cached = _count_iterations(a.phases)
+        try:
+            a._iterations = cached
+        except AttributeError:  # an object that takes no new attributes: count each time
+            pass
+    return cached
+
+
+def _count_iterations(ph: pd.DataFrame) -> int:
     if ph is None or ph.empty or "kind" not in ph:
         return 1
     steps = ph[ph["kind"] == "iteration"]

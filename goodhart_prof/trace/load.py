@@ -82,7 +82,11 @@ class _Piece:
 def _piece_of(raw: bytes) -> _Piece:
     doc, skipped = decode(raw)
     table, frames, bad = events_table(doc)
-    return _Piece(table, frames, rank_processes(doc), merge_headers([doc]), skipped + bad)
+    # Process names (`rank <r>`) only matter when distributedInfo has no usable rank.
+    info = doc.distributedInfo
+    usable = info is not None and info.rank is not None and 0 <= info.rank < MAX_RANK
+    return _Piece(table, frames, {} if usable else rank_processes(doc), merge_headers([doc]),
+                  skipped + bad)
 
 
 # The document a forked worker cuts its piece from: inherited copy-on-write, never copied.
