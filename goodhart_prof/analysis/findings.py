@@ -168,6 +168,14 @@ def _between_norm_and_step(sp: pd.DataFrame, mask: np.ndarray, norms: pd.DataFra
     return out
 
 
+def _too_few(a, kinds: tuple[str, ...], per_iteration: float) -> bool:
+    """Whether even all sync points of these kinds stay under the rule's rate: then the rule
+    cannot fire and need not split them by origin (sync_origin's op structure is not built)."""
+    sp = a.sync_points
+    count = int(sp["kind"].isin(kinds).sum()) if not sp.empty else 0
+    return count / _iterations(a) < per_iteration
+
+
 def _user_kind(a, kind: str) -> pd.DataFrame:
     so = sync_origin(a)
     return so[(so["kind"] == kind).to_numpy() & ~so["internal"].to_numpy() & ~so["grad_clip"].to_numpy()]
@@ -181,6 +189,8 @@ ITEM_PER_ITERATION = 2.0
 
 
 def item_logging(a) -> Finding | None:
+    if _too_few(a, ("item",), ITEM_PER_ITERATION):
+        return None
     items = _user_kind(a, "item")
     per_it = len(items) / _iterations(a)
     if per_it < ITEM_PER_ITERATION:
@@ -201,6 +211,8 @@ GRAD_CLIP_PER_ITERATION = 1.0
 
 
 def sync_grad_clip(a) -> Finding | None:
+    if _too_few(a, READBACK_KINDS, GRAD_CLIP_PER_ITERATION):
+        return None
     so = sync_origin(a)
     clip = so[so["grad_clip"].to_numpy()]
     per_it = len(clip) / _iterations(a)
@@ -225,6 +237,8 @@ NONZERO_PER_ITERATION = 1.0
 
 
 def nan_checks(a) -> Finding | None:
+    if _too_few(a, ("nonzero",), NONZERO_PER_ITERATION):
+        return None
     so = sync_origin(a)
     nz = so[(so["kind"] == "nonzero").to_numpy() & ~so["internal"].to_numpy()]
     per_it = len(nz) / _iterations(a)
@@ -247,6 +261,8 @@ IS_NONZERO_PER_ITERATION = 1.0
 
 
 def branchy_value_head(a) -> Finding | None:
+    if _too_few(a, ("is_nonzero",), IS_NONZERO_PER_ITERATION):
+        return None
     br = _user_kind(a, "is_nonzero")
     per_it = len(br) / _iterations(a)
     if per_it < IS_NONZERO_PER_ITERATION:
@@ -272,8 +288,11 @@ PAGEABLE_SHARE = 0.01
 
 def pageable_htod(a) -> Finding | None:
     from .hostops import fresh_moves
-    moves = fresh_moves(a.trace)
     pg = _kind(a, "memcpy_htod_pageable")
+    gpu_ranks = set(a.trace.gpu["rank"].unique().tolist())
+    if pg.empty and set(a.trace.ranks) <= gpu_ranks:
+        return None  # no pageable copies, and no rank without GPU work where a move is evidence
+    moves = fresh_moves(a.trace)
     pg = pg[~_inside_moves(pg, moves[moves["kind"] == "factory"])]
     host = moves[(moves["kind"] == "host_data").to_numpy() & ~moves["gpu"].to_numpy()]
     if pg.empty and host.empty:
