@@ -13,6 +13,7 @@ as the last line, one JSON object. Targets: (b) <= 2.5x (a); peak RSS <= 2.5 GB;
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import json
 import os
@@ -106,6 +107,7 @@ def analyze_process(path: Path) -> tuple[float, float, dict]:
 def ours_in_process(path: Path) -> float:
     from goodhart_prof.analysis import analyze
     from goodhart_prof.trace.load import load
+    gc.collect()  # both sides start from a collected heap (the other side's garbage is not ours)
     start = time.perf_counter()
     analyze(load(path, progress=False))
     return time.perf_counter() - start
@@ -118,6 +120,7 @@ def hta_in_process(path: Path) -> float | str:
         return f"HTA not installed ({exc}); pip install -e '.[hta]'"
     with tempfile.TemporaryDirectory() as folder:
         os.symlink(path.resolve(), Path(folder) / path.name)
+        gc.collect()
         start = time.perf_counter()
         analyzer = TraceAnalysis(trace_dir=folder)
         analyzer.get_temporal_breakdown(visualize=False)

@@ -29,7 +29,6 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     python_parent_id: Scalar = msgspec.field(default=-1, name="Python parent id")
     bytes: Scalar = float("nan")
     process_name: Scalar = msgspec.field(default=None, name="name")  # metadata events only
-    labels: Scalar = None
 
 
 NO_ARGS = Args()
