@@ -213,12 +213,15 @@ def _complete_table(xs: list, cats: list) -> tuple[pd.DataFrame, int]:
     lacking = np.flatnonzero(external < 0)
     if len(lacking):  # 2021 GPU events spell it "external id"
         external[lacking] = _int_column([args[i] for i in lacking.tolist()], "external_id_2021")
-    # device and stream only mean something on GPU rows: read there only (-1 elsewhere).
+    # device, stream and bytes only mean something on GPU rows (Kineto writes them nowhere
+    # else): read there only (-1 / NaN elsewhere).
     gpu_rows = np.flatnonzero(np.asarray(cat.isin(GPU_ACTIVITY_CATS)))
     device = np.full(n, -1, dtype=np.int32)
     stream = np.full(n, -1, dtype=np.int64)
+    nbytes = np.full(n, np.nan)
     if len(gpu_rows):
         gpu_args = [args[i] for i in gpu_rows.tolist()]
+        nbytes[gpu_rows] = _column(gpu_args, "bytes", np.float64, _float_or_nan, _NUM)
         gpu_stream = _int_column(gpu_args, "stream")
         gpu_device = _int_column(gpu_args, "device")
         # 2021 traces name GPU threads "stream 7" and ROCm writes streams as hex strings.
@@ -227,13 +230,18 @@ def _complete_table(xs: list, cats: list) -> tuple[pd.DataFrame, int]:
             gpu_stream[missing] = [_stream_from_tid(xs[i].tid) for i in gpu_rows[missing].tolist()]
         stream[gpu_rows] = gpu_stream
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
+    columns = {"pid": pid, "tid": tid, "ts": ts, "dur": dur, "name": name, "cat": cat,
+               "device": device, "stream": stream, "correlation": _int_column(args, "correlation"),
+               "external_id": external, "bytes": nbytes}
+    if n > 1 and not (ts[1:] >= ts[:-1]).all():  # by start (Kineto writes GPU events last)
+        order = np.argsort(ts, kind="stable")
+        columns = {k: v[order] for k, v in columns.items()}
+    c = columns
     table = pd.DataFrame({
-        "rank": np.zeros(n, dtype=np.int32), "pid": pid, "tid": tid, "ts": ts, "dur": dur, "end": ts + dur,
-        "name": name, "cat": cat, "device": device, "stream": stream,
-        "correlation": _int_column(args, "correlation"),
-        "external_id": external,
-        "bytes": _column(args, "bytes", np.float64, _float_or_nan, _NUM),
-    })
+        "rank": np.zeros(n, dtype=np.int32), "pid": c["pid"], "tid": c["tid"], "ts": c["ts"],
+        "dur": c["dur"], "end": c["ts"] + c["dur"], "name": c["name"], "cat": c["cat"],
+        "device": c["device"], "stream": c["stream"], "correlation": c["correlation"],
+        "external_id": c["external_id"], "bytes": c["bytes"]})
     return table, skipped
 
 
