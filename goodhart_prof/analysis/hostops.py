@@ -57,7 +57,8 @@ def top_level_ops(trace: Trace) -> pd.DataFrame:
     return cached
 
 
-def _top_level_ops(trace: Trace) -> pd.DataFrame:
+def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:
+    """The table of top_level_ops (`none`: the same table with no rows)."""
     ev = trace.events
     cats = ev["name"].cat.categories
     codes_all = ev["name"].cat.codes.to_numpy()
@@ -66,7 +67,7 @@ def _top_level_ops(trace: Trace) -> pd.DataFrame:
     step_codes = np.flatnonzero(cats.str.match(STEP.pattern))
     if len(step_codes):
         mask = mask & ~np.isin(codes_all, step_codes)
-    sel = np.flatnonzero(mask)
+    sel = np.flatnonzero(mask) if not none else np.empty(0, dtype=np.int64)
     col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
     col["name"], col["row"] = codes_all[sel].astype(np.int32), ev.index.to_numpy()[sel]
     threads = thread_groups(pd.DataFrame({"rank": col["rank"], "pid": col["pid"], "tid": col["tid"]}))
@@ -140,7 +141,9 @@ def fresh_moves(trace: Trace) -> pd.DataFrame:
     cached = trace.cache.get("fresh_moves")
     if cached is not None:
         return cached
-    ops = top_level_ops(trace)
+    names = trace.events["name"].cat.categories
+    # No move op anywhere in the trace: no fresh move, and no need for the op structure.
+    ops = top_level_ops(trace) if names.isin(MOVES).any() else _top_level_ops(trace, none=True)
     top = ops[ops["top"].to_numpy()]
     pos = np.flatnonzero(top["name"].isin(MOVES).to_numpy() & ~top["torch_own"].to_numpy())
     names = np.asarray(top["name"].cat.categories, dtype=object)
