@@ -4,7 +4,8 @@
 (a) the floor: a msgspec typed decode of the big trace keeping only ph/cat/name/pid/tid/ts/dur;
 (b) `goodhart-prof analyze --json` on the same file, end to end as a process, with its peak RSS;
 (c) on the V100 trace: HTA's TraceAnalysis construction + temporal, idle-time and kernel
-    breakdowns, against our load + analyze of the same file (both in-process, best of 3 each).
+    breakdowns, against our load + analyze of the same file (each tool in processes of its own,
+    alternating ours / HTA / ours / HTA, 3 runs each time; the best run of each counts).
 
 The big trace is shared/traces/tracelens/h100_owlv2_inference.json.gz tiled N times along time
 (ids shifted so correlations stay unique), written compactly once and cached. Prints a table and,
@@ -129,15 +130,26 @@ def hta_in_process(path: Path) -> float | str:
         return time.perf_counter() - start
 
 
-def versus_hta(skip_hta: bool) -> dict:
-    """(c): three rounds, ours then HTA in each; best of each is taken (a busy spell on a noisy
-    machine then hits both sides)."""
-    ours_runs, hta_runs = [], []
-    for _ in range(3):
-        ours_runs.append(ours_in_process(V100))
-        if not skip_hta:
-            hta_runs.append(hta_in_process(V100))
-    return {"ours": ours_runs, "hta": hta_runs}
+def timed_runs(side: str, runs: int) -> list:
+    """(c), one side: `runs` timings of ours or of HTA, in this (fresh) process."""
+    measure = ours_in_process if side == "ours" else hta_in_process
+    return [measure(V100) for _ in range(runs)]
+
+
+def versus_hta(skip_hta: bool) -> tuple[list, list]:
+    """(c): each tool in processes of its own (one tool's garbage slows the other: HTA's heap
+    costs our next load ~7%), alternating ours, HTA, ours, HTA (3 runs each time) so that a busy
+    spell on a noisy machine hits both sides; the best run of each side counts."""
+    ours, hta = [], []
+    for side, runs in (("ours", 3), ("hta", 3), ("ours", 3), ("hta", 3)):
+        if side == "hta" and skip_hta:
+            continue
+        child = subprocess.run([sys.executable, __file__, "--timed", side, str(runs)],
+                               capture_output=True, text=True)
+        if child.returncode != 0:
+            raise SystemExit(f"V100 comparison ({side}) failed: {child.stderr.strip()[-500:]}")
+        (ours if side == "ours" else hta).extend(json.loads(child.stdout.strip().splitlines()[-1]))
+    return ours, hta
 
 
 def main() -> None:
@@ -146,11 +158,11 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "goodhart-bench",
                         help="folder for the tiled trace (reused between runs)")
     parser.add_argument("--skip-hta", action="store_true")
-    parser.add_argument("--versus-hta", action="store_true",
-                        help="only (c), printed as JSON (what the full run starts in a fresh process)")
+    parser.add_argument("--timed", nargs=2, metavar=("SIDE", "RUNS"),
+                        help="internal: time ours or hta RUNS times on the V100 trace, print JSON")
     args = parser.parse_args()
-    if args.versus_hta:
-        print(json.dumps(versus_hta(args.skip_hta)))
+    if args.timed:
+        print(json.dumps(timed_runs(args.timed[0], int(args.timed[1]))))
         return
     if not H100.exists():
         raise SystemExit(f"{H100}: shared traces not found")
@@ -174,17 +186,12 @@ def main() -> None:
               "analyze_vs_floor": round(ratio, 3), "peak_rss_gb": round(peak_gb, 3),
               "busy_us": doc["gpu"][next(iter(doc["gpu"]))]["busy_us"] if doc.get("gpu") else None}
     if V100.exists():
-        # In a fresh process: this one's heap is full of the big trace's decode by now.
-        child = subprocess.run([sys.executable, __file__, "--versus-hta"] +
-                               (["--skip-hta"] if args.skip_hta else []),
-                               capture_output=True, text=True)
-        if child.returncode != 0:
-            raise SystemExit(f"V100 comparison failed: {child.stderr.strip()[-500:]}")
-        runs = json.loads(child.stdout.strip().splitlines()[-1])
-        ours_runs, hta_runs = runs["ours"], runs["hta"]
+        # Fresh processes: this one's heap is full of the big trace's decode by now.
+        ours_runs, hta_runs = versus_hta(args.skip_hta)
         ours_v = min(ours_runs)
         result["ours_v100_s"] = round(ours_v, 3)
-        rows.append(("(c) ours on V100 (load + analyze)", f"{ours_v:.2f} s", "best of 3, in-process"))
+        rows.append(("(c) ours on V100 (load + analyze)", f"{ours_v:.2f} s",
+                     f"best of {len(ours_runs)}, in a process of its own"))
         if not args.skip_hta:
             failed = [h for h in hta_runs if isinstance(h, str)]
             hta = failed[0] if failed else min(hta_runs)
@@ -193,7 +200,7 @@ def main() -> None:
                 result["hta_v100_s"] = None
             else:
                 speedup = hta / ours_v
-                rows.append(("    HTA (construct + 3 breakdowns)", f"{hta:.2f} s", "best of 3; "
+                rows.append(("    HTA (construct + 3 breakdowns)", f"{hta:.2f} s", f"best of {len(hta_runs)}; "
                              f"ours {speedup:.1f}x faster (target >= 10x): {'PASS' if speedup >= 10 else 'FAIL'}"))
                 result.update(hta_v100_s=round(hta, 3), speedup_vs_hta=round(speedup, 2))
     print(f"{'measurement':38s} {'time':>10s}  note")

@@ -28,7 +28,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, name_codes
 from .intervals import starts_inside, thread_groups
 from .links import gpu_launches, launched_inside
 from .syncs import STEP, _start_order
@@ -62,12 +62,15 @@ def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:
     ev = trace.events
     cats = ev["name"].cat.categories
     codes_all = ev["name"].cat.codes.to_numpy()
-    mask = (ev["cat"] == "cpu_op").to_numpy()
-    # 2021-era traces record `ProfilerStep#N` as a cpu op around everything: a scope, not an op.
-    step_codes = np.flatnonzero(cats.str.match(STEP.pattern))
-    if len(step_codes):
-        mask = mask & ~np.isin(codes_all, step_codes)
-    sel = np.flatnonzero(mask) if not none else np.empty(0, dtype=np.int64)
+    if none:
+        sel = np.empty(0, dtype=np.int64)
+    else:
+        mask = (ev["cat"] == "cpu_op").to_numpy()
+        # 2021-era traces record `ProfilerStep#N` as a cpu op around everything: a scope, not an op.
+        step_codes = name_codes(ev, STEP)
+        if len(step_codes):
+            mask = mask & ~np.isin(codes_all, step_codes)
+        sel = np.flatnonzero(mask)
     col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
     col["name"], col["row"] = codes_all[sel].astype(np.int32), ev.index.to_numpy()[sel]
     threads = thread_groups(pd.DataFrame({"rank": col["rank"], "pid": col["pid"], "tid": col["tid"]}))
@@ -98,7 +101,7 @@ def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:
                           "prev_top": pd.Categorical.from_codes(flat["prev_top"], categories=cats),
                           "next_top": pd.Categorical.from_codes(flat["next_top"], categories=cats)},
                          index=pd.Index(col["row"][order]))
-    table["torch_own"] = inside_torch_annotation(trace, table)
+    table["torch_own"] = inside_torch_annotation(trace, table) if len(table) else np.zeros(0, dtype=bool)
     return table
 
 
@@ -107,9 +110,8 @@ def inside_torch_annotation(trace: Trace, rows: pd.DataFrame) -> np.ndarray:
     annotation on its thread: torch's own work, not a line of the user's code."""
     out = np.zeros(len(rows), dtype=bool)
     ev = trace.events
-    names = ev["name"].cat.categories
-    wanted = np.flatnonzero(names.str.match(TORCH_ANNOTATION.pattern))
-    if rows.empty or not len(wanted):
+    wanted = name_codes(ev, TORCH_ANNOTATION) if not rows.empty else ()
+    if not len(wanted):
         return out
     # (2021-era traces record these annotations as cpu ops.)
     at = np.flatnonzero(np.isin(ev["name"].cat.codes.to_numpy(), wanted))
