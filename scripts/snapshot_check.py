@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {d}")
         else:
             state = "error, same" if "error" in mine[key] else "identical"
-            print(f"{state:9}{name}")
+            print(f"{state:12}{name}")
     print(f"{len(mine) - bad} of {len(mine)} inputs identical to {args.base}")
     return 1 if bad else 0
 

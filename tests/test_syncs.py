@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from goodhart_prof.analysis.syncs import KINDS, sync_points, sync_summary, user_site
+from goodhart_prof.analysis.sites import user_site
+from goodhart_prof.analysis.syncs import KINDS, sync_points, sync_summary
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import rows_named
-from .intervals import starts_inside
-from .links import launched_inside
+from .tree import between, launched_inside, starts_inside
 
 SEVERITIES = ("high", "medium", "low")
 
@@ -127,7 +126,7 @@ def sync_origin(a) -> pd.DataFrame:
     if readback.any():
         norms = ops[ops["name"].isin(GRAD_NORM_OPS).to_numpy() & ~ops["torch_own"].to_numpy()]
         steps = ev.iloc[rows_named(ev, _ANY_OPT_STEP, ("user_annotation", "cpu_op"))]  # cpu_op: 2021
-        grad_clip = _between_norm_and_step(sp, readback, norms, steps)
+        grad_clip[readback] = between(sp[readback], norms, steps)
     out = sp.assign(internal=internal, grad_clip=grad_clip)
     cache["sync_origin"] = out
     return out
@@ -142,30 +141,6 @@ def _device_ranks(trace) -> set:
     ev = trace.events
     rt_rank = ev["rank"].to_numpy()[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
     return set(np.unique(rt_rank).tolist()) | set(trace.gpu["rank"].unique().tolist())
-
-
-def _between_norm_and_step(sp: pd.DataFrame, mask: np.ndarray, norms: pd.DataFrame,
-                           steps: pd.DataFrame) -> np.ndarray:
-    out = np.zeros(len(sp), dtype=bool)
-    if norms.empty or steps.empty:
-        return out
-    norm_ends = {k: np.sort(g["end"].to_numpy()) for k, g in norms.groupby(["rank", "pid", "tid"])}
-    step_starts = {k: np.sort(g["ts"].to_numpy()) for k, g in steps.groupby(["rank", "pid", "tid"])}
-    cand = sp[mask]
-    positions = np.flatnonzero(mask)
-    for key, q in cand.assign(_pos=positions).groupby(["rank", "pid", "tid"], sort=False):
-        key = tuple(int(k) for k in key)
-        ne, st = norm_ends.get(key), step_starts.get(key)
-        if ne is None or st is None:
-            continue
-        ts = q["ts"].to_numpy()
-        i = np.searchsorted(ne, ts, side="right") - 1          # last norm op ended by ts
-        j = np.searchsorted(st, ts, side="right") - 1          # last step started by ts
-        last_norm = np.where(i >= 0, ne[np.maximum(i, 0)], -np.inf)
-        last_step = np.where(j >= 0, st[np.maximum(j, 0)], -np.inf)
-        has_next = j + 1 < len(st)                              # a step follows
-        out[q["_pos"].to_numpy()] = (i >= 0) & (last_norm > last_step) & has_next
-    return out
 
 
 def _too_few(a, kinds: tuple[str, ...], per_iteration: float) -> bool:
@@ -358,7 +333,7 @@ def cpu_alloc(a) -> Finding | None:
 
 def _as_points(trace, moves: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Move ops as rows _top_sites can rank (kind, site, dur)."""
-    from .syncs import op_sites
+    from .sites import op_sites
     if moves.empty:
         return pd.DataFrame({"kind": [], "site": [], "dur": []})
     return pd.DataFrame({"kind": kind, "site": op_sites(trace, moves.index),

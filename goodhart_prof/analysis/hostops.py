@@ -29,9 +29,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, name_codes
-from .intervals import starts_inside, thread_groups
-from .links import gpu_launches, launched_inside
-from .syncs import STEP, _start_order
+from .links import gpu_launches
+from .tree import STEP, covered, host_tree, launched_inside, starts_inside
 
 FACTORIES = frozenset({
     "aten::zeros", "aten::ones", "aten::empty", "aten::full", "aten::arange", "aten::rand",
@@ -58,79 +57,63 @@ def top_level_ops(trace: Trace) -> pd.DataFrame:
 
 
 def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:
-    """The table of top_level_ops (`none`: the same table with no rows)."""
+    """The table of top_level_ops (`none`: the same table with no rows), read off the host
+    call tree: its cpu ops in tree order, `top` where an op is its own `top_op`."""
     ev = trace.events
     cats = ev["name"].cat.categories
-    codes_all = ev["name"].cat.codes.to_numpy()
-    if none:
+    tree = host_tree(trace) if not none else None
+    if tree is None:
         sel = np.empty(0, dtype=np.int64)
     else:
-        mask = (ev["cat"] == "cpu_op").to_numpy()
         # 2021-era traces record `ProfilerStep#N` as a cpu op around everything: a scope, not an op.
-        step_codes = name_codes(ev, STEP)
-        if len(step_codes):
-            mask = mask & ~np.isin(codes_all, step_codes)
-        sel = np.flatnonzero(mask)
-    col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
-    col["name"], col["row"] = codes_all[sel].astype(np.int32), ev.index.to_numpy()[sel]
-    threads = thread_groups(pd.DataFrame({"rank": col["rank"], "pid": col["pid"], "tid": col["tid"]}))
-    parts = []
-    for pos in threads.values():  # numpy only inside: a thread can hold a million ops
-        order = pos[_start_order(col["ts"][pos], col["dur"][pos])]
-        ts, end, codes = col["ts"][order], col["end"][order], col["name"][order]
-        reach = np.maximum.accumulate(end)
-        top = np.ones(len(ts), dtype=bool)
-        top[1:] = end[1:] > reach[:-1]  # not inside any earlier-starting op
-        has_child = np.zeros(len(ts), dtype=bool)
-        has_child[:-1] = ts[1:] < end[:-1]
-        top_idx = np.flatnonzero(top)
-        prev = np.full(len(ts), -1, dtype=np.int32)
-        prev[top_idx[1:]] = codes[top_idx[:-1]]
-        nxt = np.full(len(ts), -1, dtype=np.int32)
-        nxt[top_idx[:-1]] = codes[top_idx[1:]]
-        parts.append((order, top, has_child, prev, nxt))
-    order = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, dtype=np.int64)
-    flat = {k: np.concatenate([p[i] for p in parts]) if parts else np.empty(0, dtype=t)
-            for i, k, t in ((1, "top", bool), (2, "has_child", bool), (3, "prev_top", np.int32),
-                            (4, "next_top", np.int32))}
-    table = pd.DataFrame({"rank": col["rank"][order], "pid": col["pid"][order], "tid": col["tid"][order],
-                          "ts": col["ts"][order], "end": col["end"][order], "top": flat["top"],
-                          "has_child": flat["has_child"],
+        sel = np.flatnonzero(tree.is_op & ~np.isin(tree.name, name_codes(ev, STEP)))
+    top = tree.top_op[sel] == sel if tree is not None else np.zeros(0, dtype=bool)
+    codes = tree.name[sel].astype(np.int32) if tree is not None else np.zeros(0, dtype=np.int32)
+    col = {c: getattr(tree, c)[sel] if tree is not None else np.zeros(0) for c in
+           ("rank", "pid", "tid", "ts", "end", "row")}
+    same_thread = ((col["rank"][1:] == col["rank"][:-1]) & (col["pid"][1:] == col["pid"][:-1])
+                   & (col["tid"][1:] == col["tid"][:-1]))
+    has_child = np.zeros(len(sel), dtype=bool)
+    has_child[:-1] = same_thread & (col["ts"][1:] < col["end"][:-1])
+    prev, nxt = _neighbour_tops(top, codes, same_thread)
+    table = pd.DataFrame({"rank": col["rank"], "pid": col["pid"], "tid": col["tid"],
+                          "ts": col["ts"], "end": col["end"], "top": top, "has_child": has_child,
                           # categoricals: a comparison costs one test per distinct name
-                          "name": pd.Categorical.from_codes(col["name"][order], categories=cats),
-                          "prev_top": pd.Categorical.from_codes(flat["prev_top"], categories=cats),
-                          "next_top": pd.Categorical.from_codes(flat["next_top"], categories=cats)},
-                         index=pd.Index(col["row"][order]))
+                          "name": pd.Categorical.from_codes(codes, categories=cats),
+                          "prev_top": pd.Categorical.from_codes(prev, categories=cats),
+                          "next_top": pd.Categorical.from_codes(nxt, categories=cats)},
+                         index=pd.Index(col["row"].astype(np.int64)))
     table["torch_own"] = inside_torch_annotation(trace, table) if len(table) else np.zeros(0, dtype=bool)
     return table
+
+
+def _neighbour_tops(top: np.ndarray, codes: np.ndarray, same_thread: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Name codes of the previous / next top-level op on each top-level op's thread (-1: none)."""
+    prev = np.full(len(top), -1, dtype=np.int32)
+    nxt = np.full(len(top), -1, dtype=np.int32)
+    tops = np.flatnonzero(top)
+    if len(tops) > 1:
+        # consecutive tops on one thread: no thread change between them
+        change = np.concatenate(([0], np.cumsum(~same_thread)))
+        linked = change[tops[1:]] == change[tops[:-1]]
+        prev[tops[1:][linked]] = codes[tops[:-1][linked]]
+        nxt[tops[:-1][linked]] = codes[tops[1:][linked]]
+    return prev, nxt
 
 
 def inside_torch_annotation(trace: Trace, rows: pd.DataFrame) -> np.ndarray:
     """Whether each row (rank, pid, tid, ts, end) lies inside an Optimizer.step#/zero_grad#
     annotation on its thread: torch's own work, not a line of the user's code."""
-    out = np.zeros(len(rows), dtype=bool)
     ev = trace.events
     wanted = name_codes(ev, TORCH_ANNOTATION) if not rows.empty else ()
     if not len(wanted):
-        return out
+        return np.zeros(len(rows), dtype=bool)
     # (2021-era traces record these annotations as cpu ops.)
-    at = np.flatnonzero(np.isin(ev["name"].cat.codes.to_numpy(), wanted))
-    at = at[ev["cat"].iloc[at].isin(("user_annotation", "cpu_op")).to_numpy()]
-    ann = pd.DataFrame({c: ev[c].to_numpy()[at] for c in ("rank", "pid", "tid", "ts", "end")})
-    spans = thread_groups(ann)
-    q_ts, q_end = rows["ts"].to_numpy(), rows["end"].to_numpy()
-    for key, pos in thread_groups(rows).items():
-        own = spans.get(key)
-        if own is None:
-            continue
-        own = own[np.argsort(ann["ts"].to_numpy()[own], kind="stable")]
-        starts, ends = ann["ts"].to_numpy()[own], np.maximum.accumulate(ann["end"].to_numpy()[own])
-        j = np.searchsorted(starts, q_ts[pos], side="right") - 1
-        ok = j >= 0
-        hit = np.zeros(len(pos), dtype=bool)
-        hit[ok] = ends[j[ok]] >= q_end[pos][ok]
-        out[pos] = hit
-    return out
+    tree = host_tree(trace)
+    at = np.flatnonzero(np.isin(tree.name, wanted))
+    spans = pd.DataFrame({c: getattr(tree, c)[at] for c in ("rank", "pid", "tid", "ts", "end")})
+    return covered(spans, rows)
 
 
 def fresh_moves(trace: Trace) -> pd.DataFrame:

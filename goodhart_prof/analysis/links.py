@@ -4,10 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from typing import Iterator
-
 from ..trace.model import GPU_ACTIVITY_CATS, Trace
-from .intervals import thread_groups
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
@@ -68,23 +65,3 @@ def _gpu_launches(trace: Trace) -> pd.DataFrame:
         "launch_ts": from_launch(col["ts"], np.nan), "launch_end": from_launch(col["end"], np.nan),
         "pid": from_launch(col["pid"], -1).astype(np.int64),
         "tid": from_launch(col["tid"], -1).astype(np.int64)})
-
-
-def launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> Iterator[tuple[object, pd.DataFrame]]:
-    """For each span (rows with rank, pid, tid, ts, end) that launched GPU work: its label and
-    the rows of `links` (a `gpu_launches` selection) whose launch call starts inside it on the
-    same thread. Per thread: launches sorted once, two searchsorted calls for all its spans."""
-    link_groups = thread_groups(links)
-    launch_ts = links["launch_ts"].to_numpy()
-    span_ts, span_end, labels = spans["ts"].to_numpy(), spans["end"].to_numpy(), spans.index
-    for key, pos in thread_groups(spans).items():
-        own = link_groups.get(key)
-        if own is None:
-            continue
-        own = own[np.argsort(launch_ts[own], kind="stable")]
-        t = launch_ts[own]
-        lo = np.searchsorted(t, span_ts[pos], side="left")
-        hi = np.searchsorted(t, span_end[pos], side="right")
-        for p, a, b in zip(pos.tolist(), lo.tolist(), hi.tolist()):
-            if b > a:
-                yield labels[p], links.iloc[own[a:b]]

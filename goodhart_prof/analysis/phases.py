@@ -28,9 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, name_codes
-from .intervals import thread_groups
 from .links import gpu_launches
-from .syncs import STEP, profiler_steps
+from .tree import STEP, profiler_steps, sums_inside
 
 COLUMNS = ["name", "kind", "iteration", "count", "cpu_us", "gpu_us", "gpu_kernels", "syncs"]
 
@@ -49,9 +48,9 @@ def phases(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     is_kernel = (ev["cat"].loc[launches["gpu_row"].to_numpy()] == "kernel").to_numpy(float)
 
     thread = ("rank", "pid", "tid")
-    ann_gpu, ann_kernels = _sums_inside(ann, launches, "launch_ts", [gpu_us, is_kernel], thread)
-    (ann_syncs,) = _sums_inside(ann, points, "ts", [None], thread)
-    step_gpu, step_kernels = _sums_inside(steps, launches, "launch_ts", [gpu_us, is_kernel], ("rank",))
+    ann_gpu, ann_kernels = sums_inside(ann, launches, "launch_ts", [gpu_us, is_kernel], thread)
+    (ann_syncs,) = sums_inside(ann, points, "ts", [None], thread)
+    step_gpu, step_kernels = sums_inside(steps, launches, "launch_ts", [gpu_us, is_kernel], ("rank",))
 
     parts = []
     if len(ann):
@@ -89,31 +88,6 @@ def _sums_by(inverse: np.ndarray, groups: int, **values: np.ndarray) -> dict[str
     for k, v in values.items():
         v = np.asarray(v, dtype=float)[order].tolist()
         out[k] = np.array([math.fsum(v[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
-    return out
-
-
-def _sums_inside(spans: pd.DataFrame, items: pd.DataFrame, time_col: str,
-                 values: list[np.ndarray | None], keys: tuple[str, ...]) -> list[np.ndarray]:
-    """For each span and each of `values` (arrays aligned with items; None counts items), the
-    sum over the items whose time_col lies in [ts, end] among items with the same keys. Sorted
-    times, prefix sums and searchsorted per key group: no loop over spans or items."""
-    out = [np.zeros(len(spans)) for _ in values]
-    if spans.empty or items.empty:
-        return out
-    item_groups = thread_groups(items, keys)
-    item_t = items[time_col].to_numpy()
-    span_ts, span_end = spans["ts"].to_numpy(), spans["end"].to_numpy()
-    for key, pos in thread_groups(spans, keys).items():
-        own = item_groups.get(key)
-        if own is None:
-            continue
-        own = own[np.argsort(item_t[own], kind="stable")]
-        t = item_t[own]
-        lo = np.searchsorted(t, span_ts[pos], side="left")
-        hi = np.searchsorted(t, span_end[pos], side="right")
-        for result, v in zip(out, values):
-            cum = np.concatenate(([0.0], np.cumsum(np.ones(len(t)) if v is None else v[own])))
-            result[pos] = cum[hi] - cum[lo]
     return out
 
 

@@ -29,25 +29,23 @@ Folding: one wait in the user's code shows up as several events, and is counted 
    A sync event whose call is not in the trace counts on its own, with no host site.
    "Stream Wait Event" is a GPU stream waiting for another stream, not the host: never counted.
 
-Site: with Python stacks (`python_function` events on the thread), the innermost user-code frame
-enclosing the host call, as `file.py:line fn`; otherwise (or when no user frame encloses it) the
-chain of enclosing annotations and ops on the thread, outermost first, ending with the counted op
-or call, without the `ProfilerStep#N` element so sites add up across iterations. Iteration: N of
-the `ProfilerStep#N` that holds the host call's start on the same rank (any thread), else -1.
+Site: `analysis/sites.py` (the innermost user-code frame around the host call, else its chain
+of annotations and ops in the host call tree). Iteration: N of the `ProfilerStep#N` that holds
+the host call's start on the same rank (any thread), else -1. Every containment question above
+is asked of `analysis/tree.py`.
 """
 from __future__ import annotations
 
-import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Frames, Trace, rows_named
-from .intervals import innermost_enclosing
+from ..trace.model import Trace
 from .links import LAUNCH_CATS, gpu_launches
+from .sites import sites
+from .tree import covered, host_tree, iterations, outermost, sums_inside
 
 KINDS = ("item", "nonzero", "is_nonzero", "memcpy_dtoh", "memcpy_htod_pageable",
          "stream_sync", "device_sync", "event_sync", "sync_memcpy")
@@ -67,8 +65,6 @@ _RUNTIME = {
 _CUDA_SYNC = {"Stream Sync": "stream_sync", "Event Sync": "event_sync", "Context Sync": "device_sync"}
 _DTOH = ("DtoH", "CopyDeviceToHost")
 _HTOD_PAGEABLE = "Memcpy HtoD (Pageable"
-HOST_CATS = ("cpu_op", "user_annotation")
-STEP = re.compile(r"^ProfilerStep#(\d+)$")
 COLUMNS = ["rank", "pid", "tid", "ts", "dur", "kind", "site", "iteration", "row"]
 
 
@@ -82,20 +78,18 @@ def sync_points(trace: Trace) -> pd.DataFrame:
     ops = _candidate_ops(ev)
     runtime = _candidate_calls(ev)
     memcpy = _memcpys(trace)
-    cands = pd.concat([ops, runtime, memcpy], ignore_index=True)
-    host = _HostIndex(ev, trace.frames, cands.loc[cands["hosted"].to_numpy(bool), ["rank", "pid", "tid"]])
-    ops = _outermost(ops)
+    ops = ops.iloc[outermost(ops, tie="prio")].reset_index(drop=True)
     ops = ops[_waits_on_device(ev, ops)]
-    runtime = runtime[~host.inside(runtime, ops)]
-    memcpy = memcpy[~host.inside(memcpy, ops)]
-    runtime = _fold_into_memcpy(runtime, memcpy, host)
+    runtime = runtime[~covered(ops, runtime)]
+    memcpy = memcpy[~covered(ops, memcpy)]
+    runtime = _fold_into_memcpy(trace, runtime, memcpy)
     points = pd.concat([ops.assign(call=False), memcpy.assign(call=True), runtime.assign(call=True)],
                        ignore_index=True)
     if points.empty:
         return _empty()
     points = points.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
-    points["site"] = host.sites(points)
-    points["iteration"] = iterations(ev, points["rank"].to_numpy(), points["ts"].to_numpy())
+    points["site"] = sites(trace, points)
+    points["iteration"] = iterations(trace, points["rank"].to_numpy(), points["ts"].to_numpy())
     return points[COLUMNS].astype({"row": np.int64, "iteration": np.int64})
 
 
@@ -181,25 +175,6 @@ def _unhosted(sel: pd.DataFrame, kind) -> pd.DataFrame:
     return _frame(sel, kind).assign(pid=-1, tid=-1, hosted=False)
 
 
-def _outermost(ops: pd.DataFrame) -> pd.DataFrame:
-    """Drop candidate ops that lie inside another candidate op on their thread (rule 1)."""
-    if ops.empty:
-        return ops
-    ops = ops.assign(_neg=-ops["dur"]).sort_values(["rank", "pid", "tid", "ts", "_neg", "prio"],
-                                                   kind="stable").drop(columns="_neg")
-    keep = np.ones(len(ops), dtype=bool)
-    key = ops[["rank", "pid", "tid"]].to_numpy()
-    end = ops["end"].to_numpy()
-    open_key, open_end = None, -np.inf
-    for i in range(len(ops)):  # a sweep over candidates only
-        k = tuple(key[i])
-        if k == open_key and end[i] <= open_end:
-            keep[i] = False
-        else:
-            open_key, open_end = k, end[i]
-    return ops[keep].reset_index(drop=True)
-
-
 def _waits_on_device(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     """Rule 0: on a rank with CUDA/HIP runtime events, an op that makes no runtime call on its
     thread (`.item()` of a CPU tensor) never waits for the device. CPU-only ranks keep all."""
@@ -207,289 +182,29 @@ def _waits_on_device(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     if ops.empty:
         return keep
     rt = ev[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
-    gpu_ranks = set(rt["rank"].unique().tolist())
-    rt_threads = {k: g["ts"].to_numpy() for k, g in rt.groupby(["rank", "pid", "tid"], sort=False)}
-    for key, q in ops.groupby(["rank", "pid", "tid"], sort=False):
-        if key[0] not in gpu_ranks:
-            continue
-        idx = ops.index.get_indexer(q.index)
-        starts = np.sort(rt_threads.get(key, np.empty(0)))
-        first = np.searchsorted(starts, q["ts"].to_numpy(), side="left")
-        inside = first < len(starts)
-        inside[inside] = starts[first[inside]] <= q["end"].to_numpy()[inside]
-        keep[idx] = inside
-    return keep
+    on_gpu_rank = ops["rank"].isin(rt["rank"].unique()).to_numpy()
+    (calls,) = sums_inside(ops, rt, "ts", [None])
+    return ~on_gpu_rank | (calls > 0)
 
 
-def _fold_into_memcpy(runtime: pd.DataFrame, memcpy: pd.DataFrame, host: "_HostIndex") -> pd.DataFrame:
+def _fold_into_memcpy(trace: Trace, runtime: pd.DataFrame, memcpy: pd.DataFrame) -> pd.DataFrame:
     """Rule 3: runtime calls that are, or sit in the same cpu op as, a counted memcpy launch."""
     if runtime.empty or memcpy.empty:
         return runtime
     same_call = runtime["row"].isin(memcpy["row"]).to_numpy()
-    op_of_copy = host.innermost_op(memcpy)
-    op_of_call = host.innermost_op(runtime)
+    op_of_copy = _innermost_op(trace, memcpy)
+    op_of_call = _innermost_op(trace, runtime)
     same_op = (op_of_call >= 0) & np.isin(op_of_call, op_of_copy[op_of_copy >= 0])
     return runtime[~(same_call | same_op)]
 
 
-def _start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Order by start, longer first on ties. Trace events come sorted by start, so only runs of
-    equal starts need sorting (a full lexsort of millions of events costs a second)."""
-    n = len(ts)
-    order = np.arange(n)
-    if n < 2:
-        return order
-    step = np.diff(ts)
-    if (step < 0).any():
-        return np.lexsort((-dur, ts))
-    tie = np.zeros(n, dtype=bool)
-    tie[1:] |= step == 0
-    tie[:-1] |= step == 0
-    slots = np.flatnonzero(tie)
-    if len(slots):
-        order[slots] = slots[np.lexsort((-dur[slots], ts[slots]))]
-    return order
-
-
-class _Nesting:
-    """The host events of one thread, sorted by start (longer first), with block maxima of their
-    ends so that "the innermost event holding this" costs O(block + n/block), vectorised, however
-    far back the holder starts (a long Python frame can hold a million events)."""
-
-    BLOCK = 256
-
-    def __init__(self, cols: dict[str, np.ndarray], idx: np.ndarray):
-        idx = idx[_start_order(cols["ts"][idx], cols["dur"][idx])]
-        self.ts, self.end = cols["ts"][idx], cols["end"][idx]
-        self.row = cols["row"][idx]
-        # Events carry their name as a code into label_names (a label per event is not built).
-        self.label = cols["label"][idx] if "label" in cols else cols["label_names"][cols["label_codes"][idx]]
-        self.is_op = cols["is_op"][idx]
-        self.py_id, self.py_parent = cols["python_id"][idx], cols["python_parent_id"][idx]
-        pad = (-len(self.end)) % self.BLOCK
-        self.block_max = np.concatenate((self.end, np.full(pad, -np.inf))).reshape(
-            -1, self.BLOCK).max(axis=1)
-        self._by_py_id: tuple[np.ndarray, np.ndarray] | None = None
-
-    def holder(self, k: int, reach: float) -> int:
-        """Largest j <= k with end[j] >= reach (-1 if none): with j's start <= the start of
-        what is held, that is the innermost event holding it."""
-        if k < 0:
-            return -1
-        b = k // self.BLOCK
-        lo = b * self.BLOCK
-        hit = np.flatnonzero(self.end[lo:k + 1] >= reach)
-        if len(hit):
-            return int(lo + hit[-1])
-        blocks = np.flatnonzero(self.block_max[:b] >= reach)
-        if not len(blocks):
-            return -1
-        lo = int(blocks[-1]) * self.BLOCK
-        return int(lo + np.flatnonzero(self.end[lo:lo + self.BLOCK] >= reach)[-1])
-
-    def enclosing(self, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Innermost event holding each [ts, end] query (-1 if none)."""
-        last = np.searchsorted(self.ts, ts, side="right") - 1
-        return np.array([self.holder(int(k), e) for k, e in zip(last, end)], dtype=np.int64)
-
-    def parent(self, i: int) -> int:
-        """The event holding event i: by Python parent id where the trace has one, else by time."""
-        if self.py_id[i] >= 0 and self.py_parent[i] >= 0:
-            if self._by_py_id is None:
-                order = np.argsort(self.py_id, kind="stable")
-                self._by_py_id = (self.py_id[order], order)
-            ids, order = self._by_py_id
-            j = np.searchsorted(ids, self.py_parent[i])
-            if j < len(ids) and ids[j] == self.py_parent[i]:
-                return int(order[j])
-        return self.holder(i - 1, self.end[i])
-
-
-class _HostIndex:
-    """Host events (ops, annotations, Python frames) of the threads that hold candidates, per
-    thread, for containment look-ups around sync candidates (loops run over candidates only)."""
-
-    def __init__(self, ev: pd.DataFrame, frames: Frames, threads: pd.DataFrame):
-        cat = ev["cat"]
-        is_op = (cat == "cpu_op").to_numpy()
-        wanted = is_op | (cat == "user_annotation").to_numpy()
-        rank, pid, tid = (ev[c].to_numpy() for c in ("rank", "pid", "tid"))
-        cols = {c: ev[c].to_numpy() for c in ("ts", "dur", "end")}
-        none = np.full(len(ev), -1, dtype=np.int64)
-        names = np.asarray(ev["name"].cat.categories, dtype=object)
-        cols.update(row=ev.index.to_numpy(np.int64), label_names=names,
-                    label_codes=ev["name"].cat.codes.to_numpy(), is_op=is_op, python_id=none,
-                    python_parent_id=none)
-        fcols = {c: frames[c] for c in ("ts", "dur", "end", "python_id", "python_parent_id")}
-        fcols.update(row=np.full(len(frames), -1, dtype=np.int64), label=frames["name"],
-                     is_op=np.zeros(len(frames), dtype=bool))
-        f_rank, f_pid, f_tid = frames["rank"], frames["pid"], frames["tid"]
-        self.host: dict[tuple, _Nesting] = {}
-        self.py: dict[tuple, _Nesting] = {}
-        for r, p, t in threads.drop_duplicates().itertuples(index=False):
-            key = (int(r), int(p), int(t))
-            self.host[key] = _Nesting(cols, np.flatnonzero(wanted & (rank == r) & (pid == p) & (tid == t)))
-            py = np.flatnonzero((f_rank == r) & (f_pid == p) & (f_tid == t))
-            if len(py):
-                self.py[key] = _Nesting(fcols, py)
-        self._chain: dict[tuple, dict[int, tuple[str, ...]]] = {}
-        self._user: dict[tuple, dict[int, str | None]] = {}
-
-    def inside(self, queries: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
-        """Rule 2: whether each query lies inside one of the ops (disjoint per thread)."""
-        out = np.zeros(len(queries), dtype=bool)
-        if queries.empty or ops.empty:
-            return out
-        groups = {k: g for k, g in ops.groupby(["rank", "pid", "tid"], sort=False)}
-        hosted = queries[queries["hosted"].to_numpy(bool)]
-        for key, q in hosted.groupby(["rank", "pid", "tid"], sort=False):
-            g = groups.get(key)
-            if g is None:
-                continue
-            g = g.sort_values("ts", kind="stable")
-            hit = innermost_enclosing(g["ts"].to_numpy(), g["end"].to_numpy(),
-                                      q["ts"].to_numpy(), q["end"].to_numpy())
-            out[queries.index.get_indexer(q.index)] = hit >= 0
-        return out
-
-    def innermost_op(self, queries: pd.DataFrame) -> np.ndarray:
-        """Row label of the innermost cpu op holding each query (-1: none, or an annotation)."""
-        out = np.full(len(queries), -1, dtype=np.int64)
-        hosted = queries[queries["hosted"].to_numpy(bool)]
-        for key, q in hosted.groupby(["rank", "pid", "tid"], sort=False):
-            nest = self.host.get(tuple(int(k) for k in key))
-            if nest is None:
-                continue
-            pos = nest.enclosing(q["ts"].to_numpy(), q["end"].to_numpy())
-            ok = pos >= 0
-            rows = np.full(len(q), -1, dtype=np.int64)
-            rows[ok] = np.where(nest.is_op[pos[ok]], nest.row[pos[ok]], -1)
-            out[queries.index.get_indexer(q.index)] = rows
-        return out
-
-    # -- sites ------------------------------------------------------------------------------------
-    def sites(self, points: pd.DataFrame) -> list[str]:
-        out: list[str] = [""] * len(points)
-        for key, q in points.groupby(["rank", "pid", "tid"], sort=False):
-            key = tuple(int(k) for k in key)
-            idx = points.index.get_indexer(q.index)
-            ts, end = q["ts"].to_numpy(), q["end"].to_numpy()
-            py, host = self.py.get(key), self.host.get(key)
-            frames = py.enclosing(ts, end) if py is not None else np.full(len(q), -1)
-            own = encl = np.full(len(q), -1, dtype=np.int64)
-            if host is not None:
-                # A counted op is itself a host event: its chain starts at its own position.
-                own = pd.Index(host.row).get_indexer(q["row"].to_numpy())
-                encl = host.enclosing(ts, end)
-            for j, (hosted, name, is_call) in enumerate(zip(q["hosted"], q["name"], q["call"])):
-                if not hosted:
-                    out[idx[j]] = f"{name} (no host call)"
-                    continue
-                user = self._user_frame(key, int(frames[j])) if frames[j] >= 0 else None
-                if user is not None:
-                    out[idx[j]] = user
-                    continue
-                start = own[j] if (own[j] >= 0 and not is_call) else encl[j]
-                chain = self._chain_of(key, int(start)) if start >= 0 else ()
-                if is_call or own[j] < 0:
-                    chain = chain + (name,)
-                out[idx[j]] = " > ".join(chain)
-        return out
-
-    def _chain_of(self, key: tuple, pos: int) -> tuple[str, ...]:
-        """Names of the host events holding pos and pos itself, outermost first, no ProfilerStep."""
-        nest, cache = self.host[key], self._chain.setdefault(key, {})
-        todo = []
-        while pos >= 0 and pos not in cache:
-            todo.append(pos)
-            pos = nest.parent(pos)
-        chain = cache[pos] if pos >= 0 else ()
-        for p in reversed(todo):
-            name = str(nest.label[p])
-            if not STEP.match(name):
-                chain = chain + (name,)
-            cache[p] = chain
-        return chain
-
-    def _user_frame(self, key: tuple, pos: int) -> str | None:
-        """The first user-code frame walking out from frame pos."""
-        nest, cache = self.py[key], self._user.setdefault(key, {})
-        todo, found = [], None
-        while pos >= 0:
-            if pos in cache:
-                found = cache[pos]
-                break
-            todo.append(pos)
-            found = user_site(nest.label[pos])
-            if found is not None:
-                break
-            pos = nest.parent(pos)
-        for p in todo:
-            cache[p] = found
-        return found
-
-
-# -- Python frames ---------------------------------------------------------------------------------
-_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
-# The profiler strips sys.path prefixes, so installed packages look like relative paths: these
-# top-level names are library code, never the user's line.
-LIBRARY_TOPS = frozenset({
-    "torch", "torchvision", "torchaudio", "torchrl", "tensordict", "functorch", "triton",
-    "numpy", "pandas", "typing_extensions", "einops", "transformers", "accelerate", "apex",
-    "deepspeed", "lightning", "pytorch_lightning", "gym", "gymnasium", "stable_baselines3",
-    "_pytest", "pytest", "pluggy", "tqdm", "click", "rich", "msgspec",
-})
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"test"}
-
-
-def user_site(frame_name: str) -> str | None:
-    """`file.py:line fn` for a Kineto Python frame name of user code, else None."""
-    m = _FRAME.match(frame_name) if isinstance(frame_name, str) else None
-    if m is None:
-        return None
-    path = m["file"]
-    if path.startswith("<"):
-        if not (path == "<stdin>" or path.startswith("<ipython-input")):
-            return None
-    elif not is_user_path(path):
-        return None
-    return f"{path}:{m['line']} {m['fn']}"
-
-
-def is_user_path(path: str) -> bool:
-    p = path.replace("\\", "/")
-    if "site-packages/" in p or "dist-packages/" in p or re.search(r"/lib/python\d", p):
-        return False
-    if "/torch/" in p:
-        return False
-    if p.startswith("/"):
-        return True
-    top = p.split("/", 1)[0]
-    top = top[:-3] if top.endswith(".py") else top
-    return top not in LIBRARY_TOPS and top not in _STDLIB
-
-
-# -- iterations ------------------------------------------------------------------------------------
-def profiler_steps(ev: pd.DataFrame) -> pd.DataFrame:
-    """Host-side `ProfilerStep#N` events (user annotations; cpu ops in 2021 traces) with `step`."""
-    sel = ev.iloc[rows_named(ev, STEP, HOST_CATS)]
-    step = np.array([int(str(n)[len("ProfilerStep#"):]) for n in sel["name"]], dtype=np.int64)
-    return sel.assign(step=step)
-
-
-def iterations(ev: pd.DataFrame, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """N of the ProfilerStep#N on the same rank (any thread) whose interval holds ts, else -1."""
-    out = np.full(len(ts), -1, dtype=np.int64)
-    steps = profiler_steps(ev)
-    s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))
-    for r in np.unique(s_rank):
-        own = np.flatnonzero(s_rank == r)
-        own = own[np.argsort(s_ts[own], kind="stable")]
-        st, se, sn = s_ts[own], s_end[own], s_step[own]
-        sel = np.flatnonzero(rank == r)
-        j = np.searchsorted(st, ts[sel], side="right") - 1
-        ok = (j >= 0) & (ts[sel] <= se[np.maximum(j, 0)])
-        out[sel[ok]] = sn[j[ok]]
+def _innermost_op(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
+    """Row label of the innermost cpu op holding each hosted call (-1: none, or an annotation)."""
+    tree = host_tree(trace)
+    node = tree.enclosing(*(calls[c].to_numpy() for c in ("rank", "pid", "tid", "ts", "end")))
+    ok = (node >= 0) & calls["hosted"].to_numpy(bool)
+    out = np.full(len(calls), -1, dtype=np.int64)
+    out[ok] = np.where(tree.is_op[node[ok]], tree.row[node[ok]], -1)
     return out
 
 
@@ -530,17 +245,3 @@ def sync_summary(points: pd.DataFrame) -> SyncSummary:
     per_it = (points.groupby(["iteration", "kind"], sort=True).size().rename("count").reset_index()
               if len(points) else pd.DataFrame({"iteration": [], "kind": [], "count": []}))
     return SyncSummary(int(len(points)), by_kind, sites, per_it)
-
-
-def op_sites(trace: Trace, rows: pd.Index | np.ndarray) -> list[str]:
-    """Sites of host ops (row labels in trace.events), by the rules sync points use: the
-    innermost user-code frame when the trace has stacks, else the chain of annotations and ops."""
-    if len(rows) == 0:
-        return []
-    ev = trace.events.loc[np.asarray(rows)]
-    ops = pd.DataFrame({"rank": ev["rank"].to_numpy(), "pid": ev["pid"].to_numpy(),
-                        "tid": ev["tid"].to_numpy(), "ts": ev["ts"].to_numpy(),
-                        "end": ev["end"].to_numpy(), "row": ev.index.to_numpy(np.int64),
-                        "name": ev["name"].astype(str).to_numpy(), "hosted": True, "call": False})
-    host = _HostIndex(trace.events, trace.frames, ops[["rank", "pid", "tid"]])
-    return host.sites(ops)

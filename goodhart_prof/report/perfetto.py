@@ -386,7 +386,7 @@ class _Plan:
             self.summary.counter_samples += len(times)
 
     def _iterations(self, ev: pd.DataFrame) -> None:
-        from ..analysis.syncs import profiler_steps
+        from ..analysis.tree import profiler_steps
 
         for rank, s in profiler_steps(ev).groupby("rank", sort=True):
             s = s.sort_values(["ts", "end"], ascending=[True, False], kind="stable")
