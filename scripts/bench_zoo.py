@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from benchlib import ForeignLoad  # noqa: E402
 from goodhart_prof.analysis import analyze  # noqa: E402
-from goodhart_prof.analysis.findings import ZOO_RULES  # noqa: E402
+from goodhart_prof.analysis.rules import ZOO_RULES  # noqa: E402
 from goodhart_prof.trace.load import load  # noqa: E402
 from trainer import antipatterns  # noqa: E402
 

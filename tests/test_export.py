@@ -17,7 +17,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from goodhart_prof.analysis import analyze
 from goodhart_prof.cli import main
 from goodhart_prof.analysis.links import gpu_launches
-from goodhart_prof.analysis.syncs import profiler_steps
+from goodhart_prof.analysis.tree import profiler_steps
 from goodhart_prof.report.chrome_json import COUNTER_CAT, FLOW_CAT, SYNC_CAT, write_chrome_json
 from goodhart_prof.report.perfetto import assign_lanes, to_ns, write_perfetto
 from goodhart_prof.trace.load import load

@@ -6,7 +6,11 @@ from pathlib import Path
 import pytest
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.analysis.findings import (ITEM_PER_ITERATION, LAUNCH_MEDIAN_US, SCATTER_SHARE)
+from goodhart_prof.analysis.rules import BY_ID
+
+ITEM_PER_ITERATION = BY_ID["item_logging"].limit("per_iteration")
+LAUNCH_MEDIAN_US = BY_ID["tiny_batch"].limit("median_kernel_us")
+SCATTER_SHARE = BY_ID["dominant_scatter_gather"].limit("share")
 from goodhart_prof.trace.load import load
 from test_syncs import ann, cuda_item, kernel, load_events, memcpy, op, rt
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.analysis.findings import Finding
+from goodhart_prof.analysis.rules import Finding
 from goodhart_prof.analysis.syncs import sync_summary
 from goodhart_prof.errors import UserError
 from goodhart_prof.report import html as report

@@ -16,7 +16,9 @@ import pytest
 import torch
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.analysis.findings import UNFUSED_KERNELS_PER_STEP, ZOO_RULES
+from goodhart_prof.analysis.rules import BY_ID, ZOO_RULES
+
+UNFUSED_KERNELS_PER_STEP = BY_ID["unfused_adam"].limit("kernels_per_step")
 from goodhart_prof.trace.load import load
 from helpers import clean_env, error_lines, run_cmd, write_tiny_config
 from test_syncs import ann, kernel, load_events, memcpy, op, rt

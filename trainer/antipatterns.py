@@ -1,7 +1,7 @@
 """The anti-pattern zoo: known slowdowns, planted in our own trainer behind `--inject NAME[,NAME...]`.
 
 Each pattern is real code doing what its description says, taken from the experience reports the
-project grew from. Its name is also the `rule` id of the finding in `goodhart_prof.analysis.findings`
+project grew from. Its name is also the `rule` id of the finding in `goodhart_prof.analysis.rules`
 that must detect it, so `goodhart-prof run --inject X` followed by `goodhart-prof analyze` checks the
 analyzer end to end (`scripts/bench_zoo.py` does that for the whole zoo).
 

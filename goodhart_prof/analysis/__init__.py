@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..trace.model import Trace
+from .burstiness import DeviceBurstiness
+from .rules.base import Finding, NotJudged
+from .syncs import SyncSummary
 
 
 @dataclass
@@ -17,15 +20,16 @@ class Analysis:
     kernels: pd.DataFrame             # kernels.kernel_table
     categories: pd.DataFrame          # kernels.category_table
     sync_points: pd.DataFrame         # syncs.sync_points (one row per sync point)
-    syncs: object                     # syncs.SyncSummary
-    burstiness: list                  # burstiness.DeviceBurstiness per (rank, device)
+    syncs: SyncSummary
+    burstiness: list[DeviceBurstiness]  # one per (rank, device)
     phases: pd.DataFrame              # phases.phases
-    findings: list = field(default_factory=list)  # findings.Finding
+    findings: list[Finding] = field(default_factory=list)
+    not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
 
 
 def analyze(trace: Trace) -> Analysis:
+    from . import rules
     from .burstiness import burstiness
-    from .findings import findings
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table
     from .phases import phases
@@ -36,5 +40,5 @@ def analyze(trace: Trace) -> Analysis:
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
                       phases=phases(trace, points))
-    result.findings = findings(result)
+    result.findings, result.not_judged = rules.run(result)
     return result

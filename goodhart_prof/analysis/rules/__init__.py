@@ -1,0 +1,44 @@
+"""Findings: rules that turn the analyses into advice, each fired only on evidence in the trace.
+
+Rules are declared units (rules/base.py `Rule`): id, family, what they need, thresholds with
+reasons, a judge. They live by family: syncs, copies, precision, compilation (fusion and torch.compile), utilization. `run`
+judges each rule whose needs the trace meets and records why the others stayed silent.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import compilation, copies, precision, syncs, utilization
+from .base import SEVERITIES, Context, Finding, Need, NotJudged, Rule, Threshold
+
+if TYPE_CHECKING:
+    from .. import Analysis
+
+# The order findings of one severity are listed in.
+RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,
+                           *utilization.RULES, compilation.EAGER_UPDATE)
+# The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
+# rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
+ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",
+             "pageable_htod", "unfused_adam", "no_amp", "eager_update", "tiny_batch")
+BY_ID = {rule.id: rule for rule in RULES}
+
+
+def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
+    """The findings (most severe first, then in rule order) and the rules not judged, with why."""
+    ctx = Context(analysis)
+    found: list[Finding] = []
+    silent: list[NotJudged] = []
+    present: dict[Need, bool] = {}
+    for rule in RULES:
+        missing = [n for n in rule.needs if not present.setdefault(n, n.present(ctx))]
+        if missing:
+            silent.append(NotJudged(rule.id, missing[0].absent))
+            continue
+        finding = rule.judge(ctx)
+        if finding is not None:
+            found.append(finding)
+    return sorted(found, key=lambda f: SEVERITIES.index(f.severity)), silent
+
+
+__all__ = ["RULES", "ZOO_RULES", "BY_ID", "Finding", "NotJudged", "Rule", "Threshold", "Need", "run"]

@@ -1,0 +1,149 @@
+"""What a rule is: an id, a family, what it needs from the trace, its thresholds with their
+reasons, and a judge that turns the analyses into at most one `Finding` with its evidence.
+
+The runner (rules/__init__.py) judges a rule only when the trace has everything it `needs`, and
+otherwise records why it stayed silent (`NotJudged`). Evidence a rule derives from the analyses
+(iterations traced, who caused each sync point) is computed once per run, in the `Context`.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ..links import LAUNCH_CATS
+
+if TYPE_CHECKING:
+    from .. import Analysis
+
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    title: str
+    evidence: dict[str, Any]
+    fix: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity, "title": self.title,
+                "evidence": self.evidence, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class NotJudged:
+    """A rule the runner skipped, and why (what the trace lacks)."""
+
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"rule": self.rule, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    reason: str
+
+
+_BACKWARD = re.compile(r"autograd::engine|Backward", re.I)
+
+
+class Need(enum.Enum):
+    """What a rule needs from the trace; each with the test and the sentence for its absence."""
+
+    HOST_OPS = "host ops"
+    GPU = "GPU activity"
+    BACKWARD = "a backward pass"
+
+    def present(self, ctx: "Context") -> bool:
+        ev = ctx.trace.events
+        if self is Need.HOST_OPS:
+            return bool(ev["cat"].isin(("cpu_op", "user_annotation")).any())
+        if self is Need.GPU:
+            return not ctx.trace.gpu.empty
+        return bool(ev["name"].cat.categories.astype(str).str.contains(_BACKWARD).any())
+
+    @property
+    def absent(self) -> str:
+        return {Need.HOST_OPS: "the trace has no host ops or annotations (a GPU-only trace)",
+                Need.GPU: "the trace has no GPU activity (a CPU-only trace)",
+                Need.BACKWARD: "the trace has no backward pass (no autograd ops: not training)",
+                }[self]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    family: str
+    judge: Callable[["Context"], Finding | None] = field(repr=False)
+    needs: tuple[Need, ...] = ()
+    thresholds: Mapping[str, Threshold] = field(default_factory=dict)
+
+    def limit(self, name: str) -> float:
+        return self.thresholds[name].value
+
+
+class Context:
+    """One run of the rules over one analysis: the analysis, and evidence several rules share,
+    each derived once (on first use) for this run only."""
+
+    def __init__(self, analysis: "Analysis"):
+        self.analysis = analysis
+        self.trace = analysis.trace
+
+    @cached_property
+    def iterations(self) -> int:
+        """Traced iterations (ProfilerStep#N rows of the phases), at least 1 so rates stay finite."""
+        ph = self.analysis.phases
+        if ph is None or ph.empty or "kind" not in ph:
+            return 1
+        steps = ph[ph["kind"] == "iteration"]
+        return max(1, int(steps["iteration"].nunique())) if not steps.empty else 1
+
+    @cached_property
+    def sync_origin(self) -> pd.DataFrame:
+        from .origin import sync_origin
+        return sync_origin(self)
+
+    @cached_property
+    def device_ranks(self) -> set:
+        """Ranks with GPU activity or CUDA/HIP runtime calls."""
+        ev = self.trace.events
+        rt_rank = ev["rank"].to_numpy()[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
+        return set(np.unique(rt_rank).tolist()) | set(self.trace.gpu["rank"].unique().tolist())
+
+    @cached_property
+    def kernel_total(self) -> float:
+        cats = self.analysis.categories
+        return float(cats["total_us"].sum()) if not cats.empty else 0.0
+
+    def of_kind(self, kind: str) -> pd.DataFrame:
+        sp = self.analysis.sync_points
+        return sp[sp["kind"] == kind] if not sp.empty else sp
+
+
+def top_sites(points: pd.DataFrame, n: int = 3) -> list[dict[str, Any]]:
+    """The n sites with the most points (then the most host time), for a finding's evidence."""
+    if points.empty:
+        return []
+    grouped = points.groupby("site", observed=True).agg(count=("kind", "size"), total_us=("dur", "sum"))
+    grouped = grouped.sort_values(["count", "total_us"], ascending=False).head(n)
+    return [{"site": s, "count": int(r["count"]), "total_us": round(float(r["total_us"]), 3)}
+            for s, r in grouped.iterrows()]
+
+
+def names_matching(names: pd.Series, pattern) -> pd.Series:
+    """Boolean mask of a categorical name column, matching each distinct name once."""
+    cats = pd.Series(names.cat.categories.astype(str))
+    hit = cats.str.contains(pattern).to_numpy()
+    codes = names.cat.codes.to_numpy()
+    return pd.Series(hit[codes] & (codes >= 0), index=names.index)

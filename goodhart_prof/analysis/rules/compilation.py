@@ -1,0 +1,94 @@
+"""Fusion and compilation rules: an optimizer step that is not fused, an update left eager."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ...trace.model import rows_named
+from ..links import gpu_launches
+from ..tree import launched_inside
+from .base import Context, Finding, Need, Rule, Threshold
+
+_FUSED_OPT = re.compile(r"fused_adam|FusedAdam|_fused_adamw?_|fused_sgd|FusedSgd|fused_adagrad|"
+                        r"FusedAdagrad", re.I)
+# Optimizers that have a fused implementation in torch (`fused=True`): the fix exists for them.
+# The rule id says Adam (the usual case), but SGD and Adagrad steps are judged the same way.
+_OPT_STEP = re.compile(r"^Optimizer\.step#(Adam|AdamW|SGD|Adagrad)\.step$")
+
+
+def _unfused_adam(ctx: Context) -> Finding | None:
+    ev = ctx.trace.events
+    steps = ev.iloc[rows_named(ev, _OPT_STEP, ("user_annotation", "cpu_op"))]
+    if steps.empty:
+        return None
+    links = gpu_launches(ctx.trace)
+    links = links[links["launch_row"].to_numpy() >= 0]
+    found = [part["gpu_row"].to_numpy() for _, part in launched_inside(steps, links)]
+    inside = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+    kernels = ev.loc[inside]
+    kernels = kernels[(kernels["cat"] == "kernel").to_numpy()]
+    if any(_FUSED_OPT.search(str(n)) for n in kernels["name"].unique()):  # each name once
+        return None
+    per_step = len(kernels) / len(steps)
+    if per_step < UNFUSED_ADAM.limit("kernels_per_step"):
+        return None
+    kinds = sorted({str(n).split("#", 1)[1].split(".")[0] for n in steps["name"].astype(str)})
+    return Finding(
+        "unfused_adam", "medium",
+        f"the optimizer step ({', '.join(kinds)}) is not fused: {per_step:.0f} kernels per step",
+        {"optimizer": kinds, "optimizer_steps": int(len(steps)),
+         "kernels_per_step": round(per_step, 1), "gpu_us": round(float(kernels["dur"].sum()), 3),
+         "cpu_us": round(float(steps["dur"].sum()), 3)},
+        "torch.optim.Adam(params, fused=True) (also AdamW, SGD, Adagrad; CUDA), with the learning "
+        "rate as a device tensor.")
+
+
+UNFUSED_ADAM = Rule(
+    "unfused_adam", "compile", _unfused_adam, needs=(Need.GPU, Need.HOST_OPS),
+    thresholds={
+        "kernels_per_step": Threshold(4, "a fused step launches the step-counter increment plus one "
+                                         "fused kernel per (device, dtype) group: 1-3 kernels. "
+                                         "foreach launches one multi-tensor kernel per arithmetic "
+                                         "stage (Adam: 6-8), a for-loop several per parameter tensor; "
+                                         "fewer than 4 is a fused step, or one that runs on the host")})
+
+_COMPILED_BACKWARD = "CompiledFunctionBackward"
+_BACKWARD = re.compile(r"autograd::engine|Backward", re.I)
+_ACCUMULATE = re.compile(r"AccumulateGrad")
+
+
+def _eager_update(ctx: Context) -> Finding | None:
+    gpu = ctx.trace.gpu
+    if len(gpu) < EAGER_UPDATE.limit("min_gpu_activities"):
+        return None
+    ev = ctx.trace.events
+    names = pd.Series(ev["name"].cat.categories.astype(str))
+    backward = names[names.str.contains(_BACKWARD) & ~names.str.contains(_ACCUMULATE)]
+    if backward.empty or backward.str.contains(_COMPILED_BACKWARD).any():
+        return None
+    count = int(ev["name"].isin(backward.tolist()).sum())
+    compiled_elsewhere = bool(names.str.contains(r"Torch-Compiled Region|triton_").any())
+    return Finding(
+        "eager_update", "low",
+        "the update runs eagerly: no compiled graph in the backward pass"
+        + (" (other code in the trace is compiled)" if compiled_elsewhere else ""),
+        {"kernels": int(len(gpu)), "backward_ops": count,
+         "backward_op_names": int(len(backward)), "compiled_elsewhere": compiled_elsewhere},
+        "torch.compile the loss/update function (warm it up before timing) to fuse elementwise "
+        "chains into a few Triton kernels.")
+
+
+# Judged on the backward, not on the whole trace, because the rollout can be compiled (Triton
+# kernels, compiled regions) while the update is not: no backward node may be a compiled graph's
+# (`CompiledFunctionBackward`, what torch.compile'd code records under autograd). Parameter-gradient
+# accumulation (`AccumulateGrad`) is always eager and does not count either way. On the CPU
+# compile does not pay (the trainer leaves it off there): no GPU activity, no finding.
+EAGER_UPDATE = Rule(
+    "eager_update", "compile", _eager_update, needs=(Need.GPU, Need.BACKWARD),
+    thresholds={
+        "min_gpu_activities": Threshold(50, "fewer GPU activities is too little GPU work for "
+                                            "compilation to matter")})
+
+RULES = (UNFUSED_ADAM, EAGER_UPDATE)

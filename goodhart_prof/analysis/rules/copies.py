@@ -1,0 +1,125 @@
+"""Copy rules: host-to-device copies that block (pageable memory) or need not exist (tensors made
+on the host, then moved). The op structure they read (fresh moves) is analysis/hostops.py's."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...trace.model import Trace
+from ..hostops import fresh_moves, launch_in_cpu_op
+from ..links import gpu_launches
+from ..sites import op_sites
+from ..tree import starts_inside
+from .base import Context, Finding, Rule, Threshold, names_matching, top_sites
+
+
+def _pageable_htod(ctx: Context) -> Finding | None:
+    a, trace = ctx.analysis, ctx.trace
+    pg = ctx.of_kind("memcpy_htod_pageable")
+    gpu_ranks = set(trace.gpu["rank"].unique().tolist())
+    if pg.empty and set(trace.ranks) <= gpu_ranks:
+        return None  # no pageable copies, and no rank without GPU work where a move is evidence
+    moves = fresh_moves(trace)
+    pg = pg[~starts_inside(moves[moves["kind"] == "factory"], pg)]  # cpu_alloc's evidence
+    host = moves[(moves["kind"] == "host_data").to_numpy() & ~moves["gpu"].to_numpy()]
+    if pg.empty and host.empty:
+        return None
+    copies = _gpu_copies_of(trace, pg)
+    copy_us = float(copies["dur"].sum())
+    n = len(pg) + len(host)
+    per_it = n / ctx.iterations
+    share = copy_us / max(float(a.gpu["busy_us"].sum()), 1e-9) if not a.gpu.empty else 0.0
+    if per_it < PAGEABLE_HTOD.limit("per_iteration") and share < PAGEABLE_HTOD.limit("gpu_share"):
+        return None
+    sites = pd.concat([pg[["kind", "site", "dur"]], _as_points(trace, host, "host_to_device")])
+    where = (f"{len(pg)} pageable host-to-device copies" if not pg.empty else
+             f"{len(host)} moves of host-built data (numpy/lists) to the device")
+    return Finding(
+        "pageable_htod", "high" if share >= PAGEABLE_HTOD.limit("high_gpu_share") else "medium",
+        f"{where} ({per_it:.1f} per iteration, {copy_us / 1000:.2f} ms on the GPU)",
+        {"count": int(n), "per_iteration": round(per_it, 2), "gpu_copies": int(len(pg)),
+         "host_data_moves": int(len(host)), "copy_us": round(copy_us, 3),
+         "bytes": float(copies["bytes"].sum(skipna=True)), "gpu_share": round(share, 4),
+         "sites": top_sites(sites)},
+        "Create the data on the device, or copy from pinned memory (tensor.pin_memory()) "
+        "with non_blocking=True.")
+
+
+# Copies of a tensor a torch factory made just before (`torch.zeros(n).to(dev)`) are cpu_alloc's
+# evidence, not this rule's: their fix is `device=`, not pinning. On a CPU-only rank there is no
+# copy, so the evidence is the move itself: host data wrapped into a tensor (`torch.from_numpy`,
+# `torch.tensor(data)`: aten::lift_fresh) and moved at once.
+PAGEABLE_HTOD = Rule(
+    "pageable_htod", "copies", _pageable_htod,
+    thresholds={
+        "per_iteration": Threshold(1.0, "pageable copies block the host while the driver stages "
+                                        "them: more than one per iteration is a per-step copy"),
+        "gpu_share": Threshold(0.01, "or fewer, larger copies that take 1% of GPU busy time"),
+        "high_gpu_share": Threshold(0.05, "5% of GPU time spent copying is worth a change by itself")})
+
+
+def _cpu_alloc(ctx: Context) -> Finding | None:
+    trace = ctx.trace
+    moves = fresh_moves(trace)
+    made = moves[moves["kind"] == "factory"]
+    gpu = trace.gpu
+    small = gpu.iloc[:0]
+    if not gpu.empty:
+        htod = gpu[names_matching(gpu["name"], r"^Memcpy HtoD")]
+        small = htod[htod["bytes"].fillna(0) < CPU_ALLOC.limit("small_copy_bytes")]
+        small = small[~launch_in_cpu_op(trace, small.index.to_numpy())]
+    n = len(made) + len(small)
+    per_it = n / ctx.iterations
+    if per_it < CPU_ALLOC.limit("per_iteration"):
+        return None
+    copied = made[made["gpu"].to_numpy()]
+    nbytes = pd.concat([copied["bytes"], small["bytes"]]).dropna()
+    return Finding(
+        "cpu_alloc", "medium",
+        f"{per_it:.1f} tensors per iteration made on the host, then moved to the device",
+        {"count": int(n), "per_iteration": round(per_it, 2), "moves": int(len(made)),
+         "unattributed_small_copies": int(len(small)),
+         "creators": {str(k): int(v) for k, v in made["creator"].value_counts().items()},
+         "bytes_median": float(nbytes.median()) if len(nbytes) else None,
+         "copy_us": round(float(copied["copy_us"].sum() + small["dur"].sum()), 3),
+         "sites": top_sites(_as_points(trace, made, "cpu_alloc"))},
+        "Pass device= when creating tensors (torch.zeros(n, device=dev)) or preallocate them "
+        "once outside the loop.")
+
+
+# Tensors made on the host by a torch factory and moved at once (analysis/hostops.py "fresh
+# move"): every one is a tiny copy plus an allocation per step.
+CPU_ALLOC = Rule(
+    "cpu_alloc", "copies", _cpu_alloc,
+    thresholds={
+        "per_iteration": Threshold(2.0, "one per iteration can be a setup step; 2+ per iteration "
+                                        "is a per-step buffer"),
+        "small_copy_bytes": Threshold(64 * 1024, "where the trace does not show which op made a "
+                                                  "copy (no cpu op around its launch), an HtoD "
+                                                  "copy under 64 KiB is a buffer, not a batch of "
+                                                  "data, and counts instead")})
+
+
+def _as_points(trace: Trace, moves: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Move ops as rows top_sites can rank (kind, site, dur)."""
+    if moves.empty:
+        return pd.DataFrame({"kind": [], "site": [], "dur": []})
+    return pd.DataFrame({"kind": kind, "site": op_sites(trace, moves.index),
+                         "dur": (moves["end"] - moves["ts"]).to_numpy()})
+
+
+def _gpu_copies_of(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
+    """The GPU memcpy events of memcpy sync points (their rows are launch calls, or the GPU
+    event itself when the launch is not in the trace)."""
+    gpu = trace.gpu
+    if points.empty or gpu.empty:
+        return gpu.iloc[:0]
+    links = gpu_launches(trace)
+    rows = set(points["row"].tolist())
+    by_launch = links[links["launch_row"].isin(rows)]["gpu_row"].to_numpy()
+    direct = [r for r in rows if r in gpu.index]
+    copies = gpu.loc[np.unique(np.concatenate([by_launch, np.asarray(direct, dtype=np.int64)]))]
+    return copies[copies["cat"] == "gpu_memcpy"]
+
+
+RULES = (PAGEABLE_HTOD, CPU_ALLOC)

@@ -1,0 +1,69 @@
+"""Who caused a sync point: the user's code, torch itself, or gradient clipping.
+
+`sync_origin` adds two columns to the sync points, which the sync-family rules split them by:
+
+- `internal`: torch issued it, not the user's code. (1) Anything inside an
+  `Optimizer.step#`/`Optimizer.zero_grad#` annotation (the optimizer's bookkeeping). (2) On a
+  CPU-only rank, an `item`/`is_nonzero` op nested inside another op: there every `.item()`
+  counts as a sync point (no runtime calls tell a real wait apart), and torch's kernels read
+  CPU scalars that way themselves (`aten::std` calls `aten::item`; foreach Adam reads its
+  CPU step counters). Neither would wait for a GPU, so neither is the user's per-step
+  read-back. (On GPU ranks rule 0 of syncs.py already dropped ops that make no runtime call.)
+- `grad_clip`: a read-back the user's code made after a gradient-norm op and before the
+  optimizer step that follows it on the same thread (no step in between): gradient clipping
+  that reads the norm back to the host (`total_norm.item()`, `if total_norm > m:`).
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from ...trace.model import rows_named
+from ..hostops import inside_torch_annotation, top_level_ops
+from ..tree import between
+
+if TYPE_CHECKING:
+    from .base import Context
+
+# Grad-norm ops: what gradient clipping computes before it scales the gradients.
+GRAD_NORM_OPS = frozenset({"aten::linalg_vector_norm", "aten::_foreach_norm", "aten::norm",
+                           "aten::frobenius_norm"})
+# Kinds that read a value back (`nonzero` is a shape, nan_checks' evidence; pageable HtoD goes
+# the other way).
+READBACK_KINDS = ("item", "is_nonzero", "memcpy_dtoh", "sync_memcpy", "stream_sync",
+                  "device_sync", "event_sync")
+_ANY_OPT_STEP = re.compile(r"Optimizer\.step#")
+
+
+def sync_origin(ctx: "Context") -> pd.DataFrame:
+    """The sync points with `internal` and `grad_clip` (module docstring)."""
+    sp = ctx.analysis.sync_points
+    if sp.empty:
+        return sp.assign(internal=np.zeros(0, dtype=bool), grad_clip=np.zeros(0, dtype=bool))
+    trace = ctx.trace
+    ev = trace.events
+    ops = top_level_ops(trace)
+    rows = sp.assign(end=sp["ts"] + sp["dur"])
+    torch_own = inside_torch_annotation(trace, rows)
+    is_nested = np.zeros(int(max(ev.index.max(), sp["row"].max())) + 1, dtype=bool)
+    is_nested[ops.index.to_numpy()[~ops["top"].to_numpy()]] = True
+    nested = is_nested[sp["row"].to_numpy()]
+    cpu_only = ~sp["rank"].isin(ctx.device_ranks).to_numpy()
+    scalar = sp["kind"].isin(["item", "is_nonzero"]).to_numpy()
+    internal = torch_own | (cpu_only & nested & scalar)
+    readback = sp["kind"].isin(READBACK_KINDS).to_numpy() & ~internal
+    grad_clip = np.zeros(len(sp), dtype=bool)
+    if readback.any():
+        norms = ops[ops["name"].isin(GRAD_NORM_OPS).to_numpy() & ~ops["torch_own"].to_numpy()]
+        steps = ev.iloc[rows_named(ev, _ANY_OPT_STEP, ("user_annotation", "cpu_op"))]  # cpu_op: 2021
+        grad_clip[readback] = between(sp[readback], norms, steps)
+    return sp.assign(internal=internal, grad_clip=grad_clip)
+
+
+def user_points(ctx: "Context", kind: str) -> pd.DataFrame:
+    """Sync points of one kind that the user's code made (not torch's, not gradient clipping's)."""
+    so = ctx.sync_origin
+    return so[(so["kind"] == kind).to_numpy() & ~so["internal"].to_numpy() & ~so["grad_clip"].to_numpy()]

@@ -1,0 +1,119 @@
+"""Sync rules: per-iteration host read-backs, by what caused them.
+
+All four have one shape: count the user's sync points of a kind (rules/origin.py), divide by the
+traced iterations, fire at a rate, rate the severity by a second rate.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pandas as pd
+
+from .base import Context, Finding, Need, Rule, Threshold, top_sites
+from .origin import READBACK_KINDS, user_points
+
+
+def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
+                  points: Callable[[Context], pd.DataFrame], title: str, fix: str,
+                  extra: Callable[[pd.DataFrame], dict[str, Any]] = lambda p: {}) -> Finding | None:
+    """The shared shape. `title` formats `per_it`. Severity: high at the rule's `high` rate
+    (medium without one). Before splitting sync points by origin (which builds the host op
+    structure), check that even all points of these kinds would reach the rate."""
+    rate = rule.limit("per_iteration")
+    sp = ctx.analysis.sync_points
+    count = int(sp["kind"].isin(kinds).sum()) if not sp.empty else 0
+    if count / ctx.iterations < rate:
+        return None
+    found = points(ctx)
+    per_it = len(found) / ctx.iterations
+    if per_it < rate:
+        return None
+    high = rule.thresholds.get("high")
+    return Finding(
+        rule.id, "high" if high is not None and per_it >= high.value else "medium",
+        title.format(per_it=per_it),
+        {"count": int(len(found)), "per_iteration": round(per_it, 2),
+         "wait_us": round(float(found["dur"].sum()), 3), **extra(found), "sites": top_sites(found)},
+        fix)
+
+
+def _item_logging(ctx: Context) -> Finding | None:
+    return _rate_finding(
+        ctx, ITEM_LOGGING, ("item",), lambda c: user_points(c, "item"),
+        ".item() reads a tensor back to the host {per_it:.1f} times per iteration",
+        "Keep metrics on the device (stack them into one tensor), copy to the host once per "
+        "iteration with non_blocking=True, and convert in a logging thread.")
+
+
+ITEM_LOGGING = Rule(
+    "item_logging", "syncs", _item_logging, needs=(Need.HOST_OPS,),
+    thresholds={
+        "per_iteration": Threshold(2.0, "once per iteration is metrics moved once; 2+ per traced "
+                                        "iteration is a per-step read-back, the pattern that cost "
+                                        "the grid-world trainer half its speed"),
+        "high": Threshold(10.0, "ten read-backs per iteration serialise host and device ten "
+                                "times: the loop runs at the speed of its syncs")})
+
+
+def _sync_grad_clip(ctx: Context) -> Finding | None:
+    def clip(c: Context) -> pd.DataFrame:
+        so = c.sync_origin
+        return so[so["grad_clip"].to_numpy()]
+    return _rate_finding(
+        ctx, SYNC_GRAD_CLIP, READBACK_KINDS, clip,
+        "gradient clipping reads the norm back to the host {per_it:.1f} times per iteration",
+        "Clip without reading the norm: torch.nn.utils.clip_grad_norm_(params, max_norm, "
+        "foreach=True) scales by a clamped device-side coefficient; log the returned norm with "
+        "the other metrics, once per iteration.",
+        lambda p: {"by_kind": {str(k): int(v) for k, v in p["kind"].value_counts().items()}})
+
+
+SYNC_GRAD_CLIP = Rule(
+    "sync_grad_clip", "syncs", _sync_grad_clip, needs=(Need.HOST_OPS,),
+    thresholds={
+        "per_iteration": Threshold(1.0, "clipping that reads the norm back syncs once per optimizer "
+                                        "step, so one per iteration already fires: torch's "
+                                        "clip_grad_norm_ reads nothing back, ever"),
+        "high": Threshold(4.0, "4+ per iteration: clipping in every minibatch of the update")})
+
+
+def _nan_checks(ctx: Context) -> Finding | None:
+    def nonzero(c: Context) -> pd.DataFrame:
+        so = c.sync_origin
+        return so[(so["kind"] == "nonzero").to_numpy() & ~so["internal"].to_numpy()]
+    names = ctx.trace.events["name"].cat.categories
+    return _rate_finding(
+        ctx, NAN_CHECKS, ("nonzero",), nonzero,
+        "nonzero (boolean masks, torch.where(cond), isnan().any() checks) syncs {per_it:.1f} "
+        "times per iteration",
+        "Put NaN/shape validation behind a debug flag; use torch.where(cond, a, b) or "
+        "masked arithmetic instead of boolean indexing in the hot path.",
+        lambda p: {"isnan_in_trace": bool("aten::isnan" in names)})
+
+
+NAN_CHECKS = Rule(
+    "nan_checks", "syncs", _nan_checks, needs=(Need.HOST_OPS,),
+    thresholds={
+        "per_iteration": Threshold(1.0, "any nonzero in a traced iteration is a full host sync with "
+                                        "a data-dependent shape; NaN/mask validation in the forward "
+                                        "pass is the usual source (boolean-mask indexing calls "
+                                        "nonzero inside aten::index: the user's indexing, so it "
+                                        "counts)"),
+        "high": Threshold(5.0, "5+ per iteration: a check in every step of the rollout")})
+
+
+def _branchy_value_head(ctx: Context) -> Finding | None:
+    return _rate_finding(
+        ctx, BRANCHY_VALUE_HEAD, ("is_nonzero",), lambda c: user_points(c, "is_nonzero"),
+        "Python branches on tensor values (`if tensor:`) sync {per_it:.1f} times per iteration",
+        "Replace the branch with torch.where or give both variants one interface (e.g. value "
+        "heads with the same methods), so the hot path is straight-line code.")
+
+
+BRANCHY_VALUE_HEAD = Rule(
+    "branchy_value_head", "syncs", _branchy_value_head, needs=(Need.HOST_OPS,),
+    thresholds={
+        "per_iteration": Threshold(1.0, "one `if tensor:` per iteration already breaks compiled "
+                                        "graphs and syncs; no rate makes it cheap, so no `high`")})
+
+RULES = (ITEM_LOGGING, SYNC_GRAD_CLIP, NAN_CHECKS, BRANCHY_VALUE_HEAD)

@@ -1,0 +1,106 @@
+"""Utilization rules: a GPU that waits, on launches (tiny kernels) or on the host, and a timeline
+dominated by scatter/gather kernels."""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Context, Finding, Need, Rule, Threshold
+
+
+def _tiny_batch(ctx: Context) -> Finding | None:
+    a, gpu = ctx.analysis, ctx.trace.gpu
+    kernels = gpu[gpu["cat"] == "kernel"]
+    if len(kernels) < TINY_BATCH.limit("min_kernels") or a.gpu.empty:
+        return None
+    util = float(a.gpu["busy_us"].sum() / max(a.gpu["span_us"].sum(), 1e-9))
+    median = float(kernels["dur"].median())
+    if util >= TINY_BATCH.limit("utilization") or median >= TINY_BATCH.limit("median_kernel_us"):
+        return None
+    return Finding(
+        "tiny_batch", "high",
+        f"launch-bound: {len(kernels):,} kernels with a median of {median:.1f} us, GPU busy {100 * util:.0f}%",
+        {"kernels": int(len(kernels)), "median_kernel_us": round(median, 3),
+         "utilization": round(util, 4)},
+        "Give each kernel more work (more envs per batch, larger minibatches), fuse with "
+        "torch.compile, and replay "
+        "fixed-shape steps with CUDA graphs (mode='reduce-overhead').")
+
+
+# Launch-bound: the GPU mostly waits while its kernels are tiny. That is what too small a batch
+# (too few envs) looks like: each kernel has too little work to cover its own launch.
+TINY_BATCH = Rule(
+    "tiny_batch", "utilization", _tiny_batch, needs=(Need.GPU,),
+    thresholds={
+        "utilization": Threshold(0.5, "the GPU waits more than it works"),
+        "median_kernel_us": Threshold(10.0, "a median kernel under 10 us is about the cost of "
+                                            "launching one"),
+        "min_kernels": Threshold(100, "fewer kernels is no steady state")})
+
+
+def _low_utilization(ctx: Context) -> Finding | None:
+    a = ctx.analysis
+    worst = None
+    for b in a.burstiness:
+        row = a.gpu[(a.gpu["rank"] == b.rank) & (a.gpu["device"] == b.device)]
+        if row.empty or len(b.window_util) == 0:
+            continue
+        util = float(row["utilization"].iloc[0])
+        low = float(np.mean(np.asarray(b.window_util) < LOW_UTILIZATION.limit("low_window")))
+        if util < LOW_UTILIZATION.limit("utilization") or low >= LOW_UTILIZATION.limit("low_window_fraction"):
+            if worst is None or util < worst[0]:
+                worst = (util, low, b, row)
+    if worst is None:
+        return None
+    util, low, b, row = worst
+    gaps = b.gaps or {}
+    return Finding(
+        "low_utilization", "high" if util < LOW_UTILIZATION.limit("high_below") else "medium",
+        f"GPU {b.device} (rank {b.rank}) is busy {100 * util:.0f}% of its span",
+        {"rank": b.rank, "device": b.device, "utilization": round(util, 4),
+         "low_window_fraction": round(low, 4), "idle_us": round(float(row["idle_us"].iloc[0]), 3),
+         "gaps": {k: gaps.get(k) for k in ("count", "p50_us", "p99_us", "max_us", "total_us")},
+         "gap_classes": gaps.get("by_class")},
+        "Find what the GPU waits for in the gap classes: host_wait means the CPU is late "
+        "(syncs, Python overhead, data on the host); launch means too many tiny kernels.")
+
+
+LOW_UTILIZATION = Rule(
+    "low_utilization", "utilization", _low_utilization, needs=(Need.GPU,),
+    thresholds={
+        "utilization": Threshold(0.6, "busy under 60% of the span: over 40% of the GPU is unused"),
+        "low_window": Threshold(0.2, "a timeline window under 20% busy is a stall"),
+        "low_window_fraction": Threshold(0.25, "stalls over a quarter of the timeline fire even "
+                                               "when the average looks fine (bursty work)"),
+        "high_below": Threshold(0.3, "under 30% busy the GPU mostly waits: high")})
+
+
+def _dominant_scatter_gather(ctx: Context) -> Finding | None:
+    a = ctx.analysis
+    total = ctx.kernel_total
+    if total <= 0 or a.categories.empty:
+        return None
+    cat = a.categories.set_index("category")["total_us"]
+    share = float(cat.get("scatter_gather", 0.0)) / total
+    top = a.kernels.iloc[0] if not a.kernels.empty else None
+    top_share = float(top["total_us"]) / total if top is not None else 0.0
+    if share < DOMINANT_SCATTER_GATHER.limit("share") and not (
+            top is not None and top["category"] == "scatter_gather"
+            and top_share >= DOMINANT_SCATTER_GATHER.limit("top_share")):
+        return None
+    return Finding(
+        "dominant_scatter_gather", "medium",
+        f"scatter/gather kernels take {100 * share:.0f}% of kernel time",
+        {"share": round(share, 4), "top_kernel": str(top["name"]) if top is not None else None,
+         "top_kernel_share": round(top_share, 4)},
+        "Gather once into contiguous tensors (index_select on a flat view), avoid advanced "
+        "indexing in inner loops, or let torch.compile fuse the indexing.")
+
+
+DOMINANT_SCATTER_GATHER = Rule(
+    "dominant_scatter_gather", "utilization", _dominant_scatter_gather, needs=(Need.GPU,),
+    thresholds={
+        "share": Threshold(0.25, "the pattern that dominated the PPO report (scatter_gather 37%): "
+                                 "a quarter of kernel time in indexing"),
+        "top_share": Threshold(0.20, "or the top kernel is one, with over 20% by itself")})
+
+RULES = (TINY_BATCH, LOW_UTILIZATION, DOMINANT_SCATTER_GATHER)
