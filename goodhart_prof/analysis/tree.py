@@ -74,66 +74,76 @@ def holder_parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     if n == 0:
         return np.empty(0, dtype=np.int64)
     idx = np.arange(n)
-    dur0 = end <= ts
-    ends = np.sort(end)
+    by_end = np.argsort(end, kind="stable")
+    ends = end[by_end]
+    distinct = np.ones(n, dtype=bool)
+    distinct[1:] = ends[1:] != ends[:-1]
+    rank = np.empty(n, dtype=np.int64)  # ends as dense ranks: exact integer comparisons below
+    rank[by_end] = np.cumsum(distinct) - 1
     # Earlier events closed at our start: ended by it. Events later in a tie group that have no
     # duration end "by" our start too, but are not earlier: not counted. (An instant that an
     # earlier event ends exactly at is held by it; depth then counts one too few and the check
     # below sends it to the direct search.) Closed counts never fall along the order, so depth
     # rises by at most one per event, which the check relies on.
     closed = np.searchsorted(ends, ts, side="right")
-    zero = np.flatnonzero(dur0)
+    zero = np.flatnonzero(end <= ts)
     zero_ts = ts[zero]
-    closed -= np.searchsorted(zero_ts, ts, side="right") - np.searchsorted(zero_ts, ts, side="left")
-    closed[zero] += np.arange(len(zero)) - np.searchsorted(zero_ts, zero_ts, side="left")
+    if len(zero):
+        closed -= np.searchsorted(zero_ts, ts, side="right") - np.searchsorted(zero_ts, ts, side="left")
+        closed[zero] += np.arange(len(zero)) - np.searchsorted(zero_ts, zero_ts, side="left")
     depth = idx - closed
     parent = np.full(n, -1, dtype=np.int64)
     if depth.min() < 0:  # not a nesting at all: no shortcut
         return _search_parents(end, idx, parent)
-    # Candidate: the last earlier event one level up.
-    key = depth * (n + 1) + idx
-    order = np.argsort(key, kind="stable")
-    skey = key[order]
+    # Candidate: the last earlier event one level up. Events by depth, then position (a radix
+    # sort on small integers).
+    by_depth = np.argsort(depth.astype(np.int16) if depth.max() < 2 ** 15 else depth, kind="stable")
+    skey = depth[by_depth] * (n + 1) + by_depth
     pos = np.searchsorted(skey, (depth - 1) * (n + 1) + idx, side="left") - 1
     ok = (depth > 0) & (pos >= 0)
     ok[ok] = skey[pos[ok]] // (n + 1) == depth[ok] - 1
-    parent[ok] = order[pos[ok]]
-    bad = _unconfirmed(end, depth, parent)
+    parent[ok] = by_depth[pos[ok]]
+    bad = _unconfirmed(rank, depth, parent, by_depth)
     if bad.any():
         parent = _search_parents(end, np.flatnonzero(bad), parent)
     return parent
 
 
-def _unconfirmed(end: np.ndarray, depth: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Candidates that break the definition. Between a candidate parent p and i lie only the
-    subtrees of i's earlier siblings (depth rises by at most one per event), so p is the parent
-    iff end[p] >= end[i] and the latest end among those subtrees is below end[i]."""
-    n = len(end)
-    rank = np.unique(end, return_inverse=True)[1].astype(np.int64)
-    sub = rank.copy()  # latest end in each subtree, as a rank
-    by_depth = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
-    for d in range(int(depth.max()), 0, -1):
-        nodes = by_depth[bounds[d]:bounds[d + 1]]
+def _unconfirmed(rank: np.ndarray, depth: np.ndarray, parent: np.ndarray, by_depth: np.ndarray
+                 ) -> np.ndarray:
+    """Candidates that break the definition (ends given as ranks). Between a candidate parent p
+    and i lie only the subtrees of i's earlier siblings (depth rises by at most one per event),
+    so p is the parent iff end[p] >= end[i] and the latest end among those subtrees is below
+    end[i]; a root needs every earlier end below its own. `by_depth` orders the events by depth,
+    then position: within a level, candidate parents never decrease."""
+    n = len(rank)
+    levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
+    sub = rank.copy()  # latest end in each subtree
+    for d in range(int(depth.max()), 0, -1):  # deepest first, each level one reduceat
+        nodes = by_depth[levels[d]:levels[d + 1]]
         nodes = nodes[parent[nodes] >= 0]
-        np.maximum.at(sub, parent[nodes], sub[nodes])
-    # Running maximum over earlier siblings: siblings made contiguous, one cumulative max.
-    group = np.where(parent >= 0, parent, -1) + 1
-    order = np.lexsort((np.arange(n), group))
-    g, s = group[order], sub[order]
-    keyed = g * (n + 1) + s
-    running = np.maximum.accumulate(keyed)
-    before = np.empty(n, dtype=np.int64)
-    before[0] = -1
-    before[1:] = running[:-1]
-    first = np.ones(n, dtype=bool)
-    first[1:] = g[1:] != g[:-1]
-    earlier = np.where(first, -1, before - g * (n + 1))  # -1: no earlier sibling
-    latest = np.empty(n, dtype=np.int64)
-    latest[order] = earlier
-    reaches = np.where(parent >= 0, rank[np.maximum(parent, 0)] >= rank, True)
-    orphan = (parent < 0) & (depth > 0)
-    return ~reaches | (latest >= rank) | orphan
+        if len(nodes):
+            par = parent[nodes]
+            runs = np.flatnonzero(np.concatenate(([True], par[1:] != par[:-1])))
+            up = par[runs]
+            sub[up] = np.maximum(sub[up], np.maximum.reduceat(sub[nodes], runs))
+    # Latest end among earlier siblings' subtrees: in by_depth order siblings are contiguous and
+    # by position, so one cumulative max over (sibling group, subtree end) keys.
+    kids = by_depth[parent[by_depth] >= 0]
+    latest = np.full(n, -1, dtype=np.int64)
+    if len(kids):
+        g = parent[kids]
+        first = np.ones(len(kids), dtype=bool)
+        first[1:] = g[1:] != g[:-1]
+        group = np.cumsum(first)  # rises along the order, so one max runs over all groups
+        running = np.maximum.accumulate(group * (n + 1) + sub[kids])
+        before = np.concatenate(([-1], running[:-1]))
+        latest[kids] = np.where(first, -1, before - group * (n + 1))
+    prefix = np.concatenate(([-1], np.maximum.accumulate(rank)[:-1]))  # roots: every earlier end
+    has = parent >= 0
+    root_bad = ~has & ((depth > 0) | (prefix >= rank))
+    kid_bad = has & ((rank[np.maximum(parent, 0)] < rank) | (latest >= rank))
+    return root_bad | kid_bad
 
 
 def _search_parents(end: np.ndarray, todo: np.ndarray, parent: np.ndarray, block: int = 256) -> np.ndarray:
