@@ -62,22 +62,21 @@ def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:
     ev = trace.events
     cats = ev["name"].cat.categories
     tree = host_tree(trace) if not none else None
-    if tree is None:
-        sel = np.empty(0, dtype=np.int64)
-    else:
-        # 2021-era traces record `ProfilerStep#N` as a cpu op around everything: a scope, not an op.
-        sel = np.flatnonzero(tree.is_op & ~np.isin(tree.name, name_codes(ev, STEP)))
-    top = tree.top_op[sel] == sel if tree is not None else np.zeros(0, dtype=bool)
-    codes = tree.name[sel].astype(np.int32) if tree is not None else np.zeros(0, dtype=np.int32)
-    col = {c: getattr(tree, c)[sel] if tree is not None else np.zeros(0) for c in
-           ("rank", "pid", "tid", "ts", "end", "row")}
+    # 2021-era traces record `ProfilerStep#N` as a cpu op around everything: a scope, not an op.
+    sel = (np.flatnonzero(tree.is_op & ~np.isin(tree.name, name_codes(ev, STEP))) if tree is not None
+           else np.empty(0, dtype=np.int64))
+    col = {c: getattr(tree, c)[sel] if tree is not None else np.empty(0, dtype=np.int64)
+           for c in ("rank", "pid", "tid", "ts", "end", "row", "name", "top_op")}
+    top = col["top_op"] == sel
+    codes = col["name"].astype(np.int32)
     same_thread = ((col["rank"][1:] == col["rank"][:-1]) & (col["pid"][1:] == col["pid"][:-1])
                    & (col["tid"][1:] == col["tid"][:-1]))
-    has_child = np.zeros(len(sel), dtype=bool)
+    has_child = np.zeros(len(sel), dtype=bool)  # the next op on the thread starts inside it
     has_child[:-1] = same_thread & (col["ts"][1:] < col["end"][:-1])
     prev, nxt = _neighbour_tops(top, codes, same_thread)
     table = pd.DataFrame({"rank": col["rank"], "pid": col["pid"], "tid": col["tid"],
-                          "ts": col["ts"], "end": col["end"], "top": top, "has_child": has_child,
+                          "ts": col["ts"].astype(float), "end": col["end"].astype(float),
+                          "top": top, "has_child": has_child,
                           # categoricals: a comparison costs one test per distinct name
                           "name": pd.Categorical.from_codes(codes, categories=cats),
                           "prev_top": pd.Categorical.from_codes(prev, categories=cats),

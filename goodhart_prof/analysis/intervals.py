@@ -1,7 +1,7 @@
 """Interval primitives on sorted numpy arrays: unions, coverage, per-thread grouping.
 
 Which event holds which (nesting, "inside" searches) is the host call tree's question
-(analysis/tree.py); these are the plain set operations on time intervals under it.
+(analysis/tree/); these are the plain set operations on time intervals under it.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 With Python stacks (`python_function` events on the thread), a site is the innermost user-code
 frame around the event, as `file.py:line fn`; otherwise (or when no user frame holds it) the chain
-of enclosing annotations and ops on the thread from the host call tree (analysis/tree.py),
+of enclosing annotations and ops on the thread from the host call tree (analysis/tree/),
 outermost first, ending with the event itself, without the `ProfilerStep#N` element so that
 sites add up across iterations. An event seen only on the device (no host call in the trace) is
 `NAME (no host call)`.

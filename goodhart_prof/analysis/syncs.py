@@ -32,7 +32,7 @@ Folding: one wait in the user's code shows up as several events, and is counted 
 Site: `analysis/sites.py` (the innermost user-code frame around the host call, else its chain
 of annotations and ops in the host call tree). Iteration: N of the `ProfilerStep#N` that holds
 the host call's start on the same rank (any thread), else -1. Every containment question above
-is asked of `analysis/tree.py`.
+is asked of `analysis/tree/`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,217 @@
+"""The host call tree of a trace and the Python-frame trees of its threads (columns: the package
+docstring)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...trace.model import Frames, Trace, name_codes, rows_named
+from ..intervals import thread_groups
+from .parents import climb, depths, holder_parents, start_order
+
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+HOST_CATS = ("cpu_op", "user_annotation")
+
+
+@dataclass
+class HostTree:
+    """The host call tree of a trace (module docstring). Build with `host_tree(trace)`."""
+
+    row: np.ndarray
+    rank: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    ts: np.ndarray
+    end: np.ndarray
+    name: np.ndarray
+    names: np.ndarray  # name code -> name
+    is_op: np.ndarray
+    is_annotation: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    top_op: np.ndarray
+    annotation: np.ndarray
+    iteration: np.ndarray
+    threads: dict[tuple[int, int, int], tuple[int, int]]  # thread -> (first, last + 1) in tree order
+    node_of_row: np.ndarray = field(repr=False)  # row label -> node (-1: not a host node)
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def nodes(self, rows: np.ndarray) -> np.ndarray:
+        """Node of each trace.events row label (-1: not a cpu op or annotation)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        ok = (rows >= 0) & (rows < len(self.node_of_row))
+        out = np.full(len(rows), -1, dtype=np.int64)
+        out[ok] = self.node_of_row[rows[ok]]
+        return out
+
+    def enclosing(self, rank, pid, tid, ts, end) -> np.ndarray:
+        """Innermost node holding each [ts, end] on its thread (-1: none): the latest node that
+        starts at or before ts and ends at or after end. From the latest node starting by ts,
+        climb parents until one reaches end (a parent is the latest earlier node reaching
+        further, so the first found is the latest)."""
+        rank, pid, tid = (np.asarray(x, dtype=np.int64) for x in (rank, pid, tid))
+        ts, end = np.asarray(ts, dtype=float), np.asarray(end, dtype=float)
+        out = np.full(len(ts), -1, dtype=np.int64)
+        keys = pd.DataFrame({"rank": rank, "pid": pid, "tid": tid})
+        for key, pos in thread_groups(keys).items():
+            span = self.threads.get(key)
+            if span is None:
+                continue
+            lo, hi = span
+            out[pos] = lo + np.searchsorted(self.ts[lo:hi], ts[pos], side="right") - 1
+            out[pos[out[pos] < lo]] = -1
+        return climb(out, end, self.end, self.parent)
+
+    def nearest(self, mask: np.ndarray) -> np.ndarray:
+        """For each node, the nearest ancestor where mask is true (-1: none). One pass per depth
+        level, parents first."""
+        out = np.full(len(mask), -1, dtype=np.int64)
+        for nodes in self._levels()[1:]:
+            par = self.parent[nodes]
+            out[nodes] = np.where(mask[par], par, out[par])
+        return out
+
+    def outermost(self, mask: np.ndarray) -> np.ndarray:
+        """For each node, the outermost node among its ancestors and itself where mask is true."""
+        out = np.where(mask, np.arange(len(mask)), -1)
+        for nodes in self._levels()[1:]:
+            up = out[self.parent[nodes]]
+            out[nodes] = np.where(up >= 0, up, out[nodes])
+        return out
+
+    def chain(self, node: int, skip: "re.Pattern[str] | None" = STEP) -> tuple[str, ...]:
+        """Names of the node's ancestors and the node, outermost first (without names that
+        `skip` matches: ProfilerStep#N, so that chains add up across iterations)."""
+        cache = self.__dict__.setdefault("_chains", {})
+        todo = []
+        while node >= 0 and node not in cache:
+            todo.append(node)
+            node = int(self.parent[node])
+        chain = cache[node] if node >= 0 else ()
+        for p in reversed(todo):
+            name = str(self.names[self.name[p]])
+            if skip is None or not skip.match(name):
+                chain = chain + (name,)
+            cache[p] = chain
+        return chain
+
+    def _levels(self) -> list[np.ndarray]:
+        cached = self.__dict__.get("_by_level")
+        if cached is None:
+            order = np.argsort(self.depth, kind="stable")
+            bounds = np.searchsorted(self.depth[order], np.arange(int(self.depth.max(initial=0)) + 2))
+            cached = self.__dict__["_by_level"] = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return cached
+
+
+def host_tree(trace: Trace) -> HostTree:
+    """The host call tree of the trace, built once and cached on it."""
+    tree = trace.cache.get("host_tree")
+    if tree is None:
+        tree = trace.cache["host_tree"] = _build(trace)
+    return tree
+
+
+def _build(trace: Trace) -> HostTree:
+    ev = trace.events
+    cat = ev["cat"]
+    is_op_all = (cat == "cpu_op").to_numpy()
+    sel = np.flatnonzero(is_op_all | (cat == "user_annotation").to_numpy())
+    col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
+    parts, threads, at = [], {}, 0
+    groups = thread_groups(pd.DataFrame({c: col[c] for c in ("rank", "pid", "tid")}))
+    parents = []
+    for key, pos in groups.items():  # threads: a handful; numpy inside
+        pos = pos[start_order(col["ts"][pos], col["dur"][pos])]
+        parents.append(np.where((p := holder_parents(col["ts"][pos], col["end"][pos])) >= 0, p + at, -1))
+        parts.append(pos)
+        threads[key] = (at, at + len(pos))
+        at += len(pos)
+    order = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    parent = np.concatenate(parents) if parents else np.empty(0, dtype=np.int64)
+    rows = ev.index.to_numpy(np.int64)[sel][order]
+    codes = ev["name"].cat.codes.to_numpy()[sel][order].astype(np.int64)
+    names = np.asarray(ev["name"].cat.categories, dtype=object)
+    is_op = is_op_all[sel][order]
+    step = np.zeros(len(names), dtype=bool)
+    step[name_codes(ev, STEP)] = True
+    is_step = step[codes] if len(codes) else np.zeros(0, dtype=bool)
+    node_of_row = np.full(int(ev.index.max()) + 1 if len(ev) else 0, -1, dtype=np.int64)
+    node_of_row[rows] = np.arange(len(rows))
+    tree = HostTree(row=rows, rank=col["rank"][order], pid=col["pid"][order], tid=col["tid"][order],
+                    ts=col["ts"][order], end=col["end"][order], name=codes, names=names,
+                    is_op=is_op, is_annotation=~is_op, parent=parent, depth=depths(parent),
+                    top_op=np.empty(0), annotation=np.empty(0), iteration=np.empty(0),
+                    threads=threads, node_of_row=node_of_row)
+    # 2021-era traces record ProfilerStep#N as a cpu op around everything: a scope, not an op.
+    tree.top_op = tree.outermost(is_op & ~is_step)
+    tree.annotation = tree.nearest(~is_op & ~is_step)
+    tree.iteration = iterations(trace, tree.rank, tree.ts)
+    return tree
+
+
+# -- Python frames ---------------------------------------------------------------------------------
+class FrameNest:
+    """The Python frames of one thread in start order: `holder` parents by time (for finding the
+    innermost frame around an interval) and `parent`, the Python parent id's frame where the
+    trace records one (else the holder)."""
+
+    def __init__(self, frames: Frames, idx: np.ndarray):
+        idx = idx[start_order(frames["ts"][idx], frames["dur"][idx])]
+        self.ts, self.end = frames["ts"][idx], frames["end"][idx]
+        self.name = frames["name"][idx]
+        self.holder = holder_parents(self.ts, self.end)
+        self.parent = self.holder.copy()
+        py_id, py_parent = frames["python_id"][idx], frames["python_parent_id"][idx]
+        known = np.flatnonzero((py_id >= 0) & (py_parent >= 0))
+        if len(known):
+            by_id = np.argsort(py_id, kind="stable")
+            ids = py_id[by_id]
+            j = np.minimum(np.searchsorted(ids, py_parent[known]), len(ids) - 1)
+            found = ids[j] == py_parent[known]
+            self.parent[known[found]] = by_id[j[found]]
+
+    def enclosing(self, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Innermost frame holding each [ts, end] (-1 if none), by time."""
+        return climb(np.searchsorted(self.ts, ts, side="right") - 1, end, self.end, self.holder)
+
+
+def frame_nest(trace: Trace, key: tuple[int, int, int]) -> FrameNest | None:
+    """The frames of one thread (None when it has none), built on first use and cached."""
+    cache = trace.cache.setdefault("frame_nests", {})
+    if key not in cache:
+        f = trace.frames
+        idx = np.flatnonzero((f["rank"] == key[0]) & (f["pid"] == key[1]) & (f["tid"] == key[2]))
+        cache[key] = FrameNest(f, idx) if len(idx) else None
+    return cache[key]
+
+
+# -- iterations ------------------------------------------------------------------------------------
+def profiler_steps(ev: pd.DataFrame) -> pd.DataFrame:
+    """Host-side `ProfilerStep#N` events (user annotations; cpu ops in 2021 traces) with `step`."""
+    sel = ev.iloc[rows_named(ev, STEP, HOST_CATS)]
+    step = np.array([int(str(n)[len("ProfilerStep#"):]) for n in sel["name"]], dtype=np.int64)
+    return sel.assign(step=step)
+
+
+def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """N of the ProfilerStep#N on the same rank (any thread) whose interval holds ts, else -1."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    steps = trace.cache.get("profiler_steps")
+    if steps is None:
+        steps = trace.cache["profiler_steps"] = profiler_steps(trace.events)
+    s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))
+    for r in np.unique(s_rank):
+        own = np.flatnonzero(s_rank == r)
+        own = own[np.argsort(s_ts[own], kind="stable")]
+        st, se, sn = s_ts[own], s_end[own], s_step[own]
+        sel = np.flatnonzero(rank == r)
+        j = np.searchsorted(st, ts[sel], side="right") - 1
+        ok = (j >= 0) & (ts[sel] <= se[np.maximum(j, 0)])
+        out[sel[ok]] = sn[j[ok]]
+    return out
