@@ -10,7 +10,11 @@ from typing import Mapping
 PHASES = ("rollout", "env_step", "policy_act", "gae", "ppo_update", "minibatch",
           "optimizer_step", "logging")
 MODES = ("lite", "full")
+# The PROF_* defaults, here only: ProfSettings, `goodhart-prof run` and both help texts use these.
 DEFAULT_ITERATIONS = (50, 55)
+DEFAULT_WINDOW = f"{DEFAULT_ITERATIONS[0]}-{DEFAULT_ITERATIONS[1]}"  # as PROF_ITERATIONS spells it
+DEFAULT_MODE = MODES[0]  # lite
+DEFAULT_OUTPUT_DIR = "traces"
 
 
 class SettingsError(ValueError):
@@ -34,18 +38,18 @@ class ProfSettings:
     enabled: bool = False
     first: int = DEFAULT_ITERATIONS[0]
     last: int = DEFAULT_ITERATIONS[1]
-    mode: str = "lite"
-    output_dir: Path = Path("traces")
+    mode: str = DEFAULT_MODE
+    output_dir: Path = Path(DEFAULT_OUTPUT_DIR)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProfSettings":
         env = os.environ if environ is None else environ
-        first, last = parse_iterations(env.get("PROF_ITERATIONS", "50-55"))
-        mode = env.get("PROF_MODE", "lite").strip().lower()
+        first, last = parse_iterations(env.get("PROF_ITERATIONS", DEFAULT_WINDOW))
+        mode = env.get("PROF_MODE", DEFAULT_MODE).strip().lower()
         if mode not in MODES:
             raise SettingsError(f"PROF_MODE must be lite or full, not {mode!r}")
         return cls(enabled=env.get("PROF_ENABLED", "").strip() == "1", first=first, last=last,
-                   mode=mode, output_dir=Path(env.get("PROF_OUTPUT_DIR", "traces")))
+                   mode=mode, output_dir=Path(env.get("PROF_OUTPUT_DIR", DEFAULT_OUTPUT_DIR)))
 
     def traced(self, iteration: int) -> bool:
         return self.enabled and self.first <= iteration <= self.last

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
+from goodhart_prof import run_options
 from goodhart_prof.errors import UserError, run_cli
 from goodhart_prof.hooks import ProfSettings, SettingsError
 
-from .config import ConfigError, build_config
+from .config import Config, ConfigError, build_config, to_dict
 from .launch import (Interrupted, catch_signals, clear_earlier_outputs, default_signals,
                      earlier_outputs, finish_run, interrupted_outcomes, launch, resume_iteration,
                      trim_metrics)
@@ -19,23 +20,7 @@ from .train import checkpoint_path
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--total-iterations", type=click.IntRange(min=1), default=None,
-              help="Training iterations to run (default: the config's, 56 on the CPU preset).")
-@click.option("--output-dir", type=click.Path(file_okay=False), default=None,
-              help="Folder for run.json, metrics.jsonl, checkpoints (and traces unless PROF_OUTPUT_DIR says otherwise).")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="TOML file with Config fields (flat or under [trainer]).")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=None,
-              help="auto: CUDA when available.")
-@click.option("--seed", type=int, default=None, help="Seed (rank r uses seed + r).")
-@click.option("--checkpoint-every", type=click.IntRange(min=0), default=None,
-              help="Write a checkpoint every N iterations (atomically).")
-@click.option("--resume", is_flag=True, help="Continue from the checkpoint in the output folder.")
-@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Ranks to run with torch.distributed (gloo on CPU, NCCL on CUDA).")
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--inject", default=None, metavar="NAME[,NAME...]",
-              help="Plant known slowdowns (the anti-pattern zoo, trainer/antipatterns.py).")
+@run_options.trainer_side(to_dict(Config()))
 def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_every, resume, nproc,
          no_progress, inject):
     """Train PPO on the Goodhart grid world. Profile with PROF_ENABLED=1 (see README)."""

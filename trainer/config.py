@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from goodhart_prof.settings import DEFAULT_OUTPUT_DIR
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -26,7 +28,7 @@ class Config:
     """`auto` (CUDA when available, else CPU), `cpu` or `cuda`."""
     total_iterations: int = 56
     """Training iterations to run; one iteration is one rollout plus one PPO update."""
-    output_dir: str = "traces"
+    output_dir: str = DEFAULT_OUTPUT_DIR
     """Folder for traces, run.json, metrics.jsonl and checkpoints."""
     checkpoint_every: int = 0
     """Write a checkpoint every N iterations (0: never)."""
