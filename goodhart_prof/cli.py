@@ -136,7 +136,7 @@ def diff(a, b, as_json, html_file, force, top):
     from .trace.load import load
 
     if html_file:
-        from .report.diff_html import refuse_overwrite
+        from .report.common import refuse_overwrite
         refuse_overwrite(html_file, force)  # fail before the work, not after it
     comparison = compare(run_analysis(load(a)), run_analysis(load(b)))
     if html_file:
@@ -206,7 +206,8 @@ def export(path, output, force):
     """Export a trace with our analysis (utilization counters, sync instants, launch flows) for
     the Perfetto UI."""
     from .analysis import analyze as run_analysis
-    from .report.perfetto import check_output, output_format, write_perfetto
+    from .report.export_common import check_output
+    from .report.perfetto import output_format, write_perfetto
     from .report.chrome_json import write_chrome_json
     from .trace.load import load
 

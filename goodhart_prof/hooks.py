@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from .fileio import atomic_path, write_json
-from .trace.merge import merge_rank_traces
+from .merge import merge_rank_traces
 from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,
                        parse_iterations)
 

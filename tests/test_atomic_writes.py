@@ -16,7 +16,7 @@ from goodhart_prof.fileio import atomic_path, write_json
 from goodhart_prof.hooks import write_profiler_trace
 from goodhart_prof.report import chrome_json, diff_html, html, perfetto
 from goodhart_prof.trace.load import load
-from goodhart_prof.trace.merge import merge_rank_traces
+from goodhart_prof.merge import merge_rank_traces
 from helpers import error_lines, run_cmd, write_tiny_config
 
 MI250 = Path(__file__).parent / "data" / "hta" / "mi250_minitoy_rocm.json.gz"
@@ -110,7 +110,7 @@ def test_analyze_html_replaces_only_with_force(tmp_path):
     out.write_bytes(OLD)
     res = run_cmd(["-m", "goodhart_prof.cli", "analyze", str(MI250), "--html", str(out)])
     assert res.returncode == 2 and error_lines(res.stderr) == [
-        f"Error: {out} exists; pass --force to replace it"] and out.read_bytes() == OLD
+        f"Error: {out}: already exists (use --force to replace it)"] and out.read_bytes() == OLD
     res = run_cmd(["-m", "goodhart_prof.cli", "analyze", str(MI250), "--html", str(out), "--force"])
     assert res.returncode == 0, res.stderr
     assert out.read_bytes().startswith(b"<!DOCTYPE html>") or b"<html" in out.read_bytes()[:500]

@@ -136,7 +136,7 @@ def test_text_from_the_trace_is_escaped(gpu_analysis):
 def test_refuses_to_replace_a_file_unless_forced(gpu_analysis, tmp_path):
     target = tmp_path / "old.html"
     target.write_text("keep me")
-    with pytest.raises(UserError, match=r"old\.html exists; pass --force to replace it"):
+    with pytest.raises(UserError, match=r"old\.html: already exists \(use --force to replace it\)"):
         report.write_html(gpu_analysis, target)
     assert target.read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.html"]
@@ -153,7 +153,7 @@ def test_cli_writes_html_beside_the_json_report(tmp_path):
     out.write_text("mine")
     res = run_cmd(["-m", "goodhart_prof.cli", "analyze", str(H100), "--html", str(out)])
     assert res.returncode == 2 and error_lines(res.stderr) == [
-        f"Error: {out} exists; pass --force to replace it"]
+        f"Error: {out}: already exists (use --force to replace it)"]
     assert res.stdout == "" and out.read_text() == "mine"  # refused before the work
 
 

@@ -25,7 +25,7 @@ import torch
 from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import atomic_path, write_json
 from goodhart_prof.hooks import ProfSettings, trace_name
-from goodhart_prof.trace.merge import merge_rank_traces
+from goodhart_prof.merge import merge_rank_traces
 
 from .config import Config
 from .train import RunResult, checkpoint_path, train

@@ -1,6 +1,6 @@
 """Phases: per annotation name and per traced iteration, CPU time, GPU time launched, sync points.
 
-Rows (shared/DESIGN.md "phases"):
+Rows (docs/DESIGN.md "phases"):
 
 - kind `annotation`: one row per `user_annotation` name (`record_function` labels such as
   `rollout`), over the whole trace (all ranks, all iterations), iteration -1.

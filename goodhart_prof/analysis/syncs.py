@@ -1,6 +1,6 @@
 """Sync points: places where the host waits for the device, each with a site and an iteration.
 
-Kinds (shared/DESIGN.md "sync points"), found as follows:
+Kinds (docs/DESIGN.md "sync points"), found as follows:
 
 | kind | event |
 | --- | --- |

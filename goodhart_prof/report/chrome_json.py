@@ -30,10 +30,10 @@ import msgspec
 import pandas as pd
 
 from ..fileio import atomic_path
-from ..trace.merge import GPU_TID_BASE, remap_rank
+from ..merge import remap_rank
 from ..trace.raw import RawTraceError, raw_document, read_document
-from ..trace.model import GPU_ACTIVITY_CATS, Trace
-from .perfetto import ExportError, ExportSummary, check_output, linked_launches, utilization_samples
+from ..trace.model import GPU_ACTIVITY_CATS, Trace, merged_gpu_tid
+from .export_common import ExportError, ExportSummary, check_output, linked_launches, utilization_samples
 
 COUNTER_CAT, SYNC_CAT, FLOW_CAT = "goodhart_utilization", "goodhart_sync", "goodhart_launch"
 _GPU_SIDE_CATS = GPU_ACTIVITY_CATS + ("gpu_user_annotation",)
@@ -103,13 +103,13 @@ def _identity(rank: int, pid: int, tid: int) -> tuple[int, int]:
 
 
 def _merged_remap(trace: Trace) -> Remap:
-    """How a loaded (rank, pid, tid) is written in the merged layout (trace.merge.merge_rank_traces)."""
+    """How a loaded (rank, pid, tid) is written in the merged layout (goodhart_prof.merge.merge_rank_traces)."""
     gpu = trace.events[trace.events["cat"].isin(_GPU_SIDE_CATS).to_numpy()]
     gpu_pids = set(map(tuple, gpu[["rank", "pid"]].drop_duplicates().to_numpy().tolist()))
 
     def remap(rank: int, pid: int, tid: int) -> tuple[int, int]:
         if (rank, pid) in gpu_pids:
-            return rank, GPU_TID_BASE + max(pid, 0) * 1000 + (tid if tid >= 0 else 0)
+            return rank, merged_gpu_tid(max(pid, 0), tid if tid >= 0 else 0)
         return rank, tid
     return remap
 

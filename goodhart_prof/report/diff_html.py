@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..fileio import atomic_path
+from .common import refuse_overwrite
 
 COLORS = {"A": "#7f7f7f", "B": "#1f77b4"}
 LABEL_WIDTH = 60
@@ -101,12 +102,6 @@ td:first-child,td:nth-child(2){{text-align:left}}</style>
 {plots}
 </body></html>
 """
-
-
-def refuse_overwrite(path: str | Path, force: bool) -> Path:
-    """The same rule as `analyze --html`: an existing file is kept unless force."""
-    from .html import check_target
-    return check_target(path, force)
 
 
 def write_html(c, path: str | Path, force: bool = False, top: int = 15) -> Path:

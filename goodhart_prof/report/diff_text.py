@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .text import _pct, _short, _table, _us
+from .common import duration, make_table, percent, short
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
 
@@ -15,7 +15,7 @@ def _num(value) -> bool:
 def _signed_us(value: float) -> str:
     if not _num(value):
         return "-"
-    return ("+" if value > 0 else "-" if value < 0 else "") + _us(abs(value))
+    return ("+" if value > 0 else "-" if value < 0 else "") + duration(abs(value))
 
 
 def _ratio(value: float, a: float | None = None) -> str:
@@ -34,11 +34,11 @@ def _signed_count(value) -> str:
 
 def _summary_value(metric: str, value: float, signed: bool = False) -> str:
     if metric.endswith("_us"):
-        return _signed_us(value) if signed else _us(value)
+        return _signed_us(value) if signed else duration(value)
     if metric == "gpu_utilization":
         if not _num(value):
             return "-"
-        return f"{100 * value:+.1f} pt" if signed else _pct(value)
+        return f"{100 * value:+.1f} pt" if signed else percent(value)
     if metric == "syncs_per_iteration":
         return "-" if not _num(value) else (f"{value:+,.2f}" if signed else f"{value:,.2f}")
     return _signed_count(value) if signed else _count(value)
@@ -60,7 +60,7 @@ def render(c, console: Console, top: int = 15) -> None:
 
 def _summary(c, console: Console) -> None:
     console.print()
-    table = _table("Summary (B - A)", "metric", "A", "B", "delta", "ratio", right=(1, 2, 3, 4))
+    table = make_table("Summary (B - A)", "metric", "A", "B", "delta", "ratio", right=(1, 2, 3, 4))
     for r in c.summary.itertuples():
         table.add_row(r.metric, _summary_value(r.metric, r.a), _summary_value(r.metric, r.b),
                       _summary_value(r.metric, r.delta, signed=True), _ratio(r.ratio, r.a))
@@ -69,9 +69,9 @@ def _summary(c, console: Console) -> None:
 
 def _item_values(r) -> tuple[str, str, str]:
     if r.metric == "time_us":
-        return _us(r.a), _us(r.b), _signed_us(r.delta)
+        return duration(r.a), duration(r.b), _signed_us(r.delta)
     if r.metric == "utilization":
-        return _pct(r.a), _pct(r.b), f"{100 * r.delta:+.1f} pt"
+        return percent(r.a), percent(r.b), f"{100 * r.delta:+.1f} pt"
     return _count(r.a), _count(r.b), _signed_count(r.delta)
 
 
@@ -81,12 +81,12 @@ def _headline(c, console: Console, top: int) -> None:
         if frame.empty:
             console.print(f"[bold {style}]What got {verdict}[/bold {style}]: nothing")
             continue
-        table = _table(f"What got {verdict} ({min(top, len(frame))} of {len(frame)}, by impact)",
+        table = make_table(f"What got {verdict} ({min(top, len(frame))} of {len(frame)}, by impact)",
                        "item", "kind", "A", "B", "delta", "ratio", "impact", right=(2, 3, 4, 5, 6))
         for r in frame.head(top).itertuples():
             a, b, delta = _item_values(r)
-            table.add_row(f"[{style}]{_short(r.item, 80)}[/{style}]", r.kind, a, b, delta,
-                          _ratio(r.ratio, r.a), _us(r.impact_us))
+            table.add_row(f"[{style}]{short(r.item, 80)}[/{style}]", r.kind, a, b, delta,
+                          _ratio(r.ratio, r.a), duration(r.impact_us))
         console.print(table)
 
 
@@ -94,10 +94,10 @@ def _categories(c, console: Console) -> None:
     if c.categories.empty:
         return
     console.print()
-    table = _table("Kernel categories (GPU time)", "category", "A", "B", "delta", "ratio", "count A",
+    table = make_table("Kernel categories (GPU time)", "category", "A", "B", "delta", "ratio", "count A",
                    "count B", right=(1, 2, 3, 4, 5, 6))
     for r in c.categories.itertuples():
-        table.add_row(r.category, _us(r.total_us_a), _us(r.total_us_b), _signed_us(r.total_us_delta),
+        table.add_row(r.category, duration(r.total_us_a), duration(r.total_us_b), _signed_us(r.total_us_delta),
                       _ratio(r.total_us_ratio, r.total_us_a), _count(r.count_a), _count(r.count_b))
     console.print(table)
 
@@ -106,11 +106,11 @@ def _kernels(c, console: Console, top: int) -> None:
     if c.kernels.empty:
         return
     console.print()
-    table = _table(f"Top {min(top, len(c.kernels))} of {len(c.kernels)} kernels (by the larger of A, B)",
+    table = make_table(f"Top {min(top, len(c.kernels))} of {len(c.kernels)} kernels (by the larger of A, B)",
                    "kernel", "category", "A", "B", "delta", "ratio", "count A", "count B",
                    right=(2, 3, 4, 5, 6, 7))
     for r in c.kernels.head(top).itertuples():
-        table.add_row(_short(r.name), r.category, _us(r.total_us_a), _us(r.total_us_b),
+        table.add_row(short(r.name), r.category, duration(r.total_us_a), duration(r.total_us_b),
                       _signed_us(r.total_us_delta), _ratio(r.total_us_ratio, r.total_us_a),
                       _count(r.count_a), _count(r.count_b))
     console.print(table)
@@ -122,17 +122,17 @@ def _syncs(c, console: Console, top: int) -> None:
     if kinds.empty:
         console.print("[bold]Sync points[/bold]: none in either trace")
         return
-    table = _table("Sync points by kind", "kind", "A", "B", "delta", "host wait A", "host wait B",
+    table = make_table("Sync points by kind", "kind", "A", "B", "delta", "host wait A", "host wait B",
                    "wait delta", right=(1, 2, 3, 4, 5, 6))
     for r in kinds.itertuples():
         table.add_row(r.kind, _count(r.count_a), _count(r.count_b), _signed_count(r.count_delta),
-                      _us(r.total_us_a), _us(r.total_us_b), _signed_us(r.total_us_delta))
+                      duration(r.total_us_a), duration(r.total_us_b), _signed_us(r.total_us_delta))
     console.print(table)
     console.print()
-    sites = _table("Sync points by site", "site", "kind", "A", "B", "delta", "wait delta",
+    sites = make_table("Sync points by site", "site", "kind", "A", "B", "delta", "wait delta",
                    right=(2, 3, 4, 5))
     for r in c.sync_sites.head(top).itertuples():
-        sites.add_row(_short(r.site, 100), r.kind, _count(r.count_a), _count(r.count_b),
+        sites.add_row(short(r.site, 100), r.kind, _count(r.count_a), _count(r.count_b),
                       _signed_count(r.count_delta), _signed_us(r.total_us_delta))
     console.print(sites)
 
@@ -141,15 +141,15 @@ def _devices(c, console: Console) -> None:
     if c.devices.empty:
         return
     console.print()
-    table = _table("GPU devices", "device", "util A", "util B", "delta", "busy A", "busy B",
+    table = make_table("GPU devices", "device", "util A", "util B", "delta", "busy A", "busy B",
                    "gaps A", "gaps B", "gap p90 A", "gap p90 B", "host wait A", "host wait B",
                    right=tuple(range(1, 12)))
     for r in c.devices.itertuples():
         delta = f"{100 * r.utilization_delta:+.1f} pt" if _num(r.utilization_delta) else "-"
-        table.add_row(r.label, _pct(r.utilization_a), _pct(r.utilization_b), delta, _us(r.busy_us_a),
-                      _us(r.busy_us_b), _count(r.gap_count_a), _count(r.gap_count_b),
-                      _us(r.gap_p90_us_a), _us(r.gap_p90_us_b), _us(r.host_wait_us_a),
-                      _us(r.host_wait_us_b))
+        table.add_row(r.label, percent(r.utilization_a), percent(r.utilization_b), delta, duration(r.busy_us_a),
+                      duration(r.busy_us_b), _count(r.gap_count_a), _count(r.gap_count_b),
+                      duration(r.gap_p90_us_a), duration(r.gap_p90_us_b), duration(r.host_wait_us_a),
+                      duration(r.host_wait_us_b))
     console.print(table)
 
 
@@ -157,10 +157,10 @@ def _phases(c, console: Console, top: int) -> None:
     if c.phases.empty:
         return
     console.print()
-    table = _table("Phases (annotations, CPU time)", "phase", "A", "B", "delta", "ratio", "GPU A",
+    table = make_table("Phases (annotations, CPU time)", "phase", "A", "B", "delta", "ratio", "GPU A",
                    "GPU B", "syncs A", "syncs B", right=tuple(range(1, 9)))
     for r in c.phases.head(top).itertuples():
-        table.add_row(_short(r.name, 60), _us(r.cpu_us_a), _us(r.cpu_us_b), _signed_us(r.cpu_us_delta),
-                      _ratio(r.cpu_us_ratio, r.cpu_us_a), _us(r.gpu_us_a), _us(r.gpu_us_b),
+        table.add_row(short(r.name, 60), duration(r.cpu_us_a), duration(r.cpu_us_b), _signed_us(r.cpu_us_delta),
+                      _ratio(r.cpu_us_ratio, r.cpu_us_a), duration(r.gpu_us_a), duration(r.gpu_us_b),
                       _count(r.syncs_a), _count(r.syncs_b))
     console.print(table)

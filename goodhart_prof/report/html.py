@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from .common import duration, percent, refuse_overwrite, short, short_tail
+
 
 TOP_KERNELS = 20
 TOP_SITES = 20
@@ -62,15 +64,15 @@ _LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=40, b=40),
 _CONFIG = {"displaylogo": False, "responsive": True}
 
 
+def duration_sig(us: Any) -> str:
+    """Durations on the page: three significant digits."""
+    return duration(us, significant=True)
+
+
 # -- entry point ------------------------------------------------------------------------------
 def check_target(path: str | Path, force: bool = False) -> Path:
     """Refuse to replace an existing file unless forced (called early by the CLI, before the work)."""
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path} is a directory; --html needs a file name")
-    if path.exists() and not force:
-        raise UserError(f"{path} exists; pass --force to replace it")
-    return path
+    return refuse_overwrite(path, force)
 
 
 def write_html(analysis, path: str | Path, force: bool = False) -> Path:
@@ -168,7 +170,7 @@ def kernel_figure(a, top: int = TOP_KERNELS):
         return None
     go = _go()
     k = k.head(top).reset_index(drop=True)
-    labels = [f"{i + 1}. {_short(_plain_name(n), 70)}" for i, n in enumerate(k["name"].astype(str))]
+    labels = [f"{i + 1}. {short(_plain_name(n), 70)}" for i, n in enumerate(k["name"].astype(str))]
     fig = go.Figure()
     for cat in dict.fromkeys(k["category"].astype(str)):  # first-seen order for the legend
         sel = (k["category"].astype(str) == cat).to_numpy()
@@ -246,7 +248,7 @@ def gap_histogram_figure(a):
     if edges is None:
         return None
     go, make_subplots = _go(), _subplots()
-    labels = [f"{_dur(lo)}-{_dur(hi)}" for lo, hi in zip(edges[:-1], edges[1:])]
+    labels = [f"{duration_sig(lo)}-{duration_sig(hi)}" for lo, hi in zip(edges[:-1], edges[1:])]
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("gaps per duration bin", "idle time per duration bin (ms)"))
     for cls, color in GAP_COLORS.items():
@@ -273,7 +275,7 @@ def sync_sites_figure(a, top: int = TOP_SITES):
     sites = a.syncs.sites
     go = _go()
     sites = sites.head(top).reset_index(drop=True)
-    labels = [_label(f"{i + 1}. {_short_tail(s, 70)}") for i, s in enumerate(sites["site"].astype(str))]
+    labels = [_label(f"{i + 1}. {short_tail(s, 70)}") for i, s in enumerate(sites["site"].astype(str))]
     fig = go.Figure()
     for kind in _kinds(sites["kind"]):
         sel = (sites["kind"].astype(str) == kind).to_numpy()
@@ -326,7 +328,7 @@ def phase_figure(a, top: int = TOP_PHASES):
     annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False,
                                                              kind="stable").head(top)
     rows = pd.concat([iterations, annotations], ignore_index=True)
-    labels = [_label(_short(n, 60)) for n in rows["name"].astype(str)]
+    labels = [_label(short(n, 60)) for n in rows["name"].astype(str)]
     labels = _unique(labels)
     custom = np.c_[rows["count"].to_numpy(), rows["gpu_kernels"].to_numpy(), rows["syncs"].to_numpy()]
     fig = go.Figure()
@@ -373,9 +375,9 @@ def _gpu_table(a) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("rank / device", "span", "busy", "idle", "utilization",
                                              "kernel time"))
     body = "".join(
-        f"<tr><td>rank {int(r.rank)} / gpu {int(r.device)}</td><td>{_dur(r.span_us)}</td>"
-        f"<td>{_dur(r.busy_us)}</td><td>{_dur(r.idle_us)}</td><td>{_pct(r.utilization)}</td>"
-        f"<td>{_dur(getattr(r, 'kernel_us', float('nan')))}</td></tr>" for r in a.gpu.itertuples())
+        f"<tr><td>rank {int(r.rank)} / gpu {int(r.device)}</td><td>{duration_sig(r.span_us)}</td>"
+        f"<td>{duration_sig(r.busy_us)}</td><td>{duration_sig(r.idle_us)}</td><td>{percent(r.utilization)}</td>"
+        f"<td>{duration_sig(getattr(r, 'kernel_us', float('nan')))}</td></tr>" for r in a.gpu.itertuples())
     return f'<table class="data"><caption>GPU time</caption><tr>{head}</tr>{body}</table>'
 
 
@@ -415,7 +417,7 @@ def _evidence(evidence: dict[str, Any]) -> str:
     parts = [f"<li><b>{_esc(k)}</b>: {_esc(_value(v))}</li>" for k, v in evidence.items() if k != "sites"]
     for site in evidence.get("sites") or []:
         if isinstance(site, dict):
-            extra = f", {_dur(site['total_us'])}" if "total_us" in site else ""
+            extra = f", {duration_sig(site['total_us'])}" if "total_us" in site else ""
             parts.append(f"<li>at <code>{_esc(site.get('site', ''))}</code> "
                          f"({_esc(site.get('count', '?'))}x{_esc(extra)})</li>")
         else:
@@ -431,7 +433,7 @@ def _timeline_note(a) -> str:
     if not a.burstiness:
         return ""
     b = a.burstiness[0]
-    return (f"Busy share per window of {_esc(_dur(b.window_us))} (span/200 on the first device). "
+    return (f"Busy share per window of {_esc(duration_sig(b.window_us))} (span/200 on the first device). "
             f"Shaded, with a marker above: the {MARKED_GAPS} largest idle gaps per device, coloured "
             "by class. util CV and B (burstiness of kernel starts: -1 periodic, 0 random, towards "
             "1 bursty) are in each device's title.")
@@ -482,7 +484,7 @@ def _device_title(a, b) -> str:
         if a.gpu is not None and not a.gpu.empty else pd.Series(dtype=float)
     parts = [f"rank {b.rank} / gpu {b.device}"]
     if len(util):
-        parts.append(f"busy {_pct(float(util.iloc[0]))}")
+        parts.append(f"busy {percent(float(util.iloc[0]))}")
     if b.util_cv is not None:
         parts.append(f"util CV {b.util_cv:.2f}")
     if b.burstiness_B is not None:
@@ -555,15 +557,6 @@ def _plain_name(name: str) -> str:
     return name[5:] if name.startswith("void ") else name
 
 
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _short_tail(text: str, width: int) -> str:
-    """Keep the end of a long site: its innermost part says the most."""
-    return text if len(text) <= width else "…" + text[-(width - 1):]
-
-
 def _unique(labels: list[str]) -> list[str]:
     seen: dict[str, int] = {}
     out = []
@@ -572,21 +565,6 @@ def _unique(labels: list[str]) -> list[str]:
         seen[label] = n + 1
         out.append(label if n == 0 else f"{label} ({n + 1})")
     return out
-
-
-def _dur(us: Any) -> str:
-    if us is None or not isinstance(us, (int, float, np.number)) or not math.isfinite(float(us)):
-        return "-"
-    us = float(us)
-    if us >= 1e6:
-        return f"{us / 1e6:,.3g} s" if us < 1e7 else f"{us / 1e6:,.1f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:,.3g} ms"
-    return f"{us:,.3g} us"
-
-
-def _pct(value: Any) -> str:
-    return "-" if value is None or value != value else f"{100 * float(value):.1f}%"
 
 
 def _value(v: Any) -> str:

@@ -1,4 +1,4 @@
-"""The `goodhart-prof/analysis/v1` JSON document (shared/DESIGN.md lists the required keys)."""
+"""The `goodhart-prof/analysis/v1` JSON document (docs/DESIGN.md lists the required keys)."""
 from __future__ import annotations
 
 import math

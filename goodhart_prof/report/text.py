@@ -3,36 +3,10 @@ from __future__ import annotations
 
 import pandas as pd
 from rich.console import Console
-from rich.table import Table
+
+from .common import duration, make_table, percent, short
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
-
-
-def _us(value: float) -> str:
-    if value is None or value != value:
-        return "-"
-    if value >= 1e6:
-        return f"{value / 1e6:,.3f} s"
-    if value >= 1e3:
-        return f"{value / 1e3:,.3f} ms"
-    return f"{value:,.1f} us"
-
-
-def _pct(value: float) -> str:
-    return "-" if value is None or value != value else f"{100 * value:.1f}%"
-
-
-def _table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
-    table = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="right" if i in right else "left",
-                         overflow="fold" if i == 0 else "ellipsis")
-    return table
-
-
-def _short(name: str, width: int = 90) -> str:
-    name = str(name)
-    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def render(a, console: Console, top: int = 15) -> None:
@@ -56,11 +30,11 @@ def _gpu(a, console: Console) -> None:
     if a.gpu.empty:
         console.print("[bold]GPU time[/bold]: no GPU activity in this trace (a CPU-only run?)")
         return
-    table = _table("GPU time", "rank/device", "span", "busy", "idle", "utilization", "kernel time",
+    table = make_table("GPU time", "rank/device", "span", "busy", "idle", "utilization", "kernel time",
                    right=(1, 2, 3, 4, 5))
     for r in a.gpu.itertuples():
-        table.add_row(f"rank {r.rank} / gpu {r.device}", _us(r.span_us), _us(r.busy_us), _us(r.idle_us),
-                      _pct(r.utilization), _us(r.kernel_us))
+        table.add_row(f"rank {r.rank} / gpu {r.device}", duration(r.span_us), duration(r.busy_us), duration(r.idle_us),
+                      percent(r.utilization), duration(r.kernel_us))
     console.print(table)
 
 
@@ -68,16 +42,16 @@ def _kernels(a, console: Console, top: int) -> None:
     if a.kernels.empty:
         return
     console.print()
-    table = _table(f"Top {min(top, len(a.kernels))} of {len(a.kernels)} GPU kernels by total time",
+    table = make_table(f"Top {min(top, len(a.kernels))} of {len(a.kernels)} GPU kernels by total time",
                    "kernel", "category", "count", "total", "mean", "share", right=(2, 3, 4, 5))
     for r in a.kernels.head(top).itertuples():
-        table.add_row(_short(r.name), r.category, f"{r.count:,}", _us(r.total_us), _us(r.mean_us),
+        table.add_row(short(r.name), r.category, f"{r.count:,}", duration(r.total_us), duration(r.mean_us),
                       f"{r.pct:.1f}%")
     console.print(table)
     console.print()
-    cats = _table("Kernel categories", "category", "count", "total", "share", right=(1, 2, 3))
+    cats = make_table("Kernel categories", "category", "count", "total", "share", right=(1, 2, 3))
     for r in a.categories.itertuples():
-        cats.add_row(r.category, f"{r.count:,}", _us(r.total_us), f"{r.pct:.1f}%")
+        cats.add_row(r.category, f"{r.count:,}", duration(r.total_us), f"{r.pct:.1f}%")
     console.print(cats)
 
 
@@ -89,9 +63,9 @@ def _syncs(a, console: Console, top: int) -> None:
         return
     kinds = ", ".join(f"{k} {v}" for k, v in s.by_kind.items() if v)
     console.print(f"[bold]Sync points[/bold]: {s.total} ({kinds})")
-    table = _table("by site", "site", "kind", "count", "host wait", right=(2, 3))
+    table = make_table("by site", "site", "kind", "count", "host wait", right=(2, 3))
     for r in s.sites.head(top).itertuples():
-        table.add_row(_short(r.site, 110), r.kind, f"{r.count:,}", _us(r.total_us))
+        table.add_row(short(r.site, 110), r.kind, f"{r.count:,}", duration(r.total_us))
     console.print(table)
     per_it = s.per_iteration
     if per_it is not None and not per_it.empty and (per_it["iteration"] >= 0).any():
@@ -103,23 +77,23 @@ def _burstiness(a, console: Console) -> None:
     if not a.burstiness:
         return
     console.print()
-    table = _table("Burstiness (idle gaps between busy stretches)", "rank/device", "util CV", "B",
+    table = make_table("Burstiness (idle gaps between busy stretches)", "rank/device", "util CV", "B",
                    "gaps", "p50", "p90", "p99", "max", "total", right=tuple(range(1, 9)))
-    classes = _table("Idle gaps by cause", "rank/device", "host_wait (CPU late)", "launch (< 30 us)",
+    classes = make_table("Idle gaps by cause", "rank/device", "host_wait (CPU late)", "launch (< 30 us)",
                      "other", right=(1, 2, 3))
     for b in a.burstiness:
         g = b.gaps or {}
         label = f"rank {b.rank} / gpu {b.device}"
         table.add_row(label, "-" if b.util_cv is None else f"{b.util_cv:.2f}",
                       "-" if b.burstiness_B is None else f"{b.burstiness_B:+.2f}",
-                      f"{g.get('count', 0):,}", _us(g.get("p50_us")), _us(g.get("p90_us")),
-                      _us(g.get("p99_us")), _us(g.get("max_us")), _us(g.get("total_us")))
+                      f"{g.get('count', 0):,}", duration(g.get("p50_us")), duration(g.get("p90_us")),
+                      duration(g.get("p99_us")), duration(g.get("max_us")), duration(g.get("total_us")))
         cls = g.get("by_class", {})
         classes.add_row(label, *(f"{cls.get(k, {}).get('count', 0):,} gaps, "
-                                 f"{_us(cls.get(k, {}).get('total_us', 0.0))}"
+                                 f"{duration(cls.get(k, {}).get('total_us', 0.0))}"
                                  for k in ("host_wait", "launch", "other")))
     console.print(table)
-    console.print(f"utilization in windows of {_us(a.burstiness[0].window_us)}; util CV = std/mean "
+    console.print(f"utilization in windows of {duration(a.burstiness[0].window_us)}; util CV = std/mean "
                   "of window utilization; B = -1 periodic, 0 random, towards 1 bursty")
     console.print()
     console.print(classes)
@@ -131,13 +105,13 @@ def _phases(a, console: Console, top: int) -> None:
         return
     console.print()
     has_syncs = "syncs" in ph
-    table = _table("Phases (annotations and traced iterations)", "phase", "count", "CPU time",
+    table = make_table("Phases (annotations and traced iterations)", "phase", "count", "CPU time",
                    "GPU time launched", "syncs", right=(1, 2, 3, 4))
     annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False).head(top)
     iterations = ph[ph["kind"] == "iteration"]
     for frame in (iterations, annotations):
         for r in frame.itertuples():
-            table.add_row(_short(r.name, 60), f"{r.count:,}", _us(r.cpu_us), _us(r.gpu_us),
+            table.add_row(short(r.name, 60), f"{r.count:,}", duration(r.cpu_us), duration(r.gpu_us),
                           f"{int(r.syncs):,}" if has_syncs else "-")
     console.print(table)
 
@@ -162,8 +136,8 @@ def render_hta(frames: dict[str, pd.DataFrame], console: Console) -> None:
     """HTA's own breakdowns, printed beside ours (see `goodhart-prof analyze --hta`)."""
     for title, frame in frames.items():
         console.print()
-        table = _table(f"HTA: {title}", *[str(c) for c in frame.columns])
+        table = make_table(f"HTA: {title}", *[str(c) for c in frame.columns])
         for row in frame.head(20).itertuples(index=False):
-            table.add_row(*[_short(v, 60) if isinstance(v, str) else
+            table.add_row(*[short(v, 60) if isinstance(v, str) else
                             (f"{v:,.3f}" if isinstance(v, float) else str(v)) for v in row])
         console.print(table)

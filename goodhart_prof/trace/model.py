@@ -31,6 +31,13 @@ import numpy as np
 import pandas as pd
 
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+GPU_TID_BASE = 1_000_000_000
+
+
+def merged_gpu_tid(device: int, stream: int) -> int:
+    """The thread id a GPU stream gets in a merged trace (merged_trace.json: docs/DESIGN.md), where
+    every rank is one process and its GPU streams become threads of it."""
+    return GPU_TID_BASE + device * 1000 + stream
 
 # 2021-era Kineto spelled categories differently; analyses only ever see the current names.
 CATEGORY_ALIASES = {
@@ -80,7 +87,7 @@ class Frames:
         parts = [p for p in parts if len(p)] or [cls.empty()]
         cols = {c: np.concatenate([p.columns[c] for p in parts]) for c in FRAME_COLUMNS}
         out = cls(cols)
-        if sort and len(out) and not _is_sorted(cols["rank"], cols["ts"]):
+        if sort and len(out) and not is_sorted(cols["rank"], cols["ts"]):
             out = out.take(np.lexsort((cols["ts"], cols["rank"])))
         return out
 
@@ -105,7 +112,7 @@ def rows_named(events: pd.DataFrame, pattern: "re.Pattern[str]", cats: tuple[str
     return at
 
 
-def _is_sorted(rank: np.ndarray, ts: np.ndarray) -> bool:
+def is_sorted(rank: np.ndarray, ts: np.ndarray) -> bool:
     """Whether rows are already in (rank, ts) order (Kineto writes most of them that way)."""
     if len(ts) < 2:
         return True

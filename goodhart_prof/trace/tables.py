@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .decode import NO_ARGS, Complete, Metadata, TraceDoc
-from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, NEVER_USER_FRAMES, Frames, _is_sorted
+from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, NEVER_USER_FRAMES, Frames, is_sorted
 
 _IS_COMPLETE = Complete.__instancecheck__
 _IS_METADATA = Metadata.__instancecheck__
@@ -276,6 +276,6 @@ def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame
             out[c] = values
         out = out[tables[0].columns]
     rank, ts = out["rank"].to_numpy(), out["ts"].to_numpy()
-    if not sort or _is_sorted(rank, ts):
+    if not sort or is_sorted(rank, ts):
         return out
     return out.iloc[np.lexsort((ts, rank))].reset_index(drop=True)

@@ -10,15 +10,16 @@ from typing import Any, Mapping
 
 import msgspec
 
-from ..fileio import atomic_path
-from .raw import read_document
+from .fileio import atomic_path
+from .trace.model import merged_gpu_tid
+from .trace.raw import read_document
 
 
 def merge_rank_traces(rank_files: Mapping[int, Path], out: Path) -> dict[str, Any]:
     """Write all ranks into one Chrome trace, each rank its own process named `rank <r>`.
 
     Every event of rank r gets `pid = r`. CPU threads keep their tids; a GPU stream s of device
-    d (Kineto gives it pid = d, tid = s) becomes tid `GPU_TID_BASE + d * 1000 + s` and keeps
+    d (Kineto gives it pid = d, tid = s) becomes tid `merged_gpu_tid(d, s)` and keeps
     `args.device`, so devices stay distinguishable. Timestamps are shifted onto the earliest
     rank's `baseTimeNanoseconds`. Returns a summary (ranks, event counts).
     """
@@ -48,7 +49,6 @@ def merge_rank_traces(rank_files: Mapping[int, Path], out: Path) -> dict[str, An
     return {"ranks": ranks, "events": counts}
 
 
-GPU_TID_BASE = 1_000_000_000
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy",
              "Memset"}
 
@@ -68,7 +68,7 @@ def remap_rank(events: list[dict[str, Any]], rank: int, shift_us: float) -> list
         if pid in gpu_pids:
             device = int(pid) if str(pid).isdigit() else 0
             stream = int(tid) if str(tid).lstrip("-").isdigit() else 0
-            ev["tid"] = GPU_TID_BASE + device * 1000 + stream
+            ev["tid"] = merged_gpu_tid(device, stream)
             if ev.get("ph") == "M" and name == "thread_name":
                 ev["args"] = {"name": f"GPU {device} stream {stream}"}
             elif ev.get("ph") != "M":
