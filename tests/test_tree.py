@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from goodhart_prof.analysis.tree import depths, holder_parents, host_tree, start_order
+from goodhart_prof.analysis.tree.parents import parents_and_depths
 from goodhart_prof.trace.load import load
 
 from pathlib import Path
@@ -71,6 +72,7 @@ def test_parents_and_depths_match_the_definition(kind):
         expected = _reference_parents(ts, end)
         np.testing.assert_array_equal(parent, expected)
         np.testing.assert_array_equal(depths(parent), _reference_depths(expected))
+        np.testing.assert_array_equal(parents_and_depths(ts, end)[1], _reference_depths(expected))
 
 
 def test_tree_columns_on_the_owlv2_trace():

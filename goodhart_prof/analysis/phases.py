@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..trace.model import Trace, name_codes
 from .links import gpu_launches
-from .tree import STEP, profiler_steps, sums_inside
+from .tree import STEP, step_table, sums_inside
 
 COLUMNS = ["name", "kind", "iteration", "count", "cpu_us", "gpu_us", "gpu_kernels", "syncs"]
 
@@ -41,7 +41,7 @@ def phases(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     at = np.flatnonzero((ev["cat"] == "user_annotation").to_numpy())
     at = at[~np.isin(name_codes_all[at], name_codes(ev, STEP))]
     ann = pd.DataFrame({c: ev[c].to_numpy()[at] for c in ("rank", "pid", "tid", "ts", "end", "dur")})
-    steps = profiler_steps(ev)
+    steps = step_table(trace)
     launches = gpu_launches(trace)
     launches = launches[launches["launch_row"].to_numpy() >= 0]
     gpu_us = launches["dur"].to_numpy()

@@ -35,10 +35,10 @@ in between does), and the few that fail (partial overlaps, equal stamps) are sea
 from __future__ import annotations
 
 from .host import (HOST_CATS, STEP, FrameNest, HostTree, frame_nest, host_tree, iterations,
-                   profiler_steps)
+                   profiler_steps, step_table)
 from .parents import climb, depths, holder_parents, start_order
 from .spans import between, covered, launched_inside, outermost, starts_inside, sums_inside
 
 __all__ = ["HOST_CATS", "STEP", "FrameNest", "HostTree", "frame_nest", "host_tree", "iterations",
-           "profiler_steps", "climb", "depths", "holder_parents", "start_order", "between",
+           "profiler_steps", "step_table", "climb", "depths", "holder_parents", "start_order", "between",
            "covered", "launched_inside", "outermost", "starts_inside", "sums_inside"]

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ...trace.model import Frames, Trace, name_codes, rows_named
 from ..intervals import thread_groups
-from .parents import climb, depths, holder_parents, start_order
+from .parents import climb, holder_parents, parents_and_depths, start_order
 
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 HOST_CATS = ("cpu_op", "user_annotation")
@@ -125,15 +125,18 @@ def _build(trace: Trace) -> HostTree:
     col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
     parts, threads, at = [], {}, 0
     groups = thread_groups(pd.DataFrame({c: col[c] for c in ("rank", "pid", "tid")}))
-    parents = []
+    parents, levels = [], []
     for key, pos in groups.items():  # threads: a handful; numpy inside
         pos = pos[start_order(col["ts"][pos], col["dur"][pos])]
-        parents.append(np.where((p := holder_parents(col["ts"][pos], col["end"][pos])) >= 0, p + at, -1))
+        parent, depth = parents_and_depths(col["ts"][pos], col["end"][pos])
+        parents.append(np.where(parent >= 0, parent + at, -1))
+        levels.append(depth)
         parts.append(pos)
         threads[key] = (at, at + len(pos))
         at += len(pos)
     order = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     parent = np.concatenate(parents) if parents else np.empty(0, dtype=np.int64)
+    depth = np.concatenate(levels) if levels else np.empty(0, dtype=np.int64)
     rows = ev.index.to_numpy(np.int64)[sel][order]
     codes = ev["name"].cat.codes.to_numpy()[sel][order].astype(np.int64)
     names = np.asarray(ev["name"].cat.categories, dtype=object)
@@ -145,7 +148,7 @@ def _build(trace: Trace) -> HostTree:
     node_of_row[rows] = np.arange(len(rows))
     tree = HostTree(row=rows, rank=col["rank"][order], pid=col["pid"][order], tid=col["tid"][order],
                     ts=col["ts"][order], end=col["end"][order], name=codes, names=names,
-                    is_op=is_op, is_annotation=~is_op, parent=parent, depth=depths(parent),
+                    is_op=is_op, is_annotation=~is_op, parent=parent, depth=depth,
                     top_op=np.empty(0), annotation=np.empty(0), iteration=np.empty(0),
                     threads=threads, node_of_row=node_of_row)
     # 2021-era traces record ProfilerStep#N as a cpu op around everything: a scope, not an op.
@@ -199,12 +202,18 @@ def profiler_steps(ev: pd.DataFrame) -> pd.DataFrame:
     return sel.assign(step=step)
 
 
-def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """N of the ProfilerStep#N on the same rank (any thread) whose interval holds ts, else -1."""
-    out = np.full(len(ts), -1, dtype=np.int64)
+def step_table(trace: Trace) -> pd.DataFrame:
+    """profiler_steps of the trace, selected once and cached on it."""
     steps = trace.cache.get("profiler_steps")
     if steps is None:
         steps = trace.cache["profiler_steps"] = profiler_steps(trace.events)
+    return steps
+
+
+def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """N of the ProfilerStep#N on the same rank (any thread) whose interval holds ts, else -1."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    steps = step_table(trace)
     s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))
     for r in np.unique(s_rank):
         own = np.flatnonzero(s_rank == r)

@@ -27,10 +27,14 @@ def start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
 def holder_parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     """parent[i] = the largest j < i with end[j] >= end[i] (-1: none), for one thread's events
     in start order (longer first on ties)."""
+    return parents_and_depths(ts, end)[0]
+
+
+def parents_and_depths(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """holder_parents, and the number of ancestors of each event."""
     n = len(ts)
     if n == 0:
-        return np.empty(0, dtype=np.int64)
-    idx = np.arange(n)
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     by_end = np.argsort(end, kind="stable")
     ends = end[by_end]
     distinct = np.ones(n, dtype=bool)
@@ -44,37 +48,41 @@ def holder_parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
     # rises by at most one per event, which the check relies on.
     closed = np.searchsorted(ends, ts, side="right")
     zero = np.flatnonzero(end <= ts)
-    zero_ts = ts[zero]
     if len(zero):
-        closed -= np.searchsorted(zero_ts, ts, side="right") - np.searchsorted(zero_ts, ts, side="left")
-        closed[zero] += np.arange(len(zero)) - np.searchsorted(zero_ts, zero_ts, side="left")
-    depth = idx - closed
+        zero_ts, counts = np.unique(ts[zero], return_counts=True)
+        at = np.minimum(np.searchsorted(zero_ts, ts), len(zero_ts) - 1)
+        closed -= np.where(zero_ts[at] == ts, counts[at], 0)
+        closed[zero] += np.arange(len(zero)) - np.searchsorted(ts[zero], ts[zero], side="left")
+    depth = np.arange(n) - closed
     parent = np.full(n, -1, dtype=np.int64)
     if depth.min() < 0:  # not a nesting at all: no shortcut
-        return _search_parents(end, idx, parent)
+        parent = _search_parents(end, np.arange(n), parent)
+        return parent, depths(parent)
     # Candidate: the last earlier event one level up. Events by depth, then position (a radix
-    # sort on small integers).
+    # sort on small integers); per level, one sorted search among the level above.
     by_depth = np.argsort(depth.astype(np.int16) if depth.max() < 2 ** 15 else depth, kind="stable")
-    skey = depth[by_depth] * (n + 1) + by_depth
-    pos = np.searchsorted(skey, (depth - 1) * (n + 1) + idx, side="left") - 1
-    ok = (depth > 0) & (pos >= 0)
-    ok[ok] = skey[pos[ok]] // (n + 1) == depth[ok] - 1
-    parent[ok] = by_depth[pos[ok]]
-    bad = _unconfirmed(rank, depth, parent, by_depth)
+    levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
+    for d in range(1, len(levels) - 1):
+        above, here = by_depth[levels[d - 1]:levels[d]], by_depth[levels[d]:levels[d + 1]]
+        j = np.searchsorted(above, here) - 1
+        ok = j >= 0
+        parent[here[ok]] = above[j[ok]]
+    bad = _unconfirmed(rank, depth, parent, by_depth, levels)
     if bad.any():
         parent = _search_parents(end, np.flatnonzero(bad), parent)
-    return parent
+        return parent, depths(parent)
+    return parent, depth
 
 
-def _unconfirmed(rank: np.ndarray, depth: np.ndarray, parent: np.ndarray, by_depth: np.ndarray
-                 ) -> np.ndarray:
+def _unconfirmed(rank: np.ndarray, depth: np.ndarray, parent: np.ndarray, by_depth: np.ndarray,
+                 levels: np.ndarray) -> np.ndarray:
     """Candidates that break the definition (ends given as ranks). Between a candidate parent p
     and i lie only the subtrees of i's earlier siblings (depth rises by at most one per event),
     so p is the parent iff end[p] >= end[i] and the latest end among those subtrees is below
     end[i]; a root needs every earlier end below its own. `by_depth` orders the events by depth,
-    then position: within a level, candidate parents never decrease."""
+    then position (`levels`: where each depth starts): within a level, candidate parents never
+    decrease."""
     n = len(rank)
-    levels = np.searchsorted(depth[by_depth], np.arange(int(depth.max()) + 2))
     sub = rank.copy()  # latest end in each subtree
     for d in range(int(depth.max()), 0, -1):  # deepest first, each level one reduceat
         nodes = by_depth[levels[d]:levels[d + 1]]
