@@ -19,10 +19,13 @@ class Analysis:
     gpu: pd.DataFrame                 # gpu_time.gpu_time
     kernels: pd.DataFrame             # kernels.kernel_table
     categories: pd.DataFrame          # kernels.category_table
-    sync_points: pd.DataFrame         # syncs.sync_points (one row per sync point)
+    sync_points: pd.DataFrame         # syncs.sync_points on ranks with a device (one row each)
     syncs: SyncSummary
     burstiness: list[DeviceBurstiness]  # one per (rank, device)
     phases: pd.DataFrame              # phases.phases
+    # `.item()`/`nonzero`/`if tensor:` on CPU-only ranks: reads that would sync on a GPU
+    host_reads: pd.DataFrame = field(default_factory=pd.DataFrame)
+    reads: SyncSummary | None = None
     findings: list[Finding] = field(default_factory=list)
     not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
 
@@ -33,12 +36,12 @@ def analyze(trace: Trace) -> Analysis:
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table
     from .phases import phases
-    from .syncs import sync_points, sync_summary
+    from .syncs import split_host_reads, sync_points, sync_summary
 
-    points = sync_points(trace)
+    points, reads = split_host_reads(trace, sync_points(trace))
     result = Analysis(trace=trace, gpu=gpu_time(trace), kernels=kernel_table(trace),
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
-                      phases=phases(trace, points))
+                      phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads))
     result.findings, result.not_judged = rules.run(result)
     return result

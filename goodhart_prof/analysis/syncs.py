@@ -93,6 +93,21 @@ def sync_points(trace: Trace) -> pd.DataFrame:
     return points[COLUMNS].astype({"row": np.int64, "iteration": np.int64})
 
 
+def device_ranks(trace: Trace) -> set[int]:
+    """Ranks with GPU activity or CUDA/HIP runtime calls: where a read can wait for a device."""
+    ev = trace.events
+    rt_rank = ev["rank"].to_numpy()[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
+    return set(np.unique(rt_rank).tolist()) | set(trace.gpu["rank"].unique().tolist())
+
+
+def split_host_reads(trace: Trace, points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(sync points, host reads): on a CPU-only rank `.item()`, `nonzero` and `if tensor:` wait
+    for nothing (the tensor is on the host); they are the reads that would sync on a GPU, kept
+    apart so that no report calls them sync points."""
+    on_device = points["rank"].isin(device_ranks(trace)).to_numpy()
+    return (points[on_device].reset_index(drop=True), points[~on_device].reset_index(drop=True))
+
+
 def _empty() -> pd.DataFrame:
     return pd.DataFrame({"rank": pd.Series(dtype=np.int32), "pid": pd.Series(dtype=np.int64),
                          "tid": pd.Series(dtype=np.int64), "ts": pd.Series(dtype=float),
@@ -144,6 +159,9 @@ def _candidate_calls(ev: pd.DataFrame) -> pd.DataFrame:
     right = right.drop_duplicates(["rank", "correlation"])
     link = link.merge(right, on=["rank", "correlation"], how="left")
     matched = link[link["call_row"].notna()]
+    # cudaEventQuery / hipEventQuery poll and return at once: never a wait, whatever points at them.
+    calls = ev["name"].loc[matched["call_row"].astype(np.int64).to_numpy()].astype(str)
+    matched = matched[~calls.str.contains("EventQuery", regex=False).to_numpy()]
     new_rows = matched["call_row"].astype(np.int64)
     fresh = ~new_rows.isin(out["row"]).to_numpy()
     extra = _frame(ev.loc[new_rows[fresh].to_numpy()], matched["sync_kind"].to_numpy()[fresh])

@@ -102,7 +102,8 @@ def render_html(a) -> str:
                      "busy from its first activity to its last.", note=_gap_note(a))
     page.add_section("syncs", [page.figure(sync_sites_figure(a), "sync-sites"),
                                page.figure(sync_iterations_figure(a), "sync-iterations")],
-                     "No sync points: the host never waited for the device.", note=_sync_note(a))
+                     _sync_note(a) or "No sync points: the host never waited for the device.",
+                     note=_sync_note(a))
     page.add_section("phases", [page.figure(phase_figure(a), "phases")],
                      "No phases: the trace has no annotations (record_function) and no "
                      "ProfilerStep#N.", note=_phase_note(a))
@@ -396,11 +397,18 @@ def _legend() -> str:
             "double-click to reset.</p></details>")
 
 
+def _not_judged(a) -> str:
+    if not a.not_judged:
+        return ""
+    rows = "".join(f"<li><code>{_esc(n.rule)}</code>: {_esc(n.reason)}</li>" for n in a.not_judged)
+    return f'<p class="note">Not judged on this trace:</p><ul class="not-judged">{rows}</ul>'
+
+
 def _findings_section(a) -> str:
     title = _esc(SECTIONS["findings"])
     if not a.findings:
         return (f'<section id="findings"><h2>{title}</h2>'
-                '<p class="empty">None of the rules fired.</p></section>')
+                f'<p class="empty">None of the rules fired.</p>{_not_judged(a)}</section>')
     items = []
     for f in a.findings:
         color = SEVERITY_COLORS.get(str(f.severity), "#555")
@@ -409,7 +417,8 @@ def _findings_section(a) -> str:
             f"{_esc(str(f.severity).upper())}</span> <code>{_esc(f.rule)}</code> "
             f"<b>{_esc(f.title)}</b>{_evidence(f.evidence)}"
             f'<p class="fix"><b>fix:</b> {_esc(f.fix)}</p></li>')
-    return f'<section id="findings"><h2>{title} ({len(a.findings)})</h2><ol>{"".join(items)}</ol></section>'
+    return (f'<section id="findings"><h2>{title} ({len(a.findings)})</h2><ol>{"".join(items)}</ol>'
+            f'{_not_judged(a)}</section>')
 
 
 def _evidence(evidence: dict[str, Any]) -> str:
@@ -447,7 +456,11 @@ def _gap_note(a) -> str:
 
 
 def _sync_note(a) -> str:
-    s = a.syncs
+    s, reads = a.syncs, a.reads
+    if reads is not None and reads.total and (s is None or not s.total):
+        kinds = ", ".join(f"{_esc(k)} {v:,}" for k, v in reads.by_kind.items() if v)
+        return (f"No sync points: this is a CPU-only trace. {reads.total:,} host reads ({kinds}) "
+                "wait for nothing here; each would be a sync point with the tensors on a GPU.")
     if s is None or not s.total:
         return ""
     kinds = ", ".join(f"{_esc(k)} {v:,}" for k, v in s.by_kind.items() if v)

@@ -57,9 +57,11 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
                                      "min_us", "max_us"]),
         "categories": records(a.categories, ["category", "count", "total_us", "pct"]),
         "sync_points": plain(a.syncs.to_json()),
+        "host_reads": plain(a.reads.to_json()) if a.reads is not None else None,
         "burstiness": {device_key(b.rank, b.device): plain(b.to_json()) for b in a.burstiness},
         "phases": plain(_phases_json(a.phases)),
         "findings": [plain(f.to_json()) for f in a.findings],
+        "not_judged": [n.to_json() for n in a.not_judged],
     }
     return doc
 

@@ -58,6 +58,17 @@ def _kernels(a, console: Console, top: int) -> None:
 def _syncs(a, console: Console, top: int) -> None:
     s = a.syncs
     console.print()
+    reads = a.reads
+    if reads is not None and reads.total:
+        kinds = ", ".join(f"{k} {v}" for k, v in reads.by_kind.items() if v)
+        console.print(f"[bold]Host reads[/bold] on CPU-only rank(s): {reads.total} ({kinds}). On the "
+                      "CPU they wait for nothing; each would be a sync point with the tensors on a GPU.")
+        table = make_table("by site", "site", "kind", "count", "host time", right=(2, 3))
+        for r in reads.sites.head(top).itertuples():
+            table.add_row(short(r.site, 110), r.kind, f"{r.count:,}", duration(r.total_us))
+        console.print(table)
+        if not s.total:
+            return
     if not s.total:
         console.print("[bold]Sync points[/bold]: none (the host never waited for the device)")
         return
@@ -120,7 +131,13 @@ def _findings(a, console: Console) -> None:
     console.print()
     if not a.findings:
         console.print("[bold]Findings[/bold]: none of the rules fired")
-        return
+    else:
+        _each_finding(a, console)
+    for n in a.not_judged:
+        console.print(f"[dim]not judged[/dim] {n.rule}: {n.reason}", highlight=False)
+
+
+def _each_finding(a, console: Console) -> None:
     console.print(f"[bold]Findings[/bold] ({len(a.findings)})")
     for f in a.findings:
         style = SEVERITY_STYLE.get(f.severity, "")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..links import LAUNCH_CATS
+from ..syncs import device_ranks
 
 if TYPE_CHECKING:
     from .. import Analysis
@@ -63,22 +63,32 @@ class Need(enum.Enum):
     HOST_OPS = "host ops"
     GPU = "GPU activity"
     BACKWARD = "a backward pass"
+    ITERATIONS = "iterations"
 
     def present(self, ctx: "Context") -> bool:
         ev = ctx.trace.events
         if self is Need.GPU:
             return not ctx.trace.gpu.empty
-        if self is Need.HOST_OPS:  # by category code: one pass over small ints
-            cats = ev["cat"].cat.categories
-            wanted = np.flatnonzero(cats.isin(("cpu_op", "user_annotation")))
-            return bool(len(wanted)) and bool(np.isin(ev["cat"].cat.codes.to_numpy(), wanted).any())
-        return bool(ev["name"].cat.categories.astype(str).str.contains(_BACKWARD).any())
+        if self is Need.ITERATIONS:
+            ph = ctx.analysis.phases
+            return ph is not None and not ph.empty and bool((ph["kind"] == "iteration").any())
+        host = ctx.host_name_codes
+        if self is Need.HOST_OPS:
+            return len(host) > 0
+        # Training: autograd's backward ops on the host (GPU kernel names do not count: a
+        # forward kernel can be named `...Backward...` by a library, and an inference trace has
+        # no autograd engine).
+        names = ev["name"].cat.categories[host].astype(str)
+        return bool(names.str.contains(_BACKWARD).any())
 
     @property
     def absent(self) -> str:
         return {Need.HOST_OPS: "the trace has no host ops or annotations (a GPU-only trace)",
                 Need.GPU: "the trace has no GPU activity (a CPU-only trace)",
-                Need.BACKWARD: "the trace has no backward pass (no autograd ops: not training)",
+                Need.BACKWARD: "the trace has no backward pass (no autograd ops on the host: not "
+                               "training), and the rule's advice is about training",
+                Need.ITERATIONS: "the trace marks no iterations (no ProfilerStep#N), so rates per "
+                                 "iteration cannot be judged",
                 }[self]
 
 
@@ -117,11 +127,32 @@ class Context:
         return sync_origin(self)
 
     @cached_property
+    def host_name_codes(self) -> np.ndarray:
+        """Codes of the names of cpu ops and user annotations (one pass over category codes)."""
+        ev = self.trace.events
+        cats = ev["cat"].cat.categories
+        wanted = np.flatnonzero(cats.isin(("cpu_op", "user_annotation")))
+        if not len(wanted):
+            return np.empty(0, dtype=np.int64)
+        host = np.isin(ev["cat"].cat.codes.to_numpy(), wanted)
+        codes = np.unique(ev["name"].cat.codes.to_numpy()[host])
+        return codes[codes >= 0]
+
+    @cached_property
     def device_ranks(self) -> set:
         """Ranks with GPU activity or CUDA/HIP runtime calls."""
-        ev = self.trace.events
-        rt_rank = ev["rank"].to_numpy()[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
-        return set(np.unique(rt_rank).tolist()) | set(self.trace.gpu["rank"].unique().tolist())
+        return device_ranks(self.trace)
+
+    @cached_property
+    def points(self) -> pd.DataFrame:
+        """Sync points and host reads (CPU-only ranks) together, by rank and time: the sync rules
+        judge the code's read-backs wherever it runs, and word them by where they ran."""
+        a = self.analysis
+        reads = a.host_reads
+        if reads is None or reads.empty:
+            return a.sync_points
+        both = pd.concat([a.sync_points, reads], ignore_index=True)
+        return both.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
 
     @cached_property
     def kernel_total(self) -> float:
@@ -129,8 +160,24 @@ class Context:
         return float(cats["total_us"].sum()) if not cats.empty else 0.0
 
     def of_kind(self, kind: str) -> pd.DataFrame:
-        sp = self.analysis.sync_points
+        sp = self.points
         return sp[sp["kind"] == kind] if not sp.empty else sp
+
+
+def on_host_only(ctx: "Context", points: pd.DataFrame) -> bool:
+    """Whether every one of these points is a host read on a CPU-only rank."""
+    return len(points) > 0 and not points["rank"].isin(ctx.device_ranks).any()
+
+
+# Logging code by name: `logging`, `logger`, `log_metrics`, `_log`, metrics, prints, experiment
+# trackers; not `logits` or `logsumexp`.
+_LOGGING = re.compile(r"logg|(?<![a-z])log(?![a-z])|log_|metric|print|wandb|tensorboard|summar|"
+                      r"monitor", re.I)
+
+
+def is_logging_site(site: str) -> bool:
+    """Whether a site (a user frame or a chain of annotations) is logging code."""
+    return bool(_LOGGING.search(str(site)))
 
 
 def top_sites(points: pd.DataFrame, n: int = 3) -> list[dict[str, Any]]:

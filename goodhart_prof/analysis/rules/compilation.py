@@ -41,12 +41,13 @@ def _unfused_adam(ctx: Context) -> Finding | None:
         {"optimizer": kinds, "optimizer_steps": int(len(steps)),
          "kernels_per_step": round(per_step, 1), "gpu_us": round(float(kernels["dur"].sum()), 3),
          "cpu_us": round(float(steps["dur"].sum()), 3)},
-        "torch.optim.Adam(params, fused=True) (also AdamW, SGD, Adagrad; CUDA), with the learning "
-        "rate as a device tensor.")
+        f"torch.optim.{kinds[0]}(params, ..., fused=True) (CUDA; fused exists for Adam, AdamW, SGD "
+        "and Adagrad), with the learning rate as a device tensor; or foreach=True where fused is "
+        "not available.")
 
 
 UNFUSED_ADAM = Rule(
-    "unfused_adam", "compile", _unfused_adam, needs=(Need.GPU, Need.HOST_OPS),
+    "unfused_adam", "compile", _unfused_adam, needs=(Need.GPU, Need.HOST_OPS, Need.BACKWARD),
     thresholds={
         "kernels_per_step": Threshold(4, "a fused step launches the step-counter increment plus one "
                                          "fused kernel per (device, dtype) group: 1-3 kernels. "
@@ -86,7 +87,7 @@ def _eager_update(ctx: Context) -> Finding | None:
 # accumulation (`AccumulateGrad`) is always eager and does not count either way. On the CPU
 # compile does not pay (the trainer leaves it off there): no GPU activity, no finding.
 EAGER_UPDATE = Rule(
-    "eager_update", "compile", _eager_update, needs=(Need.GPU, Need.BACKWARD),
+    "eager_update", "compile", _eager_update, needs=(Need.GPU, Need.HOST_OPS, Need.BACKWARD),
     thresholds={
         "min_gpu_activities": Threshold(50, "fewer GPU activities is too little GPU work for "
                                             "compilation to matter")})

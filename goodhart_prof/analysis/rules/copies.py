@@ -10,7 +10,7 @@ from ..hostops import fresh_moves, launch_in_cpu_op
 from ..links import gpu_launches
 from ..sites import op_sites
 from ..tree import starts_inside
-from .base import Context, Finding, Rule, Threshold, names_matching, top_sites
+from .base import Context, Finding, Need, Rule, Threshold, names_matching, top_sites
 
 
 def _pageable_htod(ctx: Context) -> Finding | None:
@@ -90,7 +90,7 @@ def _cpu_alloc(ctx: Context) -> Finding | None:
 # Tensors made on the host by a torch factory and moved at once (analysis/hostops.py "fresh
 # move"): every one is a tiny copy plus an allocation per step.
 CPU_ALLOC = Rule(
-    "cpu_alloc", "copies", _cpu_alloc,
+    "cpu_alloc", "copies", _cpu_alloc, needs=(Need.ITERATIONS,),
     thresholds={
         "per_iteration": Threshold(2.0, "one per iteration can be a setup step; 2+ per iteration "
                                         "is a per-step buffer"),

@@ -40,7 +40,7 @@ _ANY_OPT_STEP = re.compile(r"Optimizer\.step#")
 
 def sync_origin(ctx: "Context") -> pd.DataFrame:
     """The sync points with `internal` and `grad_clip` (module docstring)."""
-    sp = ctx.analysis.sync_points
+    sp = ctx.points
     if sp.empty:
         return sp.assign(internal=np.zeros(0, dtype=bool), grad_clip=np.zeros(0, dtype=bool))
     trace = ctx.trace

@@ -9,18 +9,21 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from .base import Context, Finding, Need, Rule, Threshold, top_sites
+from .base import Context, Finding, Need, Rule, Threshold, is_logging_site, on_host_only, top_sites
 from .origin import READBACK_KINDS, user_points
 
 
 def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
-                  points: Callable[[Context], pd.DataFrame], title: str, fix: str,
+                  points: Callable[[Context], pd.DataFrame], title: str,
+                  fix: str | Callable[[pd.DataFrame], str],
                   extra: Callable[[pd.DataFrame], dict[str, Any]] = lambda p: {}) -> Finding | None:
-    """The shared shape. `title` formats `per_it`. Severity: high at the rule's `high` rate
-    (medium without one). Before splitting sync points by origin (which builds the host op
-    structure), check that even all points of these kinds would reach the rate."""
+    """The shared shape. `title` formats `per_it` and `site` (the top site); `fix` may depend on
+    the points found. Severity: high at the rule's `high` rate (medium without one). On a
+    CPU-only trace the reads wait for nothing yet, and the title says they would on a GPU.
+    Before splitting sync points by origin (which builds the host op structure), check that
+    even all points of these kinds would reach the rate."""
     rate = rule.limit("per_iteration")
-    sp = ctx.analysis.sync_points
+    sp = ctx.points
     count = int(sp["kind"].isin(kinds).sum()) if not sp.empty else 0
     if count / ctx.iterations < rate:
         return None
@@ -29,24 +32,39 @@ def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
     if per_it < rate:
         return None
     high = rule.thresholds.get("high")
+    sites = top_sites(found)
+    text = title.format(per_it=per_it, site=sites[0]["site"] if sites else "?")
+    if on_host_only(ctx, found):
+        text += " (a CPU-only trace: each would wait for the GPU there)"
     return Finding(
-        rule.id, "high" if high is not None and per_it >= high.value else "medium",
-        title.format(per_it=per_it),
+        rule.id, "high" if high is not None and per_it >= high.value else "medium", text,
         {"count": int(len(found)), "per_iteration": round(per_it, 2),
-         "wait_us": round(float(found["dur"].sum()), 3), **extra(found), "sites": top_sites(found)},
-        fix)
+         "wait_us": round(float(found["dur"].sum()), 3), **extra(found), "sites": sites},
+        fix(found) if callable(fix) else fix)
 
 
 def _item_logging(ctx: Context) -> Finding | None:
     return _rate_finding(
         ctx, ITEM_LOGGING, ("item",), lambda c: user_points(c, "item"),
-        ".item() reads a tensor back to the host {per_it:.1f} times per iteration",
-        "Keep metrics on the device (stack them into one tensor), copy to the host once per "
-        "iteration with non_blocking=True, and convert in a logging thread.")
+        ".item() reads a tensor back to the host {per_it:.1f} times per iteration (most at {site})",
+        _item_fix)
+
+
+def _item_fix(found: pd.DataFrame) -> str:
+    """Logging advice only where the reads are logging code; a value the host needs (a size, a
+    branch, split sizes of an all-to-all) cannot simply stay on the device."""
+    top = found["site"].value_counts()
+    if len(top) and is_logging_site(top.index[0]):
+        return ("Keep metrics on the device (stack them into one tensor), copy to the host once "
+                "per iteration with non_blocking=True, and convert in a logging thread.")
+    return ("Each read makes the host wait for the GPU. If the host needs the value (a size, a "
+            "branch, split sizes), compute it earlier or make it static so the wait overlaps work "
+            "(pipelining, fixed shapes); if it is only recorded, keep it on the device and read it "
+            "once per iteration.")
 
 
 ITEM_LOGGING = Rule(
-    "item_logging", "syncs", _item_logging, needs=(Need.HOST_OPS,),
+    "item_logging", "syncs", _item_logging, needs=(Need.HOST_OPS, Need.ITERATIONS),
     thresholds={
         "per_iteration": Threshold(2.0, "once per iteration is metrics moved once; 2+ per traced "
                                         "iteration is a per-step read-back, the pattern that cost "
@@ -61,7 +79,7 @@ def _sync_grad_clip(ctx: Context) -> Finding | None:
         return so[so["grad_clip"].to_numpy()]
     return _rate_finding(
         ctx, SYNC_GRAD_CLIP, READBACK_KINDS, clip,
-        "gradient clipping reads the norm back to the host {per_it:.1f} times per iteration",
+        "gradient clipping reads the norm back to the host {per_it:.1f} times per iteration (most at {site})",
         "Clip without reading the norm: torch.nn.utils.clip_grad_norm_(params, max_norm, "
         "foreach=True) scales by a clamped device-side coefficient; log the returned norm with "
         "the other metrics, once per iteration.",
@@ -69,7 +87,7 @@ def _sync_grad_clip(ctx: Context) -> Finding | None:
 
 
 SYNC_GRAD_CLIP = Rule(
-    "sync_grad_clip", "syncs", _sync_grad_clip, needs=(Need.HOST_OPS,),
+    "sync_grad_clip", "syncs", _sync_grad_clip, needs=(Need.HOST_OPS, Need.ITERATIONS, Need.BACKWARD),
     thresholds={
         "per_iteration": Threshold(1.0, "clipping that reads the norm back syncs once per optimizer "
                                         "step, so one per iteration already fires: torch's "
@@ -85,14 +103,14 @@ def _nan_checks(ctx: Context) -> Finding | None:
     return _rate_finding(
         ctx, NAN_CHECKS, ("nonzero",), nonzero,
         "nonzero (boolean masks, torch.where(cond), isnan().any() checks) syncs {per_it:.1f} "
-        "times per iteration",
+        "times per iteration (most at {site})",
         "Put NaN/shape validation behind a debug flag; use torch.where(cond, a, b) or "
         "masked arithmetic instead of boolean indexing in the hot path.",
         lambda p: {"isnan_in_trace": bool("aten::isnan" in names)})
 
 
 NAN_CHECKS = Rule(
-    "nan_checks", "syncs", _nan_checks, needs=(Need.HOST_OPS,),
+    "nan_checks", "syncs", _nan_checks, needs=(Need.HOST_OPS, Need.ITERATIONS),
     thresholds={
         "per_iteration": Threshold(1.0, "any nonzero in a traced iteration is a full host sync with "
                                         "a data-dependent shape; NaN/mask validation in the forward "
@@ -105,15 +123,18 @@ NAN_CHECKS = Rule(
 def _branchy_value_head(ctx: Context) -> Finding | None:
     return _rate_finding(
         ctx, BRANCHY_VALUE_HEAD, ("is_nonzero",), lambda c: user_points(c, "is_nonzero"),
-        "Python branches on tensor values (`if tensor:`) sync {per_it:.1f} times per iteration",
-        "Replace the branch with torch.where or give both variants one interface (e.g. value "
-        "heads with the same methods), so the hot path is straight-line code.")
+        "Python branches on tensor values (`if tensor:`) sync {per_it:.1f} times per iteration (most at {site})",
+        "Replace the branch with torch.where (compute both outcomes, keep one), or decide it once "
+        "outside the per-step path, so the hot path is straight-line code.")
 
 
 BRANCHY_VALUE_HEAD = Rule(
-    "branchy_value_head", "syncs", _branchy_value_head, needs=(Need.HOST_OPS,),
+    "branchy_value_head", "syncs", _branchy_value_head,
+    needs=(Need.HOST_OPS, Need.ITERATIONS, Need.BACKWARD),
     thresholds={
-        "per_iteration": Threshold(1.0, "one `if tensor:` per iteration already breaks compiled "
-                                        "graphs and syncs; no rate makes it cheap, so no `high`")})
+        "per_iteration": Threshold(1.0, "one `if tensor:` per training iteration already breaks "
+                                        "compiled graphs of the update and syncs; no rate makes it "
+                                        "cheap, so no `high` (judged on training traces: the "
+                                        "pattern is a branch in the update)")})
 
 RULES = (ITEM_LOGGING, SYNC_GRAD_CLIP, NAN_CHECKS, BRANCHY_VALUE_HEAD)
