@@ -1,0 +1,91 @@
+#!/usr/bin/env python
+"""Findings on real traces: how often the analyzer's rules are right, against hand-made labels.
+
+Runs `analyze` on every labelled trace (tests/data/findings_labels.json, paths under
+../shared/traces; a path under tests/data is used when shared/ is absent), prints each trace's
+findings and rules not judged, and scores every label:
+
+- expected and fired: true positive;  expected, silent: false negative (missed)
+- must_not and fired: false positive; must_not, silent: true negative
+
+precision = TP / (TP + FP), recall = TP / (TP + FN), over all labelled (trace, rule) pairs. The
+last line printed is one JSON object (`--json-out FILE` writes it too).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from goodhart_prof.analysis import analyze  # noqa: E402
+from goodhart_prof.trace.load import load  # noqa: E402
+
+LABELS = ROOT / "tests" / "data" / "findings_labels.json"
+SHARED = ROOT.parent / "shared" / "traces"
+LOCAL = ROOT / "tests" / "data"
+
+
+def labelled_traces() -> dict[str, dict[str, list[str]]]:
+    return json.loads(LABELS.read_text())["traces"]
+
+
+def resolve(rel: str) -> Path | None:
+    for base in (SHARED, LOCAL):
+        if (base / rel).exists():
+            return base / rel
+    return None
+
+
+def score(traces: dict[str, dict[str, list[str]]]) -> dict:
+    """Per (trace, rule) verdicts and the totals; traces not found are listed as missing."""
+    rows, missing = [], []
+    for rel, labels in traces.items():
+        path = resolve(rel)
+        if path is None:
+            missing.append(rel)
+            continue
+        a = analyze(load(path, progress=False))
+        fired = {f.rule: f for f in a.findings}
+        silent = {n.rule: n.reason for n in a.not_judged}
+        for rule, (label, reason) in labels.items():
+            hit = rule in fired
+            verdict = {("expected", True): "TP", ("expected", False): "FN",
+                       ("must_not", True): "FP", ("must_not", False): "TN"}[(label, hit)]
+            rows.append({"trace": rel, "rule": rule, "label": label, "verdict": verdict,
+                         "reason": reason, "title": fired[rule].title if hit else None,
+                         "not_judged": silent.get(rule)})
+        unlabelled = sorted(set(fired) - set(labels))
+        rows.extend({"trace": rel, "rule": r, "label": None, "verdict": "unlabelled",
+                     "reason": None, "title": fired[r].title, "not_judged": None} for r in unlabelled)
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("TP", "FP", "FN", "TN", "unlabelled")}
+    tp, fp, fn = counts["TP"], counts["FP"], counts["FN"]
+    return {"rows": rows, "missing": missing, "counts": counts,
+            "precision": tp / (tp + fp) if tp + fp else None,
+            "recall": tp / (tp + fn) if tp + fn else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json-out", type=Path, default=None)
+    args = p.parse_args(argv)
+    result = score(labelled_traces())
+    for row in result["rows"]:
+        note = row["title"] or (f"not judged: {row['not_judged']}" if row["not_judged"] else "silent")
+        print(f"{row['verdict']:10} {row['trace']:52} {row['rule']:24} {note}"[:200])
+    for rel in result["missing"]:
+        print(f"missing    {rel}")
+    c = result["counts"]
+    print(f"precision {result['precision']}  recall {result['recall']}  ({c})")
+    summary = {k: result[k] for k in ("counts", "precision", "recall", "missing")}
+    if args.json_out:
+        args.json_out.write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
