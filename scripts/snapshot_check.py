@@ -39,7 +39,7 @@ def trace_inputs(extra: list[Path]) -> list[Path]:
         if not base.is_dir():
             continue
         for path in sorted(base.rglob("*")):
-            if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
+            if path.is_file() and path.name.endswith(TRACE_SUFFIXES) and "labels" not in path.name:
                 found.append(path)
             elif path.is_dir() and sum(p.name.endswith(TRACE_SUFFIXES) for p in path.iterdir()) > 1:
                 found.append(path)  # a folder of per-rank traces, analysed as one job

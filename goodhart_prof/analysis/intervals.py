@@ -5,6 +5,8 @@ Which event holds which (nesting, "inside" searches) is the host call tree's que
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -55,3 +57,15 @@ def thread_groups(frame: pd.DataFrame, keys: tuple[str, ...] = ("rank", "pid", "
         change |= c[1:] != c[:-1]
     bounds = np.concatenate(([0], np.flatnonzero(change) + 1, [len(order)]))
     return {tuple(int(c[a]) for c in cols): order[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
+
+
+def exact_sums(inverse: np.ndarray, groups: int, **values: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-group sums of each values array (group of row i: inverse[i]), exactly rounded
+    (math.fsum), so that the figures do not depend on the order rows are added in."""
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=groups))))
+    out = {}
+    for k, v in values.items():
+        v = np.asarray(v, dtype=float)[order].tolist()
+        out[k] = np.array([math.fsum(v[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
+    return out

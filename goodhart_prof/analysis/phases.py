@@ -21,13 +21,13 @@ Order: annotations by cpu_us (largest first), then the iterations in step order.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, name_codes
+from .intervals import exact_sums
 from .links import gpu_launches
 from .tree import STEP, step_table, sums_inside
 
@@ -59,7 +59,7 @@ def phases(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
         cpu_us = ann["dur"].to_numpy()
         a = pd.DataFrame({"name": np.asarray(names, dtype=object), "kind": "annotation",
                           "iteration": -1, "count": np.bincount(inverse),
-                          **_sums_by(inverse, len(codes), cpu_us=cpu_us, gpu_us=ann_gpu,
+                          **exact_sums(inverse, len(codes), cpu_us=cpu_us, gpu_us=ann_gpu,
                                      gpu_kernels=ann_kernels, syncs=ann_syncs)})
         parts.append(a.sort_values(["cpu_us", "name"], ascending=[False, True], kind="stable"))
     if not steps.empty:
@@ -67,7 +67,7 @@ def phases(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
         per_it = points["iteration"].value_counts() if len(points) else pd.Series(dtype=np.int64)
         s = pd.DataFrame({"name": np.array([f"ProfilerStep#{i}" for i in its], dtype=object),
                           "kind": "iteration", "iteration": its, "count": np.bincount(inverse),
-                          **_sums_by(inverse, len(its), cpu_us=steps["dur"].to_numpy(),
+                          **exact_sums(inverse, len(its), cpu_us=steps["dur"].to_numpy(),
                                      gpu_us=step_gpu, gpu_kernels=step_kernels),
                           "syncs": pd.Series(its).map(per_it).fillna(0).to_numpy()})
         parts.append(s)
@@ -77,18 +77,6 @@ def phases(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(parts, ignore_index=True)[COLUMNS]
     return out.astype({"iteration": np.int64, "count": np.int64, "cpu_us": float, "gpu_us": float,
                        "gpu_kernels": np.int64, "syncs": np.int64})
-
-
-def _sums_by(inverse: np.ndarray, groups: int, **values: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-group sums of each values array (group of row i: inverse[i]), exactly rounded
-    (math.fsum), so that the figures do not depend on the order rows are added in."""
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=groups))))
-    out = {}
-    for k, v in values.items():
-        v = np.asarray(v, dtype=float)[order].tolist()
-        out[k] = np.array([math.fsum(v[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
-    return out
 
 
 def phases_json(df: pd.DataFrame) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from .intervals import exact_sums
 from .links import LAUNCH_CATS, gpu_launches
 from .sites import sites
 from .tree import covered, host_tree, iterations, outermost, sums_inside
@@ -252,14 +253,37 @@ class SyncSummary:
 
 
 def sync_summary(points: pd.DataFrame) -> SyncSummary:
-    """Counts per kind, per (kind, site) with host time, and per (iteration, kind)."""
+    """Counts per kind, per (kind, site) with host time, and per (iteration, kind). Grouped with
+    numpy (factorized keys, bincount): a pandas groupby costs milliseconds even on a few rows,
+    and every analysis makes two summaries (sync points, host reads)."""
     by_kind = {k: 0 for k in KINDS}
-    counts = points["kind"].value_counts()
-    by_kind.update({str(k): int(v) for k, v in counts.items()})
-    sites = (points.groupby(["kind", "site"], sort=False)["dur"].agg(["size", "sum"])
-             .rename(columns={"size": "count", "sum": "total_us"}).reset_index()
-             .sort_values(["count", "total_us", "kind", "site"], ascending=[False, False, True, True],
-                          kind="stable").reset_index(drop=True))
-    per_it = (points.groupby(["iteration", "kind"], sort=True).size().rename("count").reset_index()
-              if len(points) else pd.DataFrame({"iteration": [], "kind": [], "count": []}))
+    if points.empty:
+        return SyncSummary(0, by_kind, pd.DataFrame({"kind": pd.Series(dtype=object),
+                                                     "site": pd.Series(dtype=object),
+                                                     "count": pd.Series(dtype=np.int64),
+                                                     "total_us": pd.Series(dtype=float)}),
+                           pd.DataFrame({"iteration": pd.Series(dtype=np.int64),
+                                         "kind": pd.Series(dtype=object),
+                                         "count": pd.Series(dtype=np.int64)}))
+    kind_code, kinds = pd.factorize(points["kind"].to_numpy(), sort=False)
+    site_code, site_names = pd.factorize(points["site"].to_numpy(), sort=False)
+    counts = np.bincount(kind_code, minlength=len(kinds))
+    by_kind.update({str(k): int(c) for k, c in zip(kinds, counts)})
+    pair, inverse = np.unique(kind_code * len(site_names) + site_code, return_inverse=True)
+    dur = points["dur"].to_numpy(float)
+    sites = pd.DataFrame({"kind": kinds[pair // len(site_names)].astype(object),
+                          "site": site_names[pair % len(site_names)].astype(object),
+                          "count": np.bincount(inverse).astype(np.int64),
+                          "total_us": exact_sums(inverse, len(pair), total_us=dur)["total_us"]})
+    sites = sites.sort_values(["count", "total_us", "kind", "site"], ascending=[False, False, True, True],
+                              kind="stable").reset_index(drop=True)
+    iteration = points["iteration"].to_numpy(np.int64)
+    it_values, it_code = np.unique(iteration, return_inverse=True)
+    kind_order = np.argsort(kinds.astype(str))  # (iteration, kind) rows sorted by both
+    rank_of_kind = np.empty(len(kinds), dtype=np.int64)
+    rank_of_kind[kind_order] = np.arange(len(kinds))
+    key, n = np.unique(it_code * len(kinds) + rank_of_kind[kind_code], return_counts=True)
+    per_it = pd.DataFrame({"iteration": it_values[key // len(kinds)],
+                           "kind": kinds[kind_order][key % len(kinds)].astype(object),
+                           "count": n.astype(np.int64)})
     return SyncSummary(int(len(points)), by_kind, sites, per_it)

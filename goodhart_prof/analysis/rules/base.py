@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..syncs import device_ranks
+from ..tree import host_tree
 
 if TYPE_CHECKING:
     from .. import Analysis
@@ -128,15 +129,8 @@ class Context:
 
     @cached_property
     def host_name_codes(self) -> np.ndarray:
-        """Codes of the names of cpu ops and user annotations (one pass over category codes)."""
-        ev = self.trace.events
-        cats = ev["cat"].cat.categories
-        wanted = np.flatnonzero(cats.isin(("cpu_op", "user_annotation")))
-        if not len(wanted):
-            return np.empty(0, dtype=np.int64)
-        host = np.isin(ev["cat"].cat.codes.to_numpy(), wanted)
-        codes = np.unique(ev["name"].cat.codes.to_numpy()[host])
-        return codes[codes >= 0]
+        """Codes of the names of cpu ops and user annotations: the host call tree's nodes."""
+        return np.unique(host_tree(self.trace).name)
 
     @cached_property
     def device_ranks(self) -> set:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -30,13 +31,29 @@ class HostTree:
     names: np.ndarray  # name code -> name
     is_op: np.ndarray
     is_annotation: np.ndarray
+    is_step: np.ndarray  # ProfilerStep#N (an annotation, or a cpu op in 2021-era traces)
     parent: np.ndarray
     depth: np.ndarray
-    top_op: np.ndarray
-    annotation: np.ndarray
-    iteration: np.ndarray
     threads: dict[tuple[int, int, int], tuple[int, int]]  # thread -> (first, last + 1) in tree order
     node_of_row: np.ndarray = field(repr=False)  # row label -> node (-1: not a host node)
+    trace: Trace = field(repr=False)
+
+    # Columns derived from the parents, each computed on first use.
+    @cached_property
+    def top_op(self) -> np.ndarray:
+        """The outermost cpu op among each node's ancestors and itself (-1: none). 2021-era
+        traces record ProfilerStep#N as a cpu op around everything: a scope, not an op."""
+        return self.outermost(self.is_op & ~self.is_step)
+
+    @cached_property
+    def annotation(self) -> np.ndarray:
+        """The innermost user annotation among each node's ancestors, ProfilerStep#N excluded."""
+        return self.nearest(~self.is_op & ~self.is_step)
+
+    @cached_property
+    def iteration(self) -> np.ndarray:
+        """N of the ProfilerStep#N of the node's rank holding its start (-1: none)."""
+        return iterations(self.trace, self.rank, self.ts)
 
     def __len__(self) -> int:
         return len(self.row)
@@ -119,9 +136,12 @@ def host_tree(trace: Trace) -> HostTree:
 
 def _build(trace: Trace) -> HostTree:
     ev = trace.events
-    cat = ev["cat"]
-    is_op_all = (cat == "cpu_op").to_numpy()
-    sel = np.flatnonzero(is_op_all | (cat == "user_annotation").to_numpy())
+    cat_codes = ev["cat"].cat.codes.to_numpy()  # compared as small ints, not strings
+    cats = ev["cat"].cat.categories
+    op_code = cats.get_loc("cpu_op") if "cpu_op" in cats else -2
+    ann_code = cats.get_loc("user_annotation") if "user_annotation" in cats else -2
+    is_op_all = cat_codes == op_code
+    sel = np.flatnonzero(is_op_all | (cat_codes == ann_code))
     col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
     parts, threads, at = [], {}, 0
     groups = thread_groups(pd.DataFrame({c: col[c] for c in ("rank", "pid", "tid")}))
@@ -148,13 +168,8 @@ def _build(trace: Trace) -> HostTree:
     node_of_row[rows] = np.arange(len(rows))
     tree = HostTree(row=rows, rank=col["rank"][order], pid=col["pid"][order], tid=col["tid"][order],
                     ts=col["ts"][order], end=col["end"][order], name=codes, names=names,
-                    is_op=is_op, is_annotation=~is_op, parent=parent, depth=depth,
-                    top_op=np.empty(0), annotation=np.empty(0), iteration=np.empty(0),
-                    threads=threads, node_of_row=node_of_row)
-    # 2021-era traces record ProfilerStep#N as a cpu op around everything: a scope, not an op.
-    tree.top_op = tree.outermost(is_op & ~is_step)
-    tree.annotation = tree.nearest(~is_op & ~is_step)
-    tree.iteration = iterations(trace, tree.rank, tree.ts)
+                    is_op=is_op, is_annotation=~is_op, is_step=is_step, parent=parent, depth=depth,
+                    threads=threads, node_of_row=node_of_row, trace=trace)
     return tree
 
 
