@@ -1,0 +1,75 @@
+"""Every sync point on the real traces in ../shared/traces, explained: counts per kind and where
+they come from, read off each trace (skipped where ../shared is absent)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from goodhart_prof.analysis import analyze
+from goodhart_prof.trace.load import load
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+# trace -> ({kind: count}, {kind: a substring of its top site}, why)
+EXPECTED = {
+    "tracelens/h100_bert_small_inference.json.gz": (
+        {"is_nonzero": 1, "device_sync": 2},
+        {"is_nonzero": "text_base_model.py:28 run_on_input", "device_sync": "profile.py:34 run_torch_profiler"},
+        "one `if tensor:` in the HF adapter's run_on_input; the profiling harness synchronizes the "
+        "device around the profiled region twice"),
+    "tracelens/h100_owlv2_inference.json.gz": (
+        {"memcpy_dtoh": 55, "memcpy_htod_pageable": 25, "device_sync": 2},
+        {"memcpy_dtoh": "pipeline/model.py:40 run_on_input", "memcpy_htod_pageable": "pipeline/model.py:40"},
+        "the HF pipeline copies its inputs in from pageable memory and its outputs back per call"),
+    "tracelens/mi300_qwen_inference.json.gz": (
+        {"is_nonzero": 1, "device_sync": 2},
+        {"is_nonzero": "run_on_input", "device_sync": "run_torch_profiler"},
+        "as bert-small: the same harness on an MI300 (hipDeviceSynchronize)"),
+    "tracelens/mi300_resnet_act_checkpoint_train.json.gz": (
+        {"device_sync": 1}, {"device_sync": "train_ddp.py:161 ddp_worker"},
+        "the training script synchronizes once, at the end of the profiled steps"),
+    "tracelens/sglang_qwen3_8b_prefilldecode.json.gz": (
+        {"item": 3, "sync_memcpy": 2},
+        {"item": "aiter_backend.py", "sync_memcpy": "forward_batch_info.py:443 init_new"},
+        "SGLang's attention backend reads batch metadata with .item(); building a batch copies "
+        "with a blocking hipMemcpy"),
+    "tracelens/vllm_decode_full_graph.json.gz": (
+        {"event_sync": 1}, {"event_sync": "gpu_model_runner.py:3087 synchronize_input_prep"},
+        "vLLM waits on an event before preparing the next inputs; the graph replay itself syncs nothing"),
+    "hta/mi250_minitoy_rocm.json.gz": (
+        {"device_sync": 1, "sync_memcpy": 2},
+        {"sync_memcpy": "aten::to > aten::_to_copy > aten::copy_ > hipMemcpyWithStream"},
+        "two blocking host->device .to() copies on ROCm (hipMemcpyWithStream) and one device sync"),
+    "hta/v100_ddp_rank1.json.gz": (
+        {"device_sync": 1}, {"device_sync": "cudaDeviceSynchronize"},
+        "one cudaDeviceSynchronize at the end of the profiled window"),
+    "kineto/resnet50_v100_2021.pt.trace.json.gz": (
+        {"memcpy_htod_pageable": 12, "device_sync": 1},
+        {"memcpy_htod_pageable": "aten::to > aten::copy_ > cudaMemcpyAsync"},
+        "each of 6 iterations copies images and labels from pageable memory (num_workers=0 sample)"),
+    "param/dlrm_8rank": (
+        {"memcpy_dtoh": 16, "memcpy_htod_pageable": 64, "device_sync": 8},
+        {"memcpy_htod_pageable": "## sparse_data_dist ##", "memcpy_dtoh": "SplitsAllToAllAwaitable"},
+        "8 ranks: torchrec's input dist moves split sizes host<->device each step (pageable), "
+        "backward index_put moves indices, and each rank synchronizes once"),
+    "hta/sampled_128rank": (
+        {"item": 7, "memcpy_dtoh": 9, "memcpy_htod_pageable": 32},
+        {"item": "## sdd_preprocess_splits ## > forward > aten::item",
+         "memcpy_htod_pageable": "## data_load ##"},
+        "torchrec reads all-to-all split sizes back (.item(), DtoH) and loads batches from pageable memory"),
+}
+
+
+@pytest.mark.parametrize("rel", sorted(EXPECTED))
+def test_sync_points_of_real_traces(rel):
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"{path} not found (../shared/traces is beside the repository only)")
+    counts, sites, _why = EXPECTED[rel]
+    a = analyze(load(path, progress=False))
+    assert {k: v for k, v in a.syncs.by_kind.items() if v} == counts
+    assert a.reads.total == 0  # every rank here has a GPU
+    for kind, where in sites.items():
+        top = a.syncs.sites[a.syncs.sites["kind"] == kind].iloc[0]["site"]
+        assert where in top, (kind, top)
