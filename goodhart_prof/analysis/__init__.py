@@ -23,6 +23,7 @@ class Analysis:
     syncs: SyncSummary
     burstiness: list[DeviceBurstiness]  # one per (rank, device)
     phases: pd.DataFrame              # phases.phases
+    libraries: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernels.library_table
     findings: list[Finding] = field(default_factory=list)
     not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
 
@@ -31,7 +32,7 @@ def analyze(trace: Trace) -> Analysis:
     from . import rules
     from .burstiness import burstiness
     from .gpu_time import gpu_time
-    from .kernels import category_table, kernel_table
+    from .kernels import category_table, kernel_table, library_table
     from .phases import phases
     from .syncs import sync_points, sync_summary
 
@@ -39,6 +40,6 @@ def analyze(trace: Trace) -> Analysis:
     result = Analysis(trace=trace, gpu=gpu_time(trace), kernels=kernel_table(trace),
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
-                      phases=phases(trace, points))
+                      phases=phases(trace, points), libraries=library_table(trace))
     result.findings, result.not_judged = rules.run(result)
     return result
