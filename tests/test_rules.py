@@ -13,10 +13,10 @@ RULES_DIR = Path(__file__).resolve().parents[1] / "goodhart_prof" / "analysis" /
 
 
 def test_every_rule_is_declared_with_reasons():
-    assert len(BY_ID) == len(RULES) == 12
+    assert len(BY_ID) == len(RULES) == 13
     assert set(ZOO_RULES) <= set(BY_ID)
     families = {r.family for r in RULES}
-    assert families == {"syncs", "copies", "precision", "compile", "utilization"}
+    assert families == {"syncs", "copies", "precision", "compile", "utilization", "dominance"}
     for rule in RULES:
         assert rule.thresholds, rule.id
         for name, threshold in rule.thresholds.items():
@@ -34,7 +34,7 @@ def test_a_cpu_only_trace_skips_the_gpu_rules_and_says_why(tmp_path):
     skipped = {n.rule: n.reason for n in a.not_judged}
     gpu_rules = {r.id for r in RULES if Need.GPU in r.needs}
     assert gpu_rules == {"unfused_adam", "no_amp", "tiny_batch", "low_utilization",
-                         "dominant_scatter_gather", "eager_update"}
+                         "dominant_scatter_gather", "eager_update", "dominant_kernel"}
     training = {"sync_grad_clip", "branchy_value_head"}  # advice about an update: training only
     assert set(skipped) == gpu_rules | training
     assert all("no GPU activity" in skipped[r] for r in gpu_rules - {"unfused_adam", "eager_update"})

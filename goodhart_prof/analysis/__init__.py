@@ -26,6 +26,7 @@ class Analysis:
     # `.item()`/`nonzero`/`if tensor:` on CPU-only ranks: reads that would sync on a GPU
     host_reads: pd.DataFrame = field(default_factory=pd.DataFrame)
     reads: SyncSummary | None = None
+    libraries: pd.DataFrame = field(default_factory=pd.DataFrame)  # kernels.library_table
     findings: list[Finding] = field(default_factory=list)
     not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
 
@@ -34,7 +35,7 @@ def analyze(trace: Trace) -> Analysis:
     from . import rules
     from .burstiness import burstiness
     from .gpu_time import gpu_time
-    from .kernels import category_table, kernel_table
+    from .kernels import category_table, kernel_table, library_table
     from .phases import phases
     from .syncs import split_host_reads, sync_points, sync_summary
 
@@ -42,6 +43,7 @@ def analyze(trace: Trace) -> Analysis:
     result = Analysis(trace=trace, gpu=gpu_time(trace), kernels=kernel_table(trace),
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
-                      phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads))
+                      phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
+                      libraries=library_table(trace))
     result.findings, result.not_judged = rules.run(result)
     return result

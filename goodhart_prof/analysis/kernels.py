@@ -1,8 +1,27 @@
-"""Kernel categories and the per-kernel / per-category time tables.
+"""Kernel taxonomy (what each GPU activity computes, and which library it comes from) and the
+per-kernel / per-category / per-library time tables.
 
-Categories follow DESIGN.md: the first rule whose pattern matches the (demangled) name wins,
-case-insensitively; memcpy and memset events are `memcpy` / `memset` whatever their name.
-Rules are applied once per distinct name, then spread to rows through the categorical codes.
+Two columns per GPU activity, DESIGN.md "kernel categories":
+- `category`: what it computes (CATEGORIES).
+- `library`: where it comes from (LIBRARIES).
+
+Precedence, for the category of one activity:
+1. `gpu_memcpy` / `gpu_memset` events are `memcpy` / `memset` whatever their name.
+2. The name, by the first rule in CATEGORY_RULES whose pattern matches (case-insensitively, on the
+   demangled name with its return type removed).
+3. The launching op (GPU activity -> launch call by correlation -> the innermost cpu op holding it)
+   overrides the name only where the name is generic and the op says more (OP_OVERRIDES): a name
+   that says nothing (`other`) takes the op's category; a GEMM-shaped kernel launched by a
+   convolution or attention op is what that op computes (MIOpen/CK convolutions are GEMMs); a
+   TensorIterator elementwise/reduction kernel launched by a normalization op is `norm`, and one
+   launched by `aten::cat`/`pad` a layout `copy`. Names that say what they compute
+   (`flash_fwd`, `nccl*`, `softmax`, `topk`, ...) are never overridden: the innermost op can be
+   a wrapper (`aten::linear`) or a fallback path and is weaker evidence than the kernel's name.
+   Where the trace has no link (CUDA graph replays, GPU-only traces) the name decides alone.
+The library comes from the name (LIBRARY_RULES); a name no rule places that a PyTorch `aten::` op
+launched is `aten` (PyTorch's own kernels outside `at::native`, such as `softmax_warp_forward`).
+Rules are applied once per distinct name and once per distinct op name; rows combine the two
+through their codes and one lookup table.
 """
 from __future__ import annotations
 
@@ -16,131 +35,331 @@ import pandas as pd
 
 from ..trace.model import Trace
 
-# The rules, in DESIGN.md's order: (category, pattern, unless). A name matches a rule when it
-# matches `pattern` and does not match `unless`. Patterns run on the whole demangled name,
-# template arguments included, which is deliberate: cuBLAS helpers such as
-# `splitKreduce_kernel<..., cublasSplitKParams>`, `dot_kernel<..., cublasDotParams>` or
-# `epilogue::impl::globalKernel<..., cublasLtEpilogue_t>` only say they belong to a GEMM there.
+# The category rules, in order: (category, pattern, unless). A name matches a rule when it matches
+# `pattern` and not `unless`. Patterns run on the whole demangled name, template arguments
+# included, which is deliberate: cuBLAS helpers such as `splitKreduce_kernel<...>`,
+# `dot_kernel<..., cublasDotParams>` or `epilogue::impl::globalKernel<..., cublasLtEpilogue_t>`
+# only say they belong to a GEMM there.
 #
 # Why each pattern is what it is:
-# - gemm: `(?<!fb)gemm` because fbgemm_gpu's embedding and quantisation kernels are not GEMMs;
-#   `gemv` for cuBLAS matrix-vector kernels (gemv2T_kernel_val, gemvx); `Cijk_` only at a name
-#   start, as ROCm Tensile / hipBLASLt spell GEMMs.
-#   `unless`: a GEMM-shaped kernel that computes attention or a convolution is reported as what it
-#   computes. Flash attention kernels carry `cutlass::bfloat16_t` in their template arguments,
-#   xformers' memory-efficient attention is `fmha_cutlassF_*`, and cuDNN's convolutions are
-#   implicit GEMMs (`implicit_convolve_sgemm`, `sm80_xmma_fprop_implicit_gemm_*`,
-#   `cutlass__5x_cudnn::Kernel<cutlass_tensorop_*_fprop_*>`). Inductor names its kernels after the
-#   ops they fuse, so a `triton_*` name is never taken for a GEMM here either.
-# - attention / conv: `unless triton` for the same reason: `triton_poi_fused_convolution_relu_0` is
-#   the pointwise epilogue Inductor fused after a convolution, not a convolution.
-# - conv: `conv` but not `convert`; cuDNN's convolution algorithms and their helper kernels are
-#   named by algorithm (`fprop`, `dgrad`, `wgrad`, `winograd`, `im2col`, `scudnn`/`hcudnn` tiles,
-#   `cask_cudnn::*Offsets*` set-up kernels) and cuDNN's layout transposes (`nchwToNhwcKernel`,
-#   `nhwcToNchwKernel`) run around convolutions.
-# - scatter_gather: `(?<!with_)index` because `elementwise_kernel_with_index` is arange/linspace
-#   writing its own index, not an indexing op; `index` covers index_select, index_put and
-#   `indexing_backward`. `embedding` adds the TorchRec/fbgemm embedding lookups
-#   (`split_embedding_*`), which are gathers (forward) and scatters (backward).
-# - reduction: `norm(?!al)` keeps random `normal_` kernels out; `bn_fw`/`bn_bw` are cuDNN's batch
-#   norm; `moments` and `GammaBeta` are layer norm's statistics and weight-gradient kernels.
-# - elementwise: PyTorch's TensorIterator kernels (`elementwise_kernel`,
-#   `vectorized_elementwise_kernel`, `unrolled_elementwise_kernel`) and the foreach kernels of
-#   fused optimizers (`multi_tensor_apply`). Scatter/gather and index kernels are also built on
-#   `*_elementwise_kernel` templates, which is why this rule comes after scatter_gather.
-# - memcpy / memset: by name only for kernels that copy or fill (ROCm's `__amd_rocclr_copyBuffer`
-#   / `fillBuffer` blits); memcpy and memset events take these categories from their event
-#   category.
-RULES: tuple[tuple[str, str, str | None], ...] = (
-    ("communication", r"nccl|rccl", None),
-    ("gemm", r"(?<!fb)gemm|gemv|cutlass|cublas|nvjet|xmma|^Cijk_",
-     r"flash|fmha|sdpa|attention|conv(?!ert)|fprop|dgrad|wgrad|winograd|^triton_"),
-    ("attention", r"flash|fmha|sdpa|attention", r"^triton_"),
+# - communication first: NCCL/RCCL names say what they do (`ncclDevKernel_AllReduce_*`), and vLLM's
+#   custom all-reduce is `cross_device_reduce_*`.
+# - memcpy / memset by name only for kernels that copy or fill: the runtime's own events
+#   (`Memcpy DtoH ...`, `Memset (Device)`: anchored at the start) and ROCm's
+#   `__amd_rocclr_copyBuffer` / `fillBuffer` blits. Anchored because a Triton compute kernel may
+#   end in `_memset` (vLLM's MoE `_combined_routing_memset` computes routing tables): it is a
+#   kernel like any other and counts as one.
+# - Inductor (`triton_poi_/red_/per_/tem_`) next, because Inductor names a kernel after every op it
+#   fused (`triton_poi_fused_convolution_relu_0` is the pointwise epilogue after a convolution, not a
+#   convolution): the prefix says the kind of kernel. `poi` is pointwise (elementwise), `red`/`per`
+#   are reductions (norm when a normalization was fused in: `triton_red_fused_native_layer_norm_0`,
+#   except vector norms), `tem` is a template: a GEMM unless it names attention (flex attention) or
+#   a convolution. Pre-2.1 `triton__0d1d2de` names say nothing and stay `other` (library triton).
+# - scatter_gather before attention and gemm for kernels whose names borrow their words: writing
+#   K/V into a paged cache (`reshape_and_cache_flash_kernel`, `store_kvcache`) is a scatter, not
+#   attention; MoE routing (`_combined_routing_*`, the token -> expert tables) and
+#   `_finalize_matmul_scatter` (the MoE combine after the expert GEMMs) are scatters, not GEMMs.
+# - attention: flash/fmha/sdpa/attention, `attn` (AOTriton's `attn_fwd`), `sage_fwd`/`sage_bwd`
+#   (SageAttention), vLLM's `kernel_unified_attention_*`.
+# - conv before gemm and copy: cuDNN's and MIOpen's convolutions are implicit GEMMs
+#   (`implicit_convolve_sgemm`, `sm80_xmma_fprop_implicit_gemm_*`, MIOpen's
+#   `igemm_fwd/bwd/wrw_gtc*`, CK's `kernel_batched_gemm_xdlops_bwd_weight`), named by algorithm
+#   (`fprop`, `dgrad`, `wgrad`, `winograd`, `im2col`, `scudnn`/`hcudnn` tiles, `cask_cudnn` set-up
+#   kernels). `conv` but not `convert`.
+# - norm: `norm(?!al)` keeps random `normal_` kernels out; the `unless` keeps vector norms (grad
+#   clipping's `reduce_kernel<..., NormTwoOps>`, `linalg_vector_norm`) with the reductions;
+#   `bn_fw`/`bn_bw` are cuDNN's batch norm; `moments`/`GammaBeta` layer norm's statistics and
+#   weight-gradient kernels.
+# - sort: sort and top-k (`DeviceRadixSort*`, `_topk_forward`, `bitonicSort`).
+# - copy (layout): transposes (MIOpen's `batched_transpose_*`, `transpose_NCHW2CNHW_*`, cuDNN's
+#   `nchwToNhwcKernel`/`nhwcToNchwKernel` around convolutions), concatenation
+#   (`CatArrayBatchedCopy*`), padding, permutes (fbgemm's `permute_2D_*`, `permute_pooled_embs`),
+#   MIOpen's sub-tensor copies/casts (`SubTensorOp*`).
+# - gemm: `(?<!fb)gemm` because fbgemm_gpu's kernels are not GEMMs; `gemv` for cuBLAS
+#   matrix-vector kernels; `Cijk_` at a name start is ROCm Tensile / hipBLASLt; `matmul` for Triton
+#   user GEMMs (`_matmul_ogs_*`: the MoE GEMM of triton_kernels); `bmm_` for TensorRT-LLM/FlashInfer
+#   batched GEMMs on B200 (`bmm_E2m1_E2m1E2m1_Fp32_*`); `cutlass` for CUTLASS tiles (attention and
+#   convolutions with cutlass template arguments were taken above).
+# - scatter_gather: `(?<!with_)index` because `elementwise_kernel_with_index` is arange writing its
+#   own index; `index` covers index_select, index_put, `indexing_backward`; `embedding` adds the
+#   TorchRec/fbgemm lookups (`split_embedding_*`) but not rotary embeddings (elementwise);
+#   `indices` covers fbgemm's `bounds_check_indices`.
+# - reduction: reduce, softmax, scans (`DeviceScanKernel`, rocprim scans), arg-max/min, losses
+#   (`cunn_ClassNLLCriterion`), pooling (a windowed max/mean), `_sum_bitmatrix_rows` (MoE routing
+#   counts), fbgemm's `_get_FP8_qparam` (a row max).
+# - elementwise: PyTorch's TensorIterator kernels (`elementwise_kernel`, `vectorized_*`,
+#   `unrolled_*`) and fused optimizers' foreach kernels (`multi_tensor_apply`); activations
+#   (`act_and_mul`, silu/gelu/relu/swiglu), rotary embeddings, (de)quantization, cuDNN's
+#   `scalePackedTensor`. Scatter/gather kernels are also `*_elementwise_kernel` templates, which is
+#   why this rule comes after scatter_gather.
+CATEGORY_RULES: tuple[tuple[str, str, str | None], ...] = (
+    ("communication", r"nccl|rccl|cross_device_reduce", None),
+    ("memcpy", r"^memcpy|rocclr_copy", None),
+    ("memset", r"^memset|rocclr_fill", None),
+    ("attention", r"^triton_tem_.*(?:attention|flex)", None),
+    ("conv", r"^triton_tem_.*conv(?!ert)", None),
+    ("gemm", r"^triton_tem_", None),
+    ("norm", r"^triton_(?:red|per)_.*norm(?!al)", r"vector_norm"),
+    ("reduction", r"^triton_(?:red|per)_", None),
+    ("elementwise", r"^triton_poi_", None),
+    ("other", r"^triton__", None),
+    ("scatter_gather", r"reshape_and_cache|store_kvcache|_routing_|finalize_matmul_scatter", None),
+    ("attention", r"flash|fmha|sdpa|attention|attn|sage_(?:fwd|bwd)", None),
     ("conv", r"conv(?!ert)|fprop|dgrad|wgrad|winograd|im2col|[sh]cudnn|cask_cudnn"
-             r"|nchwToNhwc|nhwcToNchw", r"^triton_"),
-    ("triton", r"^triton_(?:poi|red|per|tem)_|^triton__", None),
-    ("scatter_gather", r"scatter|gather|(?<!with_)index|embedding", None),
-    ("reduction", r"reduce|softmax|norm(?!al)|bn_fw|bn_bw|moments|gammabeta", None),
-    ("elementwise", r"elementwise|multi_tensor_apply", None),
-    ("memcpy", r"memcpy|rocclr_copy", None),
-    ("memset", r"memset|rocclr_fill", None),
+             r"|^igemm_(?:fwd|bwd|wrw)|bwd_weight", None),
+    ("norm", r"norm(?!al)|bn_fw|bn_bw|moments|gammabeta",
+     r"normtwoops|normops|normoneops|normzeroops|norminfops|vector_norm"),
+    ("sort", r"sort|topk|top_k", None),
+    ("copy", r"transpose|nchwtonhwc|nhwctonchw|catarray|(?:constant|reflection|replication)_?pad"
+             r"|permute|subtensorop", None),
+    ("gemm", r"(?<!fb)gemm|gemv|cublas|nvjet|xmma|^cijk_|matmul|^bmm_|cutlass", None),
+    ("scatter_gather", r"scatter|gather|(?<!with_)index|indices|(?<!rotary_)embedding", None),
+    ("reduction", r"reduce|softmax|scan|argmax|argmin|nllcriterion|loss|pool|bitmatrix|qparam",
+     None),
+    ("elementwise", r"elementwise|multi_tensor_apply|act_and_mul|silu|gelu|relu|swiglu|rotary"
+                    r"|quantize|fp8rowwise|scalepackedtensor", None),
 )
-CATEGORIES = tuple(c for c, _, _ in RULES) + ("other",)
+CATEGORIES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "scatter_gather",
+              "copy", "sort", "communication", "memcpy", "memset", "other")
+
+# The library rules, in order: (library, pattern). Why:
+# - runtime: the CUDA/HIP runtime's own copies and fills (and ROCm's rocclr blits).
+# - triton: Inductor's `triton_*`; user Triton kernels (below, last) are bare identifiers.
+# - flash_attention: Dao's flash attention as PyTorch vendors it (`pytorch_flash::flash_fwd_*`)
+#   or as `flash_attn`; it carries cutlass types, so it comes before cutlass.
+# - cudnn before cutlass and cublas: `cutlass__5x_cudnn::Kernel<...>` and `sm80_xmma_fprop_*`
+#   are cuDNN's engines; `implicit/explicit_convolve_sgemm`, winograd, bn_fw/bn_bw and the
+#   `nchwToNhwc` layout kernels are cuDNN's too.
+# - cublas: `cublas`/`cublasLt` namespaces and parameters, `nvjet_*` (cuBLAS 12 on Hopper), the
+#   arch-prefixed SASS GEMMs (`volta_sgemm_*`, `ampere_sgemm_*`, `sm90_xmma_gemm_*_cublas`), gemv
+#   and split-K helpers. (cuBLAS also ships `cutlass::Kernel2<cutlass_80_*>` tiles; their names
+#   say cutlass, and so do we.)
+# - hipblaslt: Tensile's `Cijk_*` (hipBLASLt and rocBLAS share them).
+# - aiter before composable_kernel: AMD's aiter kernels (`_ZN5aiter...`) are built on CK.
+# - composable_kernel: `ck::` / `ck_tile::` (mangled `_ZN2ck`, `_ZN7ck_tile`).
+# - miopen: MIOpen's solvers (`igemm_*_gtc*`, `naive_conv`), its tensor ops (`SubTensorOp*`) and
+#   layout transposes (`batched_transpose_*`, `transpose_NCHW2CNHW_*`).
+# - fbgemm: fbgemm_gpu and the TorchRec kernels it ships without the namespace.
+# - cub / rocprim: CCCL's and ROCm's device-wide primitives (sort, scan) PyTorch calls.
+# - vllm / sglang: those servers' own CUDA/HIP kernels (`vllm::`, `sgl_hip::`).
+# - trtllm: TensorRT-LLM's generated kernels (as FlashInfer ships them on B200: `bmm_E2m1_*`,
+#   bare names like Triton's, hence before the last rule).
+# - aten: PyTorch's native kernels (`at::native::`, `at_cuda_detail::`); kernels PyTorch defines
+#   outside that namespace (`(anonymous namespace)::softmax_warp_forward`) are `aten` through the
+#   launching op (an `aten::` op launched a kernel no rule places).
+# - triton (last): a Triton kernel is named after its Python function, so its name is a bare
+#   identifier; C++ kernels show a signature `(...)` or template `<...>` when demangled, or `_Z`
+#   when not, and the vendor libraries with bare names (cuBLAS, cuDNN, Tensile, MIOpen) are
+#   placed above.
+LIBRARY_RULES: tuple[tuple[str, str], ...] = (
+    ("runtime", r"^memcpy|^memset|rocclr"),
+    ("nccl", r"nccl|rccl"),
+    ("triton", r"^triton_"),
+    ("flash_attention", r"pytorch_flash|flash_fwd|flash_bwd|flash_attn|flash::"),
+    ("cudnn", r"cudnn|xmma_(?:fprop|dgrad|wgrad)|(?:implicit|explicit)_convolve|winograd|bn_fw|bn_bw"
+              r"|nchwtonhwc|nhwctonchw"),
+    ("cublas", r"cublas|nvjet|gemv2t|gemvx|splitkreduce"
+               r"|^(?:maxwell|pascal|volta|turing|ampere|hopper|blackwell|sm\d+)_\w*gemm"),
+    ("hipblaslt", r"^cijk_|hipblaslt"),
+    ("aiter", r"aiter"),
+    ("composable_kernel", r"^_zn2ck|^_zn7ck_tile|\bck::|ck_tile::"),
+    ("miopen", r"miopen|^igemm_|naive_conv|subtensorop|batched_transpose_|^transpose_(?:nchw|cnhw)"),
+    ("cutlass", r"cutlass"),
+    ("fbgemm", r"fbgemm|split_embedding|permute_pooled_embs|bounds_check_indices"),
+    ("cub", r"\bcub::|rocprim"),
+    ("flashinfer", r"flashinfer::"),
+    ("vllm", r"vllm::"),
+    ("sglang", r"sgl_hip|sgl_kernel|sglang"),
+    ("magma", r"magma"),
+    ("trtllm", r"^bmm_|trtllm"),
+    ("aten", r"at::native|at_cuda_detail|at::cuda"),
+    ("triton", r"^[a-z_][a-z0-9_]*$"),
+)
+LIBRARIES = tuple(dict.fromkeys(lib for lib, _ in LIBRARY_RULES)) + ("other",)
+
+# The launching op's category (its innermost cpu op, lowered), checked in order. Only ops whose
+# kernels compute one thing are listed: wrappers (`aten::to`, `aten::copy_`) say nothing.
+OP_RULES: tuple[tuple[str, str], ...] = (
+    ("communication", r"record_param_comms|^c10d::|^nccl:|all_?reduce|all_?gather|reduce_scatter"),
+    ("attention", r"scaled_dot_product|flash_attention|efficient_attention|_fused_sdp|attention"),
+    ("conv", r"conv(?!ert)"),
+    ("norm", r"(?:layer|batch|group|instance|rms)_norm"),
+    ("gemm", r"^aten::(?:mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_grouped_mm"
+             r"|_scaled_grouped_mm|addmv|mv|dot|vdot|_int_mm|einsum)$"),
+    ("sort", r"^aten::(?:sort|topk|argsort|msort|kthvalue|median|nanmedian)$"),
+    ("copy", r"^aten::(?:cat|_cat|stack|constant_pad_nd|pad|reflection_pad\dd|replication_pad\dd)$"),
+    ("scatter_gather", r"^aten::(?:index|index_select|index_put_|_index_put_impl_|gather|scatter"
+                       r"|scatter_|scatter_add_|embedding|embedding_dense_backward|_embedding_bag"
+                       r"|embedding_bag|take|masked_select|masked_scatter_)$"),
+    ("reduction", r"^aten::(?:sum|mean|max|min|amax|amin|argmax|argmin|prod|var|std|var_mean"
+                  r"|linalg_vector_norm|_softmax|softmax|_log_softmax|log_softmax|cumsum"
+                  r"|logsumexp|nll_loss\w*|max_pool\w*|avg_pool\w*|adaptive_\w*pool\w*)$"),
+)
+
+# Which op categories may override which name categories (precedence 3 in the module
+# docstring): a name that says nothing takes any; a GEMM-shaped kernel is what a convolution or
+# attention op computes with it; a TensorIterator elementwise or reduction kernel is a norm under
+# a normalization op, and a layout copy under cat/pad.
+OP_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "other": tuple(c for c, _ in OP_RULES),
+    "gemm": ("conv", "attention"),
+    "elementwise": ("norm", "copy"),
+    "reduction": ("norm",),
+}
 
 # Demangled names often open with a return type (`void `, `std::enable_if<...>::type `), which
 # would hide a `^` anchor; the rules look at the name with that prefix removed.
 _RETURN_TYPE = r"^(?:void|std::enable_if<.*?>::type)\s+"
 
-
 # Case-insensitive by lowering both sides once (3x faster than re.I on long template names).
-_COMPILED_RULES = tuple((c, re.compile(p.lower()), re.compile(u.lower()) if u else None)
-                        for c, p, u in RULES)
+_CATEGORY_RES = tuple((c, re.compile(p.lower()), re.compile(u.lower()) if u else None)
+                      for c, p, u in CATEGORY_RULES)
+_LIBRARY_RES = tuple((lib, re.compile(p)) for lib, p in LIBRARY_RULES)
+_OP_RES = tuple((c, re.compile(p)) for c, p in OP_RULES)
 _RETURN_TYPE_RE = re.compile(_RETURN_TYPE)
+_CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
+_LIB_INDEX = {lib: i for i, lib in enumerate(LIBRARIES)}
+_NO_OP = len(CATEGORIES)  # op code: no op, or an op that says nothing
+# _COMBINE[name category, op category] -> category of the row.
+_COMBINE = np.array([[_CAT_INDEX[o] if o in OP_OVERRIDES.get(n, ()) else i
+                      for o in CATEGORIES] + [i] for i, n in enumerate(CATEGORIES)], dtype=np.int64)
+
+
+def _first(text: str, rules) -> str | None:
+    for value, pattern, *unless in rules:
+        if pattern.search(text) and not (unless and unless[0] and unless[0].search(text)):
+            return value
+    return None
+
+
+def classify_names(names: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Category and library of each distinct name, by name alone (run it on unique names)."""
+    cats, libs = [], []
+    for n in names:
+        text = _RETURN_TYPE_RE.sub("", str(n), count=1).lower()
+        cats.append(_first(text, _CATEGORY_RES) or "other")
+        libs.append(_first(text, _LIBRARY_RES) or "other")
+    return np.array(cats, dtype=object), np.array(libs, dtype=object)
 
 
 def categorize_names(names: Iterable[str]) -> np.ndarray:
-    """Category of each distinct name (run it on unique names; `categorize` does rows): the
-    first rule whose pattern is found (and whose `unless` is not)."""
-    out = []
-    for n in names:
-        text = _RETURN_TYPE_RE.sub("", str(n), count=1).lower()
-        for category, pattern, unless in _COMPILED_RULES:
-            if pattern.search(text) and not (unless and unless.search(text)):
-                out.append(category)
-                break
-        else:
-            out.append("other")
-    return np.array(out, dtype=object)
+    """Category of each distinct name, by name alone."""
+    return classify_names(names)[0]
 
 
-def categorize(names, cats=None) -> np.ndarray:
-    """Category of each row: `names` (a column, categorical or not) and optionally the event
-    categories `cats`, where `gpu_memcpy` / `gpu_memset` rows become `memcpy` / `memset`."""
-    series = names if isinstance(names, pd.Series) else pd.Series(names)
+def _codes(values) -> tuple[np.ndarray, pd.Index]:
+    series = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
     if isinstance(series.dtype, pd.CategoricalDtype):
         series = series.cat.remove_unused_categories()
-        codes, uniques = series.cat.codes.to_numpy(), series.cat.categories
-    else:
-        codes, uniques = pd.factorize(series, use_na_sentinel=True)
-    table = np.append(categorize_names(uniques), "other")  # code -1 (missing name) -> other
-    out = table[codes]
+        return series.cat.codes.to_numpy(), series.cat.categories
+    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    return codes, pd.Index(uniques)
+
+
+def classify(names, cats=None, ops=None) -> tuple[np.ndarray, np.ndarray]:
+    """Category and library of each row (module docstring): `names` a column (categorical or
+    not); `cats` the event categories (`gpu_memcpy`/`gpu_memset` rows become memcpy/memset);
+    `ops` the launching op's name per row (missing where the trace does not link one)."""
+    codes, uniques = _codes(names)
+    name_cat, name_lib = classify_names(uniques)
+    cat_idx = np.array([_CAT_INDEX[c] for c in name_cat] + [_CAT_INDEX["other"]], dtype=np.int64)
+    lib_idx = np.array([_LIB_INDEX[x] for x in name_lib] + [_LIB_INDEX["other"]], dtype=np.int64)
+    cat, lib = cat_idx[codes], lib_idx[codes]  # code -1 (missing name) -> other
+    if ops is not None and len(cat):
+        op_codes, op_names = _codes(ops)
+        op_text = [str(o).lower() for o in op_names]
+        op_cat = np.array([_CAT_INDEX[c] if (c := _first(t, _OP_RES)) else _NO_OP
+                           for t in op_text] + [_NO_OP], dtype=np.int64)
+        aten = np.array([t.startswith("aten::") for t in op_text] + [False])
+        cat = _COMBINE[cat, op_cat[op_codes]]
+        lib = np.where((lib == _LIB_INDEX["other"]) & aten[op_codes], _LIB_INDEX["aten"], lib)
     if cats is not None:
         cats = cats if isinstance(cats, pd.Series) else pd.Series(cats)
-        for cat, category in (("gpu_memcpy", "memcpy"), ("gpu_memset", "memset")):
-            out[(cats == cat).to_numpy(dtype=bool)] = category
-    return out
+        for event_cat, category in (("gpu_memcpy", "memcpy"), ("gpu_memset", "memset")):
+            rows = (cats == event_cat).to_numpy(dtype=bool)
+            cat[rows], lib[rows] = _CAT_INDEX[category], _LIB_INDEX["runtime"]
+    return (np.array(CATEGORIES, dtype=object)[cat], np.array(LIBRARIES, dtype=object)[lib])
 
 
-KERNEL_COLUMNS = ["name", "category", "count", "total_us", "mean_us", "min_us", "max_us", "pct"]
-CATEGORY_COLUMNS = ["category", "count", "total_us", "pct"]
+def categorize(names, cats=None, ops=None) -> np.ndarray:
+    """Category of each row (`classify`)."""
+    return classify(names, cats, ops)[0]
 
 
-def _gpu_with_category(trace: Trace) -> pd.DataFrame:
-    """GPU activity with its category; built once per trace (both tables use it)."""
+def launching_ops(trace: Trace) -> pd.DataFrame:
+    """Per GPU activity (trace.gpu's row order): `op`, the innermost cpu op holding its launch
+    call, and `top_op`, the outermost (categoricals; missing where the trace links none)."""
+    cached = trace.cache.get("launching_ops")
+    if cached is not None:
+        return cached
+    from .links import gpu_launches
+    from .tree import host_tree
+    links = gpu_launches(trace)
+    op = np.full(len(links), -1, dtype=np.int64)
+    top = op.copy()
+    has = links["launch_row"].to_numpy() >= 0
+    names = trace.events["name"].cat.categories
+    if has.any():
+        tree = host_tree(trace)
+        if len(tree):
+            node = tree.enclosing(*(links[c].to_numpy()[has] for c in
+                                    ("rank", "pid", "tid", "launch_ts", "launch_end")))
+            inner = node.copy()  # climb from annotations to the innermost op holding them
+            up = (inner >= 0) & ~tree.is_op[np.maximum(inner, 0)]
+            while up.any():
+                inner[up] = tree.parent[inner[up]]
+                up = (inner >= 0) & ~tree.is_op[np.maximum(inner, 0)]
+            op[has] = np.where(inner >= 0, tree.name[np.maximum(inner, 0)], -1)
+            outer = np.where(node >= 0, tree.top_op[np.maximum(node, 0)], -1)
+            top[has] = np.where(outer >= 0, tree.name[np.maximum(outer, 0)], -1)
+            names = tree.names
+    cached = trace.cache["launching_ops"] = pd.DataFrame({
+        "op": pd.Categorical.from_codes(op, categories=names),
+        "top_op": pd.Categorical.from_codes(top, categories=names)})
+    return cached
+
+
+KERNEL_COLUMNS = ["name", "category", "library", "count", "total_us", "mean_us", "min_us",
+                  "max_us", "pct"]
+CATEGORY_COLUMNS = ["category", "library", "count", "total_us", "pct"]
+LIBRARY_COLUMNS = ["library", "count", "total_us", "pct"]
+
+
+def gpu_with_category(trace: Trace) -> pd.DataFrame:
+    """GPU activity (trace.gpu's rows) with `category`, `library` and launching `op`/`top_op`;
+    built once per trace (the tables and the dominance rule use it)."""
     cached = trace.cache.get("gpu_with_category")
     if cached is None:
         gpu = trace.gpu
+        ops = launching_ops(trace) if not gpu.empty else pd.DataFrame({"op": [], "top_op": []})
+        category, library = classify(gpu["name"], gpu["cat"], ops["op"])
         cached = trace.cache["gpu_with_category"] = pd.DataFrame(
-            {"name": gpu["name"].cat.remove_unused_categories(),
-             "category": categorize(gpu["name"], gpu["cat"]), "dur": gpu["dur"].to_numpy()})
+            {"name": gpu["name"].cat.remove_unused_categories(), "category": category,
+             "library": library, "dur": gpu["dur"].to_numpy(),
+             "op": ops["op"].to_numpy(), "top_op": ops["top_op"].to_numpy()}, index=gpu.index)
     return cached
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:
-    """All GPU activity (kernels, memcpys, memsets) grouped by name, most total time first.
+    """All GPU activity (kernels, memcpys, memsets) grouped by name (and category and library,
+    which launching ops can split), most total time first.
 
     `pct` is the share of all GPU activity time (sum of durations), in percent.
     """
-    g = _gpu_with_category(trace)
+    g = gpu_with_category(trace)
     if g.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     cat_codes, cat_names = pd.factorize(g["category"].to_numpy())
-    key = g["name"].cat.codes.to_numpy().astype(np.int64) * len(cat_names) + cat_codes
+    lib_codes, lib_names = pd.factorize(g["library"].to_numpy())
+    n_cat, n_lib = len(cat_names), len(lib_names)
+    key = (g["name"].cat.codes.to_numpy().astype(np.int64) * n_cat + cat_codes) * n_lib + lib_codes
     groups = _groups(key, g["dur"].to_numpy())
     names = g["name"].cat.categories
+    k = groups["key"]
     out = pd.DataFrame({
-        "name": np.array([str(names[k // len(cat_names)]) for k in groups["key"]], dtype=object),
-        "category": cat_names[groups["key"] % len(cat_names)].astype(object),
+        "name": np.array([str(names[i]) for i in k // (n_cat * n_lib)], dtype=object),
+        "category": cat_names[(k // n_lib) % n_cat].astype(object),
+        "library": lib_names[k % n_lib].astype(object),
         "count": groups["count"], "total_us": groups["sum"],
         "mean_us": groups["sum"] / groups["count"], "min_us": groups["min"], "max_us": groups["max"]})
     total = g["dur"].sum()
@@ -149,19 +368,34 @@ def kernel_table(trace: Trace) -> pd.DataFrame:
     return out[KERNEL_COLUMNS].reset_index(drop=True)
 
 
-def category_table(trace: Trace) -> pd.DataFrame:
-    """GPU activity time per category, most total time first; `pct` in percent of all of it."""
-    g = _gpu_with_category(trace)
+def _by(trace: Trace, column: str, columns: list[str]) -> pd.DataFrame:
+    g = gpu_with_category(trace)
     if g.empty:
-        return pd.DataFrame(columns=CATEGORY_COLUMNS)
-    codes, cat_names = pd.factorize(g["category"].to_numpy())
+        return pd.DataFrame(columns=columns)
+    codes, values = pd.factorize(g[column].to_numpy())
     groups = _groups(codes, g["dur"].to_numpy())
-    out = pd.DataFrame({"category": cat_names[groups["key"]].astype(object),
+    out = pd.DataFrame({column: values[groups["key"]].astype(object),
                         "count": groups["count"], "total_us": groups["sum"]})
     total = g["dur"].sum()
     out["pct"] = 100.0 * out["total_us"] / total if total > 0 else 0.0
-    out = out.sort_values(["total_us", "category"], ascending=[False, True], kind="stable")
-    return out[CATEGORY_COLUMNS].reset_index(drop=True)
+    if "library" in columns and column != "library":  # the library with most of the time
+        lib = (g.groupby([column, "library"], sort=False, observed=True)["dur"].sum()
+               .sort_values(ascending=False, kind="stable").reset_index()
+               .drop_duplicates(column).set_index(column)["library"])
+        out["library"] = out[column].map(lib).astype(object)
+    out = out.sort_values(["total_us", column], ascending=[False, True], kind="stable")
+    return out[columns].reset_index(drop=True)
+
+
+def category_table(trace: Trace) -> pd.DataFrame:
+    """GPU activity time per category, most total time first; `pct` in percent of all of it;
+    `library` the library with most of the category's time."""
+    return _by(trace, "category", CATEGORY_COLUMNS)
+
+
+def library_table(trace: Trace) -> pd.DataFrame:
+    """GPU activity time per library, most total time first; `pct` in percent of all of it."""
+    return _by(trace, "library", LIBRARY_COLUMNS)
 
 
 def _groups(key: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:

@@ -42,9 +42,10 @@ SECTIONS = {
 }
 
 CATEGORY_COLORS = {
-    "gemm": "#1f77b4", "attention": "#9467bd", "conv": "#17becf", "triton": "#bcbd22",
+    "gemm": "#1f77b4", "attention": "#9467bd", "conv": "#17becf", "norm": "#bcbd22",
     "scatter_gather": "#d62728", "reduction": "#ff7f0e", "elementwise": "#2ca02c",
-    "communication": "#8c564b", "memcpy": "#e377c2", "memset": "#f7b6d2", "other": "#7f7f7f",
+    "copy": "#aec7e8", "sort": "#c5b0d5", "communication": "#8c564b", "memcpy": "#e377c2",
+    "memset": "#f7b6d2", "other": "#7f7f7f",
 }
 GAP_COLORS = {"host_wait": "#d62728", "launch": "#ff7f0e", "other": "#7f7f7f"}
 GAP_MEANING = {
@@ -92,8 +93,8 @@ def write_html(analysis, path: str | Path, force: bool = False) -> Path:
 def render_html(a) -> str:
     """The whole page as a string."""
     page = _Page()
-    page.add_section("categories", [page.figure(category_figure(a), "categories")],
-                     _no_gpu_sentence(a))
+    page.add_section("categories", [page.figure(category_figure(a), "categories"),
+                                    library_table_html(a)], _no_gpu_sentence(a))
     page.add_section("kernels", [page.figure(kernel_figure(a), "kernels")], _no_gpu_sentence(a))
     page.add_section("timeline", [page.figure(timeline_figure(a), "timeline")], _no_gpu_sentence(a),
                      note=_timeline_note(a))
@@ -164,6 +165,18 @@ def category_figure(a):
     return fig
 
 
+def library_table_html(a) -> str | None:
+    """GPU time per kernel library (where the kernels come from), largest first."""
+    libs = getattr(a, "libraries", None)
+    if libs is None or libs.empty:
+        return None
+    head = "".join(f"<th>{h}</th>" for h in ("library", "count", "total", "share"))
+    body = "".join(f"<tr><td>{_esc(str(r.library))}</td><td>{int(r.count):,}</td>"
+                   f"<td>{duration_sig(r.total_us)}</td><td>{r.pct:.1f}%</td></tr>"
+                   for r in libs.itertuples())
+    return f'<table class="data"><caption>GPU time by kernel library</caption><tr>{head}</tr>{body}</table>'
+
+
 def kernel_figure(a, top: int = TOP_KERNELS):
     """The top kernels by total time, one bar each, coloured by category."""
     k = a.kernels
@@ -171,7 +184,9 @@ def kernel_figure(a, top: int = TOP_KERNELS):
         return None
     go = _go()
     k = k.head(top).reset_index(drop=True)
-    labels = [f"{i + 1}. {short(_plain_name(n), 70)}" for i, n in enumerate(k["name"].astype(str))]
+    libs = k["library"].astype(str) if "library" in k else pd.Series([""] * len(k))
+    labels = [f"{i + 1}. {short(_plain_name(n), 70)}" + (f" [{lib}]" if lib else "")
+              for i, (n, lib) in enumerate(zip(k["name"].astype(str), libs))]
     fig = go.Figure()
     for cat in dict.fromkeys(k["category"].astype(str)):  # first-seen order for the legend
         sel = (k["category"].astype(str) == cat).to_numpy()

@@ -53,9 +53,10 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
             "rank": r["rank"], "device": r["device"], "busy_us": r["busy_us"], "span_us": r["span_us"],
             "idle_us": r["idle_us"], "utilization": r["utilization"], "kernel_us": r.get("kernel_us")})
             for r in a.gpu.to_dict("records")},
-        "kernels": records(kernels, ["name", "category", "count", "total_us", "pct", "mean_us",
+        "kernels": records(kernels, ["name", "category", "library", "count", "total_us", "pct", "mean_us",
                                      "min_us", "max_us"]),
-        "categories": records(a.categories, ["category", "count", "total_us", "pct"]),
+        "categories": records(a.categories, ["category", "library", "count", "total_us", "pct"]),
+        "libraries": records(a.libraries, ["library", "count", "total_us", "pct"]),
         "sync_points": plain(a.syncs.to_json()),
         "host_reads": plain(a.reads.to_json()) if a.reads is not None else None,
         "burstiness": {device_key(b.rank, b.device): plain(b.to_json()) for b in a.burstiness},

@@ -43,16 +43,25 @@ def _kernels(a, console: Console, top: int) -> None:
         return
     console.print()
     table = make_table(f"Top {min(top, len(a.kernels))} of {len(a.kernels)} GPU kernels by total time",
-                   "kernel", "category", "count", "total", "mean", "share", right=(2, 3, 4, 5))
+                   "kernel", "category", "library", "count", "total", "mean", "share",
+                   right=(3, 4, 5, 6))
     for r in a.kernels.head(top).itertuples():
-        table.add_row(short(r.name), r.category, f"{r.count:,}", duration(r.total_us), duration(r.mean_us),
+        table.add_row(short(r.name), r.category, getattr(r, "library", ""), f"{r.count:,}", duration(r.total_us), duration(r.mean_us),
                       f"{r.pct:.1f}%")
     console.print(table)
     console.print()
-    cats = make_table("Kernel categories", "category", "count", "total", "share", right=(1, 2, 3))
+    cats = make_table("Kernel categories", "category", "main library", "count", "total", "share",
+                      right=(2, 3, 4))
     for r in a.categories.itertuples():
-        cats.add_row(r.category, f"{r.count:,}", duration(r.total_us), f"{r.pct:.1f}%")
+        cats.add_row(r.category, getattr(r, "library", ""), f"{r.count:,}", duration(r.total_us),
+                     f"{r.pct:.1f}%")
     console.print(cats)
+    if not a.libraries.empty:
+        console.print()
+        libs = make_table("Kernel libraries", "library", "count", "total", "share", right=(1, 2, 3))
+        for r in a.libraries.itertuples():
+            libs.add_row(r.library, f"{r.count:,}", duration(r.total_us), f"{r.pct:.1f}%")
+        console.print(libs)
 
 
 def _syncs(a, console: Console, top: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import compilation, copies, precision, syncs, utilization
+from . import compilation, copies, dominance, precision, syncs, utilization
 from .base import SEVERITIES, Context, Finding, Need, NotJudged, Rule, Threshold
 
 if TYPE_CHECKING:
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 # The order findings of one severity are listed in.
 RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,
-                           *utilization.RULES, compilation.EAGER_UPDATE)
+                           *utilization.RULES, compilation.EAGER_UPDATE,
+                           *dominance.RULES)
 # The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
 # rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
 ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",

@@ -1,0 +1,129 @@
+"""Dominance rules: one kernel, or one launching op, takes much of the GPU time. The finding names
+the op that launched it (GPU activity -> launch call -> innermost cpu op, analysis/kernels.py
+`launching_ops`) and, where a known faster path exists, which one."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from ..kernels import gpu_with_category
+from .base import Context, Finding, Need, Rule, Threshold
+
+# Categories that never count as dominant work: a collective's duration includes the wait for the
+# slowest rank (and overlaps compute), and copies have rules of their own (copies.py).
+_NOT_WORK = ("communication", "memcpy", "memset")
+# fp32 GEMMs by name: cuBLAS/MAGMA `sgemm`, TF32 and f32 xmma tiles, Tensile's single-precision
+# `Cijk_*_S_B_*`/`*_SB_*`; not names that also carry a 16-bit type (`bf16bf16_bf16f32_f32` tiles
+# accumulate in fp32 on bf16 inputs).
+_FP32_GEMM = re.compile(r"sgemm|tf32|f32f32_f32|^cijk_\w*?_s_?b_")
+_HALF = re.compile(r"bf16|f16|half|hgemm|fp8|e4m3|e5m2|fp4|e2m1|int8")
+_SOFTMAX = re.compile(r"softmax", re.I)
+# Ops of eager attention (Q K^T and P V): a softmax beside them is the middle of attention.
+_EAGER_ATTENTION_OPS = ("aten::bmm", "aten::baddbmm", "aten::matmul")
+
+
+def _dominant_kernel(ctx: Context) -> Finding | None:
+    g = gpu_with_category(ctx.trace)
+    total = float(g["dur"].sum())
+    work = g[~g["category"].isin(_NOT_WORK).to_numpy()]
+    if work.empty or total <= 0:
+        return None
+    limit = DOMINANT_KERNEL.limit("share")
+    by_name = work.groupby("name", observed=True, sort=False)["dur"].sum().sort_values(
+        ascending=False, kind="stable")
+    ops = work["op"].astype(object).where(work["op"].notna(), None)
+    by_op = work.groupby(ops.to_numpy(), dropna=True, sort=False)["dur"].sum().sort_values(
+        ascending=False, kind="stable")
+    name_share = float(by_name.iloc[0]) / total
+    op_share = float(by_op.iloc[0]) / total if len(by_op) else 0.0
+    if name_share >= limit:
+        subject, rows = "kernel", (work["name"] == by_name.index[0]).to_numpy()
+    elif op_share >= limit:
+        subject, rows = "op", (ops == by_op.index[0]).to_numpy()
+    else:
+        return None
+    mine = work[rows]
+    top = mine.groupby("name", observed=True, sort=False)["dur"].sum().idxmax()
+    kern = mine[(mine["name"] == top).to_numpy()]
+    share = (name_share if subject == "kernel" else op_share)
+    launchers = _launchers(kern, total)
+    evidence = {
+        "subject": subject, "kernel": str(top), "category": str(kern["category"].iloc[0]),
+        "library": str(kern["library"].iloc[0]), "share": round(share, 4),
+        "kernel_share": round(float(kern["dur"].sum()) / total, 4),
+        "count": int(len(kern)), "median_us": round(float(kern["dur"].median()), 3),
+        "launching_ops": launchers,
+        "top_ops": _top_ops(kern, total)}
+    if subject == "op":
+        evidence["op"] = str(by_op.index[0])
+        evidence["op_kernels"] = int(len(mine))
+    fix, path = _faster_path(ctx, g, kern, mine)
+    evidence["faster_path"] = path
+    who = evidence.get("op") or (launchers[0]["op"] if launchers else None)
+    by = f" (launched by {who})" if who else " (launching op not in the trace: a CUDA graph " \
+                                            "replay or a GPU-only trace)"
+    what = f"{evidence['op']}'s kernels" if subject == "op" else f"one kernel, {_short(top)},"
+    return Finding(
+        "dominant_kernel", "medium" if path else "low",
+        f"{what} take{'s' if subject == 'kernel' else ''} {share:.0%} of GPU time{by}",
+        evidence, fix)
+
+
+def _launchers(kern: pd.DataFrame, total: float, top: int = 3) -> list[dict]:
+    ops = kern["op"].astype(object).where(kern["op"].notna(), None)
+    sums = kern.groupby(ops.to_numpy(), dropna=True, sort=False)["dur"].agg(["sum", "size"])
+    sums = sums.sort_values("sum", ascending=False, kind="stable").head(top)
+    return [{"op": str(o), "share": round(float(r["sum"]) / total, 4), "count": int(r["size"])}
+            for o, r in sums.iterrows()]
+
+
+def _top_ops(kern: pd.DataFrame, total: float, top: int = 3) -> list[dict]:
+    ops = kern["top_op"].astype(object).where(kern["top_op"].notna(), None)
+    sums = kern.groupby(ops.to_numpy(), dropna=True, sort=False)["dur"].sum()
+    sums = sums.sort_values(ascending=False, kind="stable").head(top)
+    return [{"op": str(o), "share": round(float(s) / total, 4)} for o, s in sums.items()]
+
+
+def _faster_path(ctx: Context, g: pd.DataFrame, kern: pd.DataFrame,
+                 mine: pd.DataFrame) -> tuple[str, str | None]:
+    """The fix text and the name of the faster path (None: none known, just named)."""
+    name = str(kern["name"].iloc[0])
+    if _SOFTMAX.search(name) and g["op"].isin(_EAGER_ATTENTION_OPS).any():
+        return ("A standalone softmax between batched matmuls is eager attention: use the fused "
+                "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient "
+                "kernels), which never writes the attention matrix to memory.", "sdpa")
+    gemm = mine[(mine["category"] == "gemm").to_numpy()]
+    if not gemm.empty:
+        names = pd.Series(gemm["name"].astype(str).unique())
+        fp32 = names.str.lower().map(lambda n: bool(_FP32_GEMM.search(n)) and not _HALF.search(n))
+        if fp32.any():
+            return ("These GEMMs run in fp32: run the model under torch.autocast(dtype="
+                    "torch.bfloat16) (float16 on GPUs without bf16), or at least allow TF32 "
+                    "(torch.set_float32_matmul_precision('high')).", "bf16_autocast")
+        per_it = len(gemm) / ctx.iterations
+        if (per_it >= DOMINANT_KERNEL.limit("many_gemms")
+                and float(gemm["dur"].median()) < DOMINANT_KERNEL.limit("tiny_gemm_us")):
+            return ("Thousands of tiny GEMMs: batch them (torch.bmm over stacked operands, a "
+                    "grouped GEMM such as torch._grouped_mm, or torch.compile to fuse them).",
+                    "batch_gemms")
+    return ("Most GPU time goes to this work: it is where optimization pays off (look at its "
+            "shapes and dtype, or whether it needs to run this often).", None)
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+DOMINANT_KERNEL = Rule(
+    "dominant_kernel", "dominance", _dominant_kernel, needs=(Need.GPU,),
+    thresholds={
+        "share": Threshold(0.25, "one kernel (or one op's kernels) taking a quarter of all GPU "
+                                 "time sets the step time: a change there is worth more than any "
+                                 "other"),
+        "many_gemms": Threshold(1000, "a thousand GEMM launches per iteration for one op is a "
+                                      "loop over small matrices"),
+        "tiny_gemm_us": Threshold(20.0, "a GEMM under 20 us (median) is dominated by launch and "
+                                        "tail effects, not math")})
+
+RULES = (DOMINANT_KERNEL,)
