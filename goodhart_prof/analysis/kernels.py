@@ -260,6 +260,12 @@ def classify(names, cats=None, ops=None) -> tuple[np.ndarray, np.ndarray]:
     """Category and library of each row (module docstring): `names` a column (categorical or
     not); `cats` the event categories (`gpu_memcpy`/`gpu_memset` rows become memcpy/memset);
     `ops` the launching op's name per row (missing where the trace does not link one)."""
+    cat, lib = classify_codes(names, cats, ops)
+    return (np.array(CATEGORIES, dtype=object)[cat], np.array(LIBRARIES, dtype=object)[lib])
+
+
+def classify_codes(names, cats=None, ops=None) -> tuple[np.ndarray, np.ndarray]:
+    """`classify` as positions in CATEGORIES and LIBRARIES (no strings per row)."""
     codes, uniques = _codes(names)
     name_cat, name_lib = classify_names(uniques)
     cat_idx = np.array([_CAT_INDEX[c] for c in name_cat] + [_CAT_INDEX["other"]], dtype=np.int64)
@@ -274,11 +280,12 @@ def classify(names, cats=None, ops=None) -> tuple[np.ndarray, np.ndarray]:
         cat = _COMBINE[cat, op_cat[op_codes]]
         lib = np.where((lib == _LIB_INDEX["other"]) & aten[op_codes], _LIB_INDEX["aten"], lib)
     if cats is not None:
-        cats = cats if isinstance(cats, pd.Series) else pd.Series(cats)
+        event_codes, event_cats = _codes(cats)
         for event_cat, category in (("gpu_memcpy", "memcpy"), ("gpu_memset", "memset")):
-            rows = (cats == event_cat).to_numpy(dtype=bool)
-            cat[rows], lib[rows] = _CAT_INDEX[category], _LIB_INDEX["runtime"]
-    return (np.array(CATEGORIES, dtype=object)[cat], np.array(LIBRARIES, dtype=object)[lib])
+            if event_cat in event_cats:
+                rows = event_codes == event_cats.get_loc(event_cat)
+                cat[rows], lib[rows] = _CAT_INDEX[category], _LIB_INDEX["runtime"]
+    return cat, lib
 
 
 def categorize(names, cats=None, ops=None) -> np.ndarray:
@@ -332,10 +339,13 @@ def gpu_with_category(trace: Trace) -> pd.DataFrame:
     if cached is None:
         gpu = trace.gpu
         ops = launching_ops(trace) if not gpu.empty else pd.DataFrame({"op": [], "top_op": []})
-        category, library = classify(gpu["name"], gpu["cat"], ops["op"])
+        category, library = classify_codes(gpu["name"], gpu["cat"], ops["op"])
         cached = trace.cache["gpu_with_category"] = pd.DataFrame(
-            {"name": gpu["name"].cat.remove_unused_categories(), "category": category,
-             "library": library, "dur": gpu["dur"].to_numpy(),
+            {"name": gpu["name"].cat.remove_unused_categories(),
+             # categoricals over the fixed lists: the tables group by their codes
+             "category": pd.Categorical.from_codes(category, categories=CATEGORIES),
+             "library": pd.Categorical.from_codes(library, categories=LIBRARIES),
+             "dur": gpu["dur"].to_numpy(),
              "op": ops["op"].to_numpy(), "top_op": ops["top_op"].to_numpy()}, index=gpu.index)
     return cached
 
@@ -349,8 +359,8 @@ def kernel_table(trace: Trace) -> pd.DataFrame:
     g = gpu_with_category(trace)
     if g.empty:
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    cat_codes, cat_names = pd.factorize(g["category"].to_numpy())
-    lib_codes, lib_names = pd.factorize(g["library"].to_numpy())
+    cat_codes, cat_names = g["category"].cat.codes.to_numpy(np.int64), np.array(CATEGORIES, dtype=object)
+    lib_codes, lib_names = g["library"].cat.codes.to_numpy(np.int64), np.array(LIBRARIES, dtype=object)
     n_cat, n_lib = len(cat_names), len(lib_names)
     key = (g["name"].cat.codes.to_numpy().astype(np.int64) * n_cat + cat_codes) * n_lib + lib_codes
     groups = _groups(key, g["dur"].to_numpy())
@@ -372,17 +382,20 @@ def _by(trace: Trace, column: str, columns: list[str]) -> pd.DataFrame:
     g = gpu_with_category(trace)
     if g.empty:
         return pd.DataFrame(columns=columns)
-    codes, values = pd.factorize(g[column].to_numpy())
-    groups = _groups(codes, g["dur"].to_numpy())
-    out = pd.DataFrame({column: values[groups["key"]].astype(object),
+    codes = g[column].cat.codes.to_numpy(np.int64)
+    values = np.asarray(g[column].cat.categories, dtype=object)
+    dur = g["dur"].to_numpy()
+    groups = _groups(codes, dur)
+    out = pd.DataFrame({column: values[groups["key"]],
                         "count": groups["count"], "total_us": groups["sum"]})
     total = g["dur"].sum()
     out["pct"] = 100.0 * out["total_us"] / total if total > 0 else 0.0
     if "library" in columns and column != "library":  # the library with most of the time
-        lib = (g.groupby([column, "library"], sort=False, observed=True)["dur"].sum()
-               .sort_values(ascending=False, kind="stable").reset_index()
-               .drop_duplicates(column).set_index(column)["library"])
-        out["library"] = out[column].map(lib).astype(object)
+        libs = g["library"].cat.codes.to_numpy(np.int64)
+        n_lib = len(LIBRARIES)
+        per_pair = np.bincount(codes * n_lib + libs, weights=dur, minlength=len(values) * n_lib)
+        best = per_pair.reshape(len(values), n_lib).argmax(axis=1)
+        out["library"] = np.array(LIBRARIES, dtype=object)[best[groups["key"]]]
     out = out.sort_values(["total_us", column], ascending=[False, True], kind="stable")
     return out[columns].reset_index(drop=True)
 
