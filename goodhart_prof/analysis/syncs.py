@@ -95,10 +95,17 @@ def sync_points(trace: Trace) -> pd.DataFrame:
 
 
 def device_ranks(trace: Trace) -> set[int]:
-    """Ranks with GPU activity or CUDA/HIP runtime calls: where a read can wait for a device."""
-    ev = trace.events
-    rt_rank = ev["rank"].to_numpy()[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
-    return set(np.unique(rt_rank).tolist()) | set(trace.gpu["rank"].unique().tolist())
+    """Ranks with GPU activity or CUDA/HIP runtime calls: where a read can wait for a device
+    (found once per trace, by category code)."""
+    cached = trace.cache.get("device_ranks")
+    if cached is None:
+        ev = trace.events
+        cats = ev["cat"].cat.categories
+        wanted = np.flatnonzero(cats.isin(LAUNCH_CATS))
+        on = np.isin(ev["cat"].cat.codes.to_numpy(), wanted) if len(wanted) else np.zeros(len(ev), bool)
+        cached = trace.cache["device_ranks"] = (set(np.unique(ev["rank"].to_numpy()[on]).tolist())
+                                                | set(np.unique(trace.gpu["rank"].to_numpy()).tolist()))
+    return cached
 
 
 def split_host_reads(trace: Trace, points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
