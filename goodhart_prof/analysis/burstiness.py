@@ -12,6 +12,8 @@ Definitions are DESIGN.md's (per device):
   `other` (the work was queued but waited on something else: an event, another stream, a sync).
   When several activities start the block, the earliest launch counts; an activity whose launch
   is not in the trace cannot show host wait.
+- `idle_causes`: what the host thread that launched each gap's opening work was doing during the
+  gap, summed per cause (analysis/idle.py has the definition).
 - `burstiness_B` = (sigma - mu) / (sigma + mu) of the intervals between consecutive kernel starts
   (kernels only, all streams of the device together): -1 for a metronome, about 0 for Poisson
   arrivals, towards 1 for bursts. None with fewer than 3 kernels or when every kernel starts at
