@@ -170,12 +170,16 @@ def test_fewer_than_three_kernels_have_no_b(tmp_path):
 def plain(obj) -> bool:
     if isinstance(obj, dict):
         return all(isinstance(k, str) and plain(v) for k, v in obj.items())
+    if isinstance(obj, list):
+        return all(plain(v) for v in obj)
     return obj is None or type(obj) in (int, float, str, bool)
 
 
 def test_to_json_is_plain_and_matches_design(tmp_path):
     out = one(gap_trace(tmp_path)).to_json()
-    assert set(out) == {"window_us", "util_cv", "burstiness_B", "gaps"}
+    assert set(out) == {"window_us", "util_cv", "burstiness_B", "gaps", "idle_causes"}
+    assert out["idle_causes"] and all(set(c) == {"cause", "idle_us", "share", "frame"}
+                                      for c in out["idle_causes"])
     assert set(out["gaps"]) == {"count", "p50_us", "p90_us", "p99_us", "max_us", "total_us",
                                 "by_class"}
     assert set(out["gaps"]["by_class"]) == set(GAP_CLASSES)

@@ -12,6 +12,8 @@ Definitions are DESIGN.md's (per device):
   `other` (the work was queued but waited on something else: an event, another stream, a sync).
   When several activities start the block, the earliest launch counts; an activity whose launch
   is not in the trace cannot show host wait.
+- `idle_causes`: what the host thread that launched each gap's opening work was doing during the
+  gap, summed per cause (analysis/idle.py has the definition).
 - `burstiness_B` = (sigma - mu) / (sigma + mu) of the intervals between consecutive kernel starts
   (kernels only, all streams of the device together): -1 for a metronome, about 0 for Poisson
   arrivals, towards 1 for bursts. None with fewer than 3 kernels or when every kernel starts at
@@ -26,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from . import idle
 from .gpu_time import DeviceActivity, device_activity
 from .intervals import covered_before
 from .links import gpu_launches
@@ -45,11 +48,15 @@ class DeviceBurstiness:
     burstiness_B: float | None
     gaps: dict
     gap_table: pd.DataFrame = field(repr=False)
+    idle_causes: list = field(default_factory=list)  # idle.py: [{cause, idle_us, share, frame}]
 
     def to_json(self) -> dict:
         """DESIGN.md's per-device `burstiness` object: plain floats and ints, None for undefined."""
         return {"window_us": _num(self.window_us), "util_cv": _num(self.util_cv),
-                "burstiness_B": _num(self.burstiness_B), "gaps": _plain(self.gaps)}
+                "burstiness_B": _num(self.burstiness_B), "gaps": _plain(self.gaps),
+                "idle_causes": [{"cause": c["cause"], "idle_us": _num(c["idle_us"]),
+                                 "share": _num(c["share"]), "frame": c["frame"]}
+                                for c in self.idle_causes]}
 
 
 def burstiness(trace: Trace, windows: int = 200,
@@ -63,18 +70,26 @@ def burstiness(trace: Trace, windows: int = 200,
     # Launch start per GPU activity, aligned with trace.gpu's rows (NaN: launch not in the trace).
     links = gpu_launches(trace)  # one row per trace.gpu row, in the same order
     launch_ts = np.where(links["launch_row"].to_numpy() >= 0, links["launch_ts"].to_numpy(float), np.nan)
-    return [_device(d, launch_ts[d.rows], windows, min_window_us) for d in device_activity(trace)]
+    pid, tid = links["pid"].to_numpy(np.int64), links["tid"].to_numpy(np.int64)
+    return [_device(trace, d, launch_ts[d.rows], pid[d.rows], tid[d.rows], windows, min_window_us)
+            for d in device_activity(trace)]
 
 
-def _device(d: DeviceActivity, launch_ts: np.ndarray, windows: int,
-            min_window_us: float) -> DeviceBurstiness:
+def _device(trace: Trace, d: DeviceActivity, launch_ts: np.ndarray, pid: np.ndarray,
+            tid: np.ndarray, windows: int, min_window_us: float) -> DeviceBurstiness:
     starts, ends, blocks = d.starts, d.ends, d.blocks
     first, last = float(starts.min()), float(ends.max())
     window_us, window_starts, window_util = _timeline(blocks, first, last, windows, min_window_us)
-    gap_table = _gaps(blocks, starts, launch_ts)
+    gap_table, opener = _gaps(blocks, starts, launch_ts)
+    # The thread each gap is read from: the one that launched the gap's opening work (idle.py).
+    known = opener >= 0
+    g_pid, g_tid = idle.gap_threads(d.rank, np.where(known, pid[np.maximum(opener, 0)], -1),
+                                    np.where(known, tid[np.maximum(opener, 0)], -1), pid, tid, trace)
+    causes = idle.idle_causes(trace, d.rank, gap_table["start"].to_numpy(),
+                              gap_table["end"].to_numpy(), g_pid, g_tid)
     return DeviceBurstiness(d.rank, d.device, window_us, window_starts, window_util,
                             _cv(window_util), _burstiness_b(starts[d.is_kernel]),
-                            _gap_summary(gap_table), gap_table)
+                            _gap_summary(gap_table), gap_table, causes)
 
 
 def _timeline(blocks, first: float, last: float, windows: int, min_window_us: float):
@@ -105,14 +120,20 @@ def _gaps(blocks, starts: np.ndarray, launch_ts: np.ndarray) -> pd.DataFrame:
     sorted_launch = np.where(np.isnan(launch_ts[order]), np.inf, launch_ts[order])
     new_start = np.flatnonzero(np.r_[True, sorted_starts[1:] != sorted_starts[:-1]])
     earliest_launch = np.minimum.reduceat(sorted_launch, new_start)
-    opener = np.searchsorted(sorted_starts[new_start], gap_end)  # gap_end is some activity's start
-    opener_launch = earliest_launch[opener]
+    group = np.searchsorted(sorted_starts[new_start], gap_end)  # gap_end is some activity's start
+    opener_launch = earliest_launch[group]
+    # The opening activity: the one with that earliest launch (-1 when no launch is known).
+    first_of = np.full(len(new_start), len(order), dtype=np.int64)
+    is_min = sorted_launch == np.repeat(earliest_launch, np.diff(np.r_[new_start, len(order)]))
+    pos = np.flatnonzero(is_min & np.isfinite(sorted_launch))
+    np.minimum.at(first_of, np.searchsorted(new_start, pos, side="right") - 1, pos)
+    opener = np.where(first_of[group] < len(order), order[np.minimum(first_of[group], len(order) - 1)], -1)
     dur = gap_end - gap_start
     host_wait = np.isfinite(opener_launch) & (opener_launch > gap_start)
     cls = np.where(host_wait, _CLASS_CODE["host_wait"],
                    np.where(dur < LAUNCH_GAP_US, _CLASS_CODE["launch"], _CLASS_CODE["other"]))
     return pd.DataFrame({"start": gap_start, "end": gap_end, "dur_us": dur,
-                         "cls": pd.Categorical.from_codes(cls, categories=list(GAP_CLASSES))})
+                         "cls": pd.Categorical.from_codes(cls, categories=list(GAP_CLASSES))}), opener
 
 
 _CLASS_CODE = {c: i for i, c in enumerate(GAP_CLASSES)}

@@ -36,6 +36,7 @@ SECTIONS = {
     "kernels": "Top kernels",
     "timeline": "GPU utilization timeline",
     "gaps": "Idle gaps by class",
+    "idle": "Why the GPU idles",
     "syncs": "Sync points",
     "phases": "Phases",
     "findings": "Findings",
@@ -101,6 +102,7 @@ def render_html(a) -> str:
     page.add_section("gaps", [page.figure(gap_histogram_figure(a), "gaps")],
                      _no_gpu_sentence(a) if not a.burstiness else "No idle gaps: each device was "
                      "busy from its first activity to its last.", note=_gap_note(a))
+    page.sections.append(_idle_section(a))
     page.add_section("syncs", [page.figure(sync_sites_figure(a), "sync-sites"),
                                page.figure(sync_iterations_figure(a), "sync-iterations")],
                      _sync_note(a) or "No sync points: the host never waited for the device.",
@@ -417,6 +419,29 @@ def _not_judged(a) -> str:
         return ""
     rows = "".join(f"<li><code>{_esc(n.rule)}</code>: {_esc(n.reason)}</li>" for n in a.not_judged)
     return f'<p class="note">Not judged on this trace:</p><ul class="not-judged">{rows}</ul>'
+
+
+def _idle_section(a) -> str:
+    """Per device, the host code each share of idle time lies in (analysis/idle.py)."""
+    title = _esc(SECTIONS["idle"])
+    devices = [b for b in a.burstiness if b.idle_causes]
+    if not devices:
+        return (f'<section id="idle"><h2>{title}</h2>'
+                '<p class="empty">No idle time to attribute.</p></section>')
+    tables = []
+    for b in devices:
+        rows = "".join(
+            f"<tr><td><code>{_esc(c['cause'])}</code></td><td>{duration_sig(c['idle_us'])}</td>"
+            f"<td>{percent(c['share'])}</td><td>{_esc(c.get('frame') or '')}</td></tr>"
+            for c in b.idle_causes)
+        tables.append(f'<table class="data"><caption>rank {b.rank} / gpu {b.device}</caption>'
+                      "<tr><th>host was in</th><th>idle</th><th>share of idle</th>"
+                      f"<th>mostly in (Python)</th></tr>{rows}</table>")
+    note = ("Each idle gap is read off the host thread that launched the work ending it and split "
+            "by what that thread was doing: the innermost op or annotation open at each instant "
+            "(ProfilerStep excluded; the innermost Python frame where neither is, when the trace has "
+            "stacks). <i>(host idle / not traced)</i>: nothing recorded on that thread.")
+    return f'<section id="idle"><h2>{title}</h2><p class="note">{note}</p>{"".join(tables)}</section>'
 
 
 def _findings_section(a) -> str:

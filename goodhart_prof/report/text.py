@@ -117,6 +117,23 @@ def _burstiness(a, console: Console) -> None:
                   "of window utilization; B = -1 periodic, 0 random, towards 1 bursty")
     console.print()
     console.print(classes)
+    _idle_causes(a, console)
+
+
+def _idle_causes(a, console: Console) -> None:
+    """Per device, the top 5 host causes of its idle time (analysis/idle.py)."""
+    devices = [b for b in a.burstiness if b.idle_causes]
+    if not devices:
+        return
+    console.print()
+    table = make_table("Why the GPU idles (what the launching host thread was doing)", "rank/device",
+                       "host was in", "idle", "share", "mostly in (Python)", right=(2, 3))
+    table.columns[1].overflow = "fold"  # the cause is the point: never cut it
+    for b in devices:
+        for i, c in enumerate(b.idle_causes[:5]):
+            table.add_row(f"rank {b.rank} / gpu {b.device}" if i == 0 else "", c["cause"],
+                          duration(c["idle_us"]), f"{100 * c['share']:.1f}%", c.get("frame") or "")
+    console.print(table)
 
 
 def _phases(a, console: Console, top: int) -> None:

@@ -2,8 +2,11 @@
 dominated by scatter/gather kernels."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
+from ..idle import OTHER, UNTRACED
 from .base import Context, Finding, Need, Rule, Threshold
 
 
@@ -53,15 +56,79 @@ def _low_utilization(ctx: Context) -> Finding | None:
         return None
     util, low, b, row = worst
     gaps = b.gaps or {}
+    causes = [c for c in b.idle_causes if c["cause"] != OTHER]
+    top = causes[0] if causes and causes[0]["share"] >= LOW_UTILIZATION.limit("cause_share") else None
+    title = f"GPU {b.device} (rank {b.rank}) is busy {100 * util:.0f}% of its span"
+    if top is not None:
+        title = (f"GPU idle {100 * (1 - util):.0f}%: the host is in {short_cause(top['cause'])} "
+                 f"({100 * top['share']:.0f}% of idle time)")
     return Finding(
         "low_utilization", "high" if util < LOW_UTILIZATION.limit("high_below") else "medium",
-        f"GPU {b.device} (rank {b.rank}) is busy {100 * util:.0f}% of its span",
+        title,
         {"rank": b.rank, "device": b.device, "utilization": round(util, 4),
          "low_window_fraction": round(low, 4), "idle_us": round(float(row["idle_us"].iloc[0]), 3),
          "gaps": {k: gaps.get(k) for k in ("count", "p50_us", "p99_us", "max_us", "total_us")},
-         "gap_classes": gaps.get("by_class")},
-        "Find what the GPU waits for in the gap classes: host_wait means the CPU is late "
-        "(syncs, Python overhead, data on the host); launch means too many tiny kernels.")
+         "gap_classes": gaps.get("by_class"),
+         "idle_causes": [{"cause": c["cause"], "idle_us": round(c["idle_us"], 3),
+                          "share": round(c["share"], 4), "frame": c.get("frame")}
+                         for c in b.idle_causes[:3]]},
+        _with_frame(idle_fix(top["cause"], top.get("frame")), top.get("frame")) if top is not None
+        else GENERIC_FIX)
+
+
+def _with_frame(fix: str, frame: str | None) -> str:
+    return f"{fix} Most of that idle time is in {frame}." if frame else fix
+
+
+# What the host was doing while the GPU idled -> what to change. First match wins, on the cause
+# (and the Python frame inside it); a cause nothing matches gets the generic advice.
+IDLE_FIXES = (
+    (re.compile(r"DataLoader|_DataLoaderIter|collate|fetch", re.I),
+     "The GPU waits for the next batch: load data in background workers "
+     "(DataLoader with num_workers of 2 or more, persistent_workers=True, prefetch_factor=2 "
+     "or more), move preprocessing "
+     "(decode, resize) into those workers or onto the GPU, and copy batches with pin_memory=True and "
+     ".to(device, non_blocking=True) so the copy overlaps compute."),
+    (re.compile(r"aten::item|_local_scalar_dense|aten::to\b|_to_copy|aten::copy_|Synchronize|"
+                r"cudaMemcpy|aten::nonzero|is_nonzero", re.I),
+     "The host reads results back or copies synchronously while the GPU has nothing queued: "
+     "remove the read-back (keep values on the GPU, log every N steps), and make copies "
+     "non_blocking from pinned memory."),
+    (re.compile(r"Optimizer\.|optimizer|zero_grad", re.I),
+     "The optimizer step runs on the host between GPU work: use a fused/foreach optimizer "
+     "(torch.optim.AdamW(fused=True)) or capture the step with CUDA graphs / torch.compile."),
+    (re.compile(r"logging|logger|wandb|tensorboard|SummaryWriter|checkpoint|torch/serialization", re.I),
+     "Logging or saving runs on the critical path: do it every N steps, on a background thread, "
+     "or from values already copied off the GPU asynchronously."),
+)
+GENERIC_FIX = ("Find what the GPU waits for in the gap classes: host_wait means the CPU is late "
+               "(syncs, Python overhead, data on the host); launch means too many tiny kernels. "
+               "idle_causes names the host code the idle time lies in.")
+
+
+def idle_fix(cause: str, frame: str | None = None) -> str:
+    """The fix for GPU idle time spent in `cause` (IDLE_FIXES; the generic advice otherwise)."""
+    if cause == UNTRACED:
+        return ("The launching thread recorded nothing while the GPU idled (Python outside any "
+                "op or annotation, or time outside the trace): profile with_stack=True or add "
+                "record_function scopes to see the code, then move that work off the critical path.")
+    for pattern, fix in IDLE_FIXES:
+        if pattern.search(cause):
+            return fix
+    for pattern, fix in IDLE_FIXES:  # the cause is generic; the Python inside it may say more
+        if frame and pattern.search(frame):
+            return fix
+    return (f"The GPU waits while the host runs {cause}: move that work off the launching thread, "
+            "overlap it with GPU work, or make it cheaper. " + GENERIC_FIX)
+
+
+def short_cause(cause: str) -> str:
+    """A cause as a title says it: `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`
+    -> `DataLoader.__next__`; anything else unchanged (long names cut)."""
+    m = re.match(r"enumerate\((\w+)\)#\w*?\.(\w+)$", cause)
+    if m:
+        return f"{m.group(1)}.{m.group(2)}"
+    return cause if len(cause) <= 60 else cause[:57] + "..."
 
 
 LOW_UTILIZATION = Rule(
@@ -71,7 +138,9 @@ LOW_UTILIZATION = Rule(
         "low_window": Threshold(0.2, "a timeline window under 20% busy is a stall"),
         "low_window_fraction": Threshold(0.25, "stalls over a quarter of the timeline fire even "
                                                "when the average looks fine (bursty work)"),
-        "high_below": Threshold(0.3, "under 30% busy the GPU mostly waits: high")})
+        "high_below": Threshold(0.3, "under 30% busy the GPU mostly waits: high"),
+        "cause_share": Threshold(0.25, "a host cause holding a quarter of the idle time is worth "
+                                       "naming in the title and fix")})
 
 
 def _dominant_scatter_gather(ctx: Context) -> Finding | None:

@@ -1,0 +1,176 @@
+"""Why the GPU idles (analysis/idle.py): each idle gap split by what the launching host thread was
+doing, summed per cause. Hand-made traces worked out by hand, the OWLv2 trace's data-loader
+stall, and every trace in shared/traces (top cause per GPU printed)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from goodhart_prof.analysis import analyze
+from goodhart_prof.analysis.burstiness import burstiness
+from goodhart_prof.analysis.idle import UNTRACED
+from goodhart_prof.analysis.rules.utilization import idle_fix, short_cause
+from goodhart_prof.trace.load import load
+
+DATA = Path(__file__).parent / "data"
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+OWL = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
+DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def kernel(ts, dur, corr, launch=None, tid=100):
+    out = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+            "args": {"device": 0, "stream": 7, "correlation": corr}}]
+    if launch is not None:
+        out.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100,
+                    "tid": tid, "ts": launch, "dur": 2, "args": {"correlation": corr}})
+    return out
+
+
+def host(name, ts, dur, tid=100, cat="user_annotation"):
+    return [{"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": tid, "ts": ts, "dur": dur}]
+
+
+def frame(name, ts, dur, pid_id, parent=-1, tid=100):
+    return [{"ph": "X", "cat": "python_function", "name": name, "pid": 100, "tid": tid, "ts": ts,
+             "dur": dur, "args": {"Python id": pid_id, "Python parent id": parent}}]
+
+
+def causes_of(tmp_path, *parts):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [e for p in parts for e in p]}))
+    (b,) = burstiness(load(path))
+    return {c["cause"]: c for c in b.idle_causes}, b
+
+
+def test_nested_annotations_innermost_wins_and_profiler_step_is_excluded(tmp_path):
+    # gap [10, 100): outer 10..20 and 50..95, inner 20..30 and 40..50, aten::item 30..40,
+    # only ProfilerStep 95..100 -> not traced
+    causes, b = causes_of(
+        tmp_path, kernel(0, 10, 1, launch=-5), kernel(100, 10, 2, launch=96),
+        host("ProfilerStep#1", -10, 210), host("outer", 5, 90), host("inner", 20, 30),
+        host("aten::item", 30, 10, cat="cpu_op"))
+    assert {k: c["idle_us"] for k, c in causes.items()} == {
+        "outer": 55, "inner": 20, "aten::item": 10, UNTRACED: 5}
+    assert [c["cause"] for c in b.idle_causes] == ["outer", "inner", "aten::item", UNTRACED]
+    assert math.isclose(sum(c["share"] for c in b.idle_causes), 1.0)
+    assert causes["outer"]["share"] == pytest.approx(55 / 90)
+    assert b.to_json()["idle_causes"][0] == {"cause": "outer", "idle_us": 55.0,
+                                             "share": pytest.approx(55 / 90), "frame": None}
+
+
+def test_the_launching_thread_is_read_not_a_busy_side_thread(tmp_path):
+    # tid 200 (a logger) spans the whole gap; tid 100 launched the next kernel: its view counts
+    causes, _ = causes_of(
+        tmp_path, kernel(0, 10, 1, launch=-5), kernel(100, 10, 2, launch=95),
+        host("logger", 0, 200, tid=200), host("data", 10, 80))
+    assert {k: c["idle_us"] for k, c in causes.items()} == {"data": 80, UNTRACED: 10}
+
+
+def test_unknown_launch_falls_back_to_the_main_thread(tmp_path):
+    # the second gap's opener has no launch in the trace: the thread that launched most reads it
+    causes, _ = causes_of(
+        tmp_path, kernel(0, 10, 1, launch=-5), kernel(50, 10, 2, launch=45),
+        kernel(100, 10, 3), host("step", 10, 35), host("wait", 60, 40), host("side", 0, 200, tid=200))
+    assert {k: c["idle_us"] for k, c in causes.items()} == {"step": 35, UNTRACED: 5, "wait": 40}
+
+
+def test_uncovered_gap_and_gpu_only_trace_are_not_traced(tmp_path):
+    causes, _ = causes_of(tmp_path, kernel(0, 10, 1, launch=-5), kernel(30, 10, 2, launch=25))
+    assert list(causes) == [UNTRACED] and causes[UNTRACED]["idle_us"] == 20
+    causes, _ = causes_of(tmp_path, kernel(0, 10, 1), kernel(30, 10, 2))
+    assert list(causes) == [UNTRACED] and causes[UNTRACED]["share"] == 1.0
+
+
+def test_python_frames_refine_a_cause_and_fill_where_no_event_is(tmp_path):
+    # gap [10, 100): annotation 10..60 holds frame load() 20..60; frame train() 0..200 is outer
+    causes, _ = causes_of(
+        tmp_path, kernel(0, 10, 1, launch=-5), kernel(100, 10, 2, launch=96),
+        frame("train.py(1): train", 0, 200, 1), frame("data.py(9): load", 20, 40, 2, parent=1),
+        host("batch", 10, 50))
+    assert causes["batch"]["idle_us"] == 50 and causes["batch"]["frame"] == "data.py(9): load"
+    assert causes["train.py(1): train"]["idle_us"] == 40  # 60..100: no op or annotation
+
+
+def test_no_gaps_no_causes(tmp_path):
+    causes, b = causes_of(tmp_path, kernel(0, 10, 1, launch=-5), kernel(10, 10, 2, launch=-4))
+    assert b.idle_causes == [] and b.to_json()["idle_causes"] == []
+
+
+def test_fix_follows_the_cause():
+    assert "num_workers" in idle_fix(DATALOADER) and "pin_memory" in idle_fix(DATALOADER)
+    assert "read-back" in idle_fix("aten::item") and "read-back" in idle_fix("cudaStreamSynchronize")
+    assert "read-back" in idle_fix("aten::to") and "read-back" in idle_fix("aten::copy_")
+    assert "fused" in idle_fix("Optimizer.step#AdamW.step")
+    assert "every N steps" in idle_fix("logging")
+    assert "num_workers" in idle_fix("pipeline", frame="torch/utils/data/_utils/collate.py(1): collate")
+    assert "aten::log_softmax" in idle_fix("aten::log_softmax")  # generic, names the cause
+    assert "with_stack" in idle_fix(UNTRACED)
+    assert short_cause(DATALOADER) == "DataLoader.__next__"
+
+
+# ---- real traces -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def owl():
+    return analyze(load(OWL))
+
+
+def test_owlv2_idles_in_the_data_loader(owl):
+    (b,) = owl.burstiness
+    top = b.idle_causes[0]
+    assert top["cause"] == DATALOADER and top["share"] >= 0.95
+    assert top["frame"] == "scipy/ndimage/_interpolation.py(739): zoom"  # the resize inside it
+    assert math.isclose(sum(c["share"] for c in b.idle_causes), 1.0)
+    (f,) = [f for f in owl.findings if f.rule == "low_utilization"]
+    assert f.title == "GPU idle 47%: the host is in DataLoader.__next__ (95% of idle time)"
+    assert f.evidence["idle_causes"][0]["cause"] == DATALOADER
+    assert len(f.evidence["idle_causes"]) == 3
+    for word in ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory", "non_blocking"):
+        assert word in f.fix
+
+
+def test_reports_show_the_causes(owl):
+    from goodhart_prof.report.html import render_html
+    from rich.console import Console
+
+    from goodhart_prof.report.json_report import to_document
+    from goodhart_prof.report.text import render
+    page = render_html(owl)
+    assert "Why the GPU idles" in page and f"<code>{DATALOADER}</code>" in page
+    assert "scipy/ndimage/_interpolation.py(739): zoom" in page
+    console = Console(record=True, width=200)
+    render(owl, console)
+    text = console.export_text()
+    assert "Why the GPU idles" in text and DATALOADER in text and "95.5%" in text
+    doc = to_document(owl)
+    assert doc["burstiness"]["rank0/gpu0"]["idle_causes"][0]["cause"] == DATALOADER
+
+
+SHARED_TRACES = sorted(SHARED.rglob("*.json.gz"))  # per-rank files of the folders included
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="shared/traces not present")
+def test_top_idle_cause_per_gpu_on_real_traces(capsys):
+    rows = []
+    for path in SHARED_TRACES:
+        if not path.exists():
+            continue
+        for b in burstiness(load(path, progress=False)):
+            if not b.idle_causes:
+                continue
+            assert math.isclose(sum(c["share"] for c in b.idle_causes), 1.0, rel_tol=1e-9)
+            assert all(c["cause"] and c["idle_us"] >= 0 for c in b.idle_causes)
+            shares = [c["share"] for c in b.idle_causes if c["cause"] != "(other)"]
+            assert shares == sorted(shares, reverse=True)
+            top = b.idle_causes[0]
+            rows.append((str(path.relative_to(SHARED)), f"rank {b.rank} / gpu {b.device}",
+                         top["cause"], top["share"]))
+    assert rows
+    with capsys.disabled():
+        print("\n| trace | device | top idle cause | share |\n| --- | --- | --- | --- |")
+        for trace, dev, cause, share in rows:
+            print(f"| {trace} | {dev} | `{cause}` | {100 * share:.0f}% |")
