@@ -118,8 +118,14 @@ def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
     none = len(frame_names)
     cause = np.where(has_node, tree.name[np.maximum(node, 0)],
                      n_names + np.where(inner, frame_code, none))
-    keys, inverse = np.unique(cause * (none + 1) + frame_code, return_inverse=True)
-    us = np.bincount(inverse.ravel(), weights=e - s, minlength=len(keys))
+    combined = cause * (none + 1) + frame_code
+    if combined.max(initial=0) < 4 * len(combined) + 1024:  # small codes: count directly
+        us = np.bincount(combined, weights=e - s)
+        keys = np.flatnonzero(us)
+        us = us[keys]
+    else:
+        keys, inverse = np.unique(combined, return_inverse=True)
+        us = np.bincount(inverse.ravel(), weights=e - s, minlength=len(keys))
     out = []
     for k, t in zip(keys.tolist(), us.tolist()):
         c, fr = divmod(k, none + 1)
