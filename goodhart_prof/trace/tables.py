@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import re
 from itertools import compress, repeat
-from operator import attrgetter, eq, not_
+from operator import attrgetter, eq, is_not, not_
 
 import msgspec
 import numpy as np
@@ -260,7 +260,11 @@ def _input_types(args: list, op_rows: np.ndarray) -> tuple[np.ndarray, pd.Index]
     codes = np.full(len(args), -1, dtype=np.int32)
     if not len(op_rows):
         return codes, pd.Index([], dtype=object)
-    raw = list(map(bytes, map(_INPUT_TYPES, [args[i] for i in op_rows.tolist()])))
+    values = list(map(_INPUT_TYPES, [args[i] for i in op_rows.tolist()]))
+    given = list(map(is_not, values, repeat(NO_ARGS.input_types)))  # absent: the shared default
+    if not all(given):
+        op_rows, values = op_rows[np.asarray(given, dtype=bool)], list(compress(values, given))
+    raw = list(map(bytes, values))
     index: dict[bytes, int] = {}
     raw_codes = np.fromiter([index.setdefault(v, len(index)) for v in raw], np.int32, len(raw))
     labels: dict[str, int] = {}
