@@ -124,6 +124,9 @@ def build(root: Path) -> dict[str, Case]:
     file("zero_events.json", _dump(good_doc([])), error="no events")
     file("metadata_only.json", _dump(good_doc([{"ph": "M", "name": "process_name", "pid": 1,
                                                "args": {"name": "python"}}])), error="no events")
+    odd_types = [event(100 + i, 1, "aten::mm", args={"Input type": value}) for i, value in enumerate(
+        (3, [[1, 2], ["float"]], {"a": 1}, "float", [None, 1.5, "c10::BFloat16"], [], True))]
+    file("odd_input_types.json", _dump(good_doc(good_events() + odd_types)))
     file("bad_rank.json", _dump(good_doc(distributedInfo={"rank": 2**40, "world_size": 2})),
          warning="ignored distributedInfo.rank")
     file("bad_header.json", _dump(good_doc(deviceProperties="many", baseTimeNanoseconds="now",

@@ -28,6 +28,9 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     python_id: Scalar = msgspec.field(default=-1, name="Python id")
     python_parent_id: Scalar = msgspec.field(default=-1, name="Python parent id")
     bytes: Scalar = float("nan")
+    # `Input type` of cpu ops (record_shapes): a list of type names per input. Kept raw (its bytes,
+    # not a list of strings): most rows repeat a few values, which tables.py decodes once each.
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     process_name: Scalar = msgspec.field(default=None, name="name")  # metadata events only
 
 

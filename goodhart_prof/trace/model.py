@@ -14,6 +14,7 @@
 | correlation | int64 | launch <-> GPU activity link; -1 when absent |
 | external_id | int64 | op <-> launch link (`External id`); -1 when absent |
 | bytes | float64 | bytes moved by a memcpy/memset; NaN when absent |
+| input_types | category | a cpu op's `Input type` (record_shapes): the list joined by `, ` (`c10::BFloat16, c10::BFloat16, , Scalar`; a non-string entry is blank); NaN when absent, not a list or string, or not a cpu op |
 
 Python stack frames (`python_function` events of `with_stack` traces) are usually most of a
 trace's events but matter only around sync points, so they live apart in `Trace.frames`: plain

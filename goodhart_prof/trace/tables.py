@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 import re
 from itertools import compress, repeat
-from operator import attrgetter, eq, not_
+from operator import attrgetter, eq, is_not, not_
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -230,9 +231,10 @@ def _complete_table(xs: list, cats: list) -> tuple[pd.DataFrame, int]:
             gpu_stream[missing] = [_stream_from_tid(xs[i].tid) for i in gpu_rows[missing].tolist()]
         stream[gpu_rows] = gpu_stream
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
+    type_codes, type_labels = _input_types(args, np.flatnonzero(np.asarray(cat == "cpu_op")))
     columns = {"pid": pid, "tid": tid, "ts": ts, "dur": dur, "name": name, "cat": cat,
                "device": device, "stream": stream, "correlation": _int_column(args, "correlation"),
-               "external_id": external, "bytes": nbytes}
+               "external_id": external, "bytes": nbytes, "input_types": type_codes}
     if n > 1 and not (ts[1:] >= ts[:-1]).all():  # by start (Kineto writes GPU events last)
         order = np.argsort(ts, kind="stable")
         columns = {k: v[order] for k, v in columns.items()}
@@ -241,8 +243,51 @@ def _complete_table(xs: list, cats: list) -> tuple[pd.DataFrame, int]:
         "rank": np.zeros(n, dtype=np.int32), "pid": c["pid"], "tid": c["tid"], "ts": c["ts"],
         "dur": c["dur"], "end": c["ts"] + c["dur"], "name": c["name"], "cat": c["cat"],
         "device": c["device"], "stream": c["stream"], "correlation": c["correlation"],
-        "external_id": c["external_id"], "bytes": c["bytes"]})
+        "external_id": c["external_id"], "bytes": c["bytes"],
+        "input_types": pd.Categorical.from_codes(c["input_types"], categories=type_labels,
+                                                 validate=False)})
     return table, skipped
+
+
+_INPUT_TYPES = attrgetter("input_types")
+TYPE_SEPARATOR = ", "
+
+
+def _input_types(args: list, op_rows: np.ndarray) -> tuple[np.ndarray, pd.Index]:
+    """The `Input type` of each cpu op as codes into joined labels (`c10::BFloat16, float, `);
+    -1 where absent or unusable. Each distinct raw value is decoded once: a model repeats a
+    handful of type lists over thousands of ops."""
+    codes = np.full(len(args), -1, dtype=np.int32)
+    if not len(op_rows):
+        return codes, pd.Index([], dtype=object)
+    values = list(map(_INPUT_TYPES, [args[i] for i in op_rows.tolist()]))
+    given = list(map(is_not, values, repeat(NO_ARGS.input_types)))  # absent: the shared default
+    if not all(given):
+        op_rows, values = op_rows[np.asarray(given, dtype=bool)], list(compress(values, given))
+    raw = list(map(bytes, values))
+    index: dict[bytes, int] = {}
+    raw_codes = np.fromiter([index.setdefault(v, len(index)) for v in raw], np.int32, len(raw))
+    labels: dict[str, int] = {}
+    code_of = np.array([-1 if (text := _type_label(v)) is None else labels.setdefault(text, len(labels))
+                        for v in index], dtype=np.int32)
+    codes[op_rows] = code_of[raw_codes]
+    return codes, pd.Index(list(labels), dtype=object)
+
+
+def _type_label(raw: bytes) -> "str | None":
+    """A list of type names joined by TYPE_SEPARATOR (an entry that is not a string, as a
+    malformed trace may hold, is blank); a lone string as it is; anything else None."""
+    if not raw:
+        return None
+    try:
+        value = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+    if value.__class__ is str:
+        return value
+    if value.__class__ is not list:
+        return None
+    return TYPE_SEPARATOR.join(v if v.__class__ is str else "" for v in value)
 
 
 def assign_ranks(table: pd.DataFrame, frames: Frames, pid_rank: dict[int, int], default_rank: int) -> None:
@@ -270,8 +315,9 @@ def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame
         out = tables[0]
     else:
         from pandas.api.types import union_categoricals
-        cats = {c: union_categoricals([t[c] for t in tables]) for c in ("name", "cat")}
-        out = pd.concat([t.drop(columns=["name", "cat"]) for t in tables], ignore_index=True)
+        interned = ("name", "cat", "input_types")
+        cats = {c: union_categoricals([t[c] for t in tables]) for c in interned}
+        out = pd.concat([t.drop(columns=list(interned)) for t in tables], ignore_index=True)
         for c, values in cats.items():
             out[c] = values
         out = out[tables[0].columns]

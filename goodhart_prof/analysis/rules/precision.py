@@ -1,38 +1,63 @@
-"""Precision rules: GEMM/conv time spent in fp32/TF32 kernels where 16-bit would do."""
+"""Precision rules: GEMM/conv time spent in fp32/TF32 kernels where 16-bit would do.
+
+The precision of each GEMM/conv kernel comes from analysis/precision.py: the launching op's
+`Input type` when the trace recorded shapes, else the types the kernel's name spells, else
+unknown. Unknown time is never counted as fp32: a trace whose GEMM/conv time is mostly of
+unknown precision is not judged.
+"""
 from __future__ import annotations
 
-import re
+import pandas as pd
 
+from ..precision import FULL_PRECISION, LOW_PRECISION, kernel_precision, precision_summary
 from .base import Context, Finding, Need, Rule, Threshold
 
-# 16-bit (or 8-bit) GEMM/conv kernels by name. CUTLASS spells the math: `h1688`/`h16816` (fp16),
-# `bf16_s16816` (bf16 in, fp32 accumulate); a bare `s1688gemm`/`s16816gemm` is TF32 on fp32 data
-# (sampled_128rank's A100 GEMMs), which keeps fp32's memory traffic, so it is not mixed precision.
-# cuBLASLt's Hopper `nvjet_*` names carry type letters instead (s fp32, h fp16, t bf16): `nvjet_tst`
-# is bf16 in/out with fp32 accumulation, `nvjet_hsh` fp16.
-LOW_PRECISION = re.compile(r"bf16|f16|fp16|half|h884|h1688|h16816|hmma|e4m3|e5m2|fp8|nvjet_[ht]s[ht]",
-                           re.I)
+TOP_KERNELS = 5
 
 
 def _no_amp(ctx: Context) -> Finding | None:
-    k = ctx.analysis.kernels
-    if k.empty:
-        return None
-    mm = k[k["category"].isin(["gemm", "conv"])]
+    table = kernel_precision(ctx.trace)
     total = ctx.kernel_total
-    mm_us = float(mm["total_us"].sum())
-    if total <= 0 or mm_us / total < NO_AMP.limit("gemm_conv_share"):
+    mm_us = float(table["dur"].sum()) if not table.empty else 0.0
+    if total <= 0 or mm_us <= 0 or mm_us / total < NO_AMP.limit("gemm_conv_share"):
         return None
-    half_us = float(mm[mm["name"].astype(str).str.contains(LOW_PRECISION)]["total_us"].sum())
-    if half_us / mm_us >= NO_AMP.limit("low_precision_fraction"):
+    known = table[table["dtype"] != "unknown"]
+    known_us = float(known["dur"].sum())
+    if known_us / mm_us < NO_AMP.limit("known_fraction"):
+        return None  # most GEMM/conv time is of unknown precision: the rule cannot judge
+    low_us = float(known.loc[known["dtype"].isin(LOW_PRECISION), "dur"].sum())
+    full_us = float(known.loc[known["dtype"].isin(FULL_PRECISION), "dur"].sum())
+    if full_us <= 0 or low_us / known_us >= NO_AMP.limit("low_precision_fraction"):
         return None
     return Finding(
         "no_amp", "medium",
-        f"GEMM/conv kernels run in fp32 or TF32 ({100 * (1 - half_us / mm_us):.0f}% of their time)",
-        {"gemm_conv_us": round(mm_us, 3), "low_precision_us": round(half_us, 3),
+        f"GEMM/conv kernels run in fp32 or TF32 ({100 * full_us / known_us:.0f}% of the GEMM/conv "
+        f"time whose precision is known)",
+        {"gemm_conv_us": round(mm_us, 3), "low_precision_us": round(low_us, 3),
+         "full_precision_us": round(full_us, 3), "unknown_us": round(mm_us - known_us, 3),
          "gemm_conv_share": round(mm_us / total, 4),
-         "top": mm.head(3)["name"].astype(str).tolist()},
+         "by_dtype": _by_dtype(table), "top": _top_kernels(table)},
         "Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.bfloat16).")
+
+
+def _by_dtype(table: pd.DataFrame) -> dict[str, dict]:
+    """dtype -> its GEMM/conv time and that time per source (op_input_type, kernel_name, unknown)."""
+    out: dict[str, dict] = {}
+    for row in precision_summary(table).itertuples(index=False):
+        entry = out.setdefault(row.dtype, {"total_us": 0.0, "sources": {}})
+        entry["total_us"] = round(entry["total_us"] + float(row.total_us), 3)
+        entry["sources"][row.source] = round(float(row.total_us), 3)
+    return out
+
+
+def _top_kernels(table: pd.DataFrame) -> list[dict]:
+    """The GEMM/conv kernels with the most time, each with its dtype, source and launching op."""
+    grouped = table.groupby(["name", "dtype", "source", "op"], observed=True).agg(
+        count=("dur", "size"), total_us=("dur", "sum")).reset_index()
+    grouped = grouped.sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
+    return [{"name": r.name, "dtype": r.dtype, "source": r.source, "op": r.op, "count": int(r.count),
+             "total_us": round(float(r.total_us), 3)}
+            for r in grouped.head(TOP_KERNELS).itertuples(index=False)]
 
 
 NO_AMP = Rule(
@@ -40,7 +65,11 @@ NO_AMP = Rule(
     thresholds={
         "gemm_conv_share": Threshold(0.10, "judged only when GEMM/conv is at least 10% of kernel "
                                            "time; below that precision is not the bottleneck"),
+        "known_fraction": Threshold(0.5, "judged only when the precision of at least half of the "
+                                         "GEMM/conv time is known (from the launching op's input "
+                                         "types or the kernel name): unknown time is not fp32"),
         "low_precision_fraction": Threshold(1 / 3, "mixed precision is on when at least a third of "
-                                                    "GEMM/conv time runs in 16-bit (or 8-bit) kernels")})
+                                                    "GEMM/conv time of known precision runs in "
+                                                    "16-bit (or 8/4-bit) kernels")})
 
 RULES = (NO_AMP,)
