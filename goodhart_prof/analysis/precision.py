@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from .intervals import exact_sums
 from .kernels import gpu_with_category
 from .links import gpu_launches
 from .tree import host_tree
@@ -122,11 +123,17 @@ def _kernel_precision(trace: Trace) -> pd.DataFrame:
     pick = np.isin(category, MATMUL_CATEGORIES)
     if not pick.any():
         return pd.DataFrame({c: pd.Series(dtype=object if c != "dur" else float) for c in COLUMNS})
-    names = gpu["name"].to_numpy()[pick].astype(str)
-    by_name = {n: kernel_name_dtype(n) for n in dict.fromkeys(names)}
-    name_dtype = np.array([by_name[n] for n in names], dtype=object)
-    op_rows = _launching_ops(trace, np.flatnonzero(pick))
+    # by name: once per distinct name, spread through the categorical codes
+    name_codes = gpu["name"].cat.codes.to_numpy()[pick]
+    distinct, inverse = np.unique(name_codes, return_inverse=True)
+    distinct_names = np.asarray(gpu["name"].cat.categories, dtype=object)[distinct].astype(str)
+    names = distinct_names[inverse]
+    name_dtype = np.array([kernel_name_dtype(n) for n in distinct_names], dtype=object)[inverse]
     ev = trace.events
+    # by the launching op: only where some cpu op recorded its input types
+    typed_trace = "input_types" in ev and len(ev["input_types"].cat.categories) > 0
+    op_rows = (_launching_ops(trace, np.flatnonzero(pick)) if typed_trace
+               else np.full(len(names), -1, dtype=np.int64))
     has_op = op_rows >= 0
     op_name = np.full(len(names), "", dtype=object)
     op_type = np.full(len(names), "unknown", dtype=object)
@@ -162,9 +169,10 @@ def _launching_ops(trace: Trace, picked: np.ndarray) -> np.ndarray:
     launch = links["launch_row"].to_numpy()
     ev = trace.events
     ok = launch >= 0
-    if ok.any():
-        launch_names = ev["name"].to_numpy()[ev.index.get_indexer(launch[ok])].astype(str)
-        ok[np.flatnonzero(ok)[[bool(_GRAPH_LAUNCH.search(n)) for n in launch_names]]] = False
+    if ok.any():  # graph launches, by name code (each distinct name tested once)
+        graph = np.array([bool(_GRAPH_LAUNCH.search(str(n))) for n in ev["name"].cat.categories] + [False])
+        codes = ev["name"].cat.codes.to_numpy()[ev.index.get_indexer(launch[ok])]
+        ok[np.flatnonzero(ok)[graph[codes]]] = False
     if not ok.any():
         return out
     tree = host_tree(trace)
@@ -205,8 +213,21 @@ def _node_flags(trace: Trace, tree) -> tuple[np.ndarray, np.ndarray]:
 def precision_summary(table: pd.DataFrame) -> pd.DataFrame:
     """GEMM/conv kernel time per (dtype, source): columns dtype, source, count, total_us; most
     time first."""
-    if table.empty:
-        return pd.DataFrame(columns=["dtype", "source", "count", "total_us"])
-    out = table.groupby(["dtype", "source"], observed=True).agg(
-        count=("dur", "size"), total_us=("dur", "sum")).reset_index()
+    out = group_time(table, ["dtype", "source"])
     return out.sort_values(["total_us", "dtype"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def group_time(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """count and total_us (exactly rounded) of `dur` per distinct combination of `keys`, with
+    numpy (a pandas groupby costs milliseconds on a few thousand rows)."""
+    if table.empty:
+        return pd.DataFrame(columns=keys + ["count", "total_us"])
+    codes, uniques = zip(*(pd.factorize(table[k].to_numpy()) for k in keys))
+    key = np.zeros(len(table), dtype=np.int64)
+    for c, u in zip(codes, uniques):
+        key = key * len(u) + c
+    groups, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    out = pd.DataFrame({k: np.asarray(u, dtype=object)[c[first]] for k, c, u in zip(keys, codes, uniques)})
+    out["count"] = np.bincount(inverse).astype(np.int64)
+    out["total_us"] = exact_sums(inverse, len(groups), total=table["dur"].to_numpy(float))["total"]
+    return out
