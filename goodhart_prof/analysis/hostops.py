@@ -47,8 +47,8 @@ TORCH_ANNOTATION = re.compile(r"^Optimizer\.(step|zero_grad)#")
 def top_level_ops(trace: Trace) -> pd.DataFrame:
     """Every cpu op with `top` (no cpu op on its thread encloses it), `has_child` (the next op
     on the thread starts inside it), `prev_top` / `next_top` (names of the previous / next
-    top-level op on the thread, "" at the ends) and `torch_own` (inside an
-    Optimizer.step#/zero_grad# annotation).
+    top-level op on the thread, "" at the ends). Whether an op is torch's own is asked of the
+    few ops that need it (`inside_torch_annotation`).
     Index: the op's row label in trace.events. Built once per trace and cached on it."""
     cached = trace.cache.get("top_level_ops")
     if cached is None:
@@ -82,7 +82,6 @@ def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:
                           "prev_top": pd.Categorical.from_codes(prev, categories=cats),
                           "next_top": pd.Categorical.from_codes(nxt, categories=cats)},
                          index=pd.Index(col["row"].astype(np.int64)))
-    table["torch_own"] = inside_torch_annotation(trace, table) if len(table) else np.zeros(0, dtype=bool)
     return table
 
 
@@ -129,7 +128,8 @@ def fresh_moves(trace: Trace) -> pd.DataFrame:
     # No move op anywhere in the trace: no fresh move, and no need for the op structure.
     ops = top_level_ops(trace) if names.isin(MOVES).any() else _top_level_ops(trace, none=True)
     top = ops[ops["top"].to_numpy()]
-    pos = np.flatnonzero(top["name"].isin(MOVES).to_numpy() & ~top["torch_own"].to_numpy())
+    pos = np.flatnonzero(top["name"].isin(MOVES).to_numpy())
+    pos = pos[~inside_torch_annotation(trace, top.iloc[pos])]  # asked for the move ops only
     names = np.asarray(top["name"].cat.categories, dtype=object)
     prev = top["prev_top"].cat.codes.to_numpy()
 
@@ -155,7 +155,7 @@ def fresh_moves(trace: Trace) -> pd.DataFrame:
         moves[col] = moves[col].fillna(0)
     real = np.where(moves["gpu"].to_numpy(), moves["copies"].to_numpy() > 0,
                     ~moves["has_child"].to_numpy())
-    moves = moves[real].drop(columns=["top", "has_child", "prev_top", "next_top", "torch_own"])
+    moves = moves[real].drop(columns=["top", "has_child", "prev_top", "next_top"])
     trace.cache["fresh_moves"] = moves
     return moves
 

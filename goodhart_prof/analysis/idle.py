@@ -98,7 +98,7 @@ def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
     keep = _inside(s, gs, ge)  # gap ends are cuts, so no piece crosses one
     s, e = s[keep], e[keep]
     n = len(s)
-    node = tree.enclosing(np.full(n, key[0]), np.full(n, key[1]), np.full(n, key[2]), s, e)
+    node = tree.enclosing_on(key, s, e)
     has_node = node >= 0
     has_node[has_node] = ~step[tree.name[node[has_node]]]
     # cause code: a name code of the tree (a node), n_names + frame name code (a frame alone),

@@ -413,14 +413,15 @@ def library_table(trace: Trace) -> pd.DataFrame:
 
 def _groups(key: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
     """Per distinct key, in order of first appearance: the key, count, exactly rounded sum
-    (math.fsum), min and max of values."""
-    uniq, inverse = np.unique(key, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=len(uniq)))))
+    (math.fsum), min and max of values. One stable argsort of the keys does the grouping."""
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_key[1:] != sorted_key[:-1])))
+    bounds = np.append(starts, len(key))
     ordered = values[order]
     as_list = ordered.tolist()
     sums = np.array([math.fsum(as_list[a:b]) for a, b in zip(bounds[:-1], bounds[1:])])
-    appear = np.argsort(order[bounds[:-1]], kind="stable")  # groups by their first row
-    return {"key": uniq[appear], "count": np.diff(bounds)[appear], "sum": sums[appear],
-            "min": np.minimum.reduceat(ordered, bounds[:-1])[appear],
-            "max": np.maximum.reduceat(ordered, bounds[:-1])[appear]}
+    appear = np.argsort(order[starts], kind="stable")  # groups by their first row
+    return {"key": sorted_key[starts][appear], "count": np.diff(bounds)[appear], "sum": sums[appear],
+            "min": np.minimum.reduceat(ordered, starts)[appear],
+            "max": np.maximum.reduceat(ordered, starts)[appear]}

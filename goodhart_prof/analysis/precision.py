@@ -119,8 +119,8 @@ def kernel_precision(trace: Trace) -> pd.DataFrame:
 
 def _kernel_precision(trace: Trace) -> pd.DataFrame:
     gpu = trace.gpu
-    category = gpu_with_category(trace)["category"].to_numpy()  # the taxonomy, launching op included
-    pick = np.isin(category, MATMUL_CATEGORIES)
+    cats = gpu_with_category(trace)["category"]  # the taxonomy, launching op included
+    pick = np.isin(cats.cat.codes.to_numpy(), np.flatnonzero(cats.cat.categories.isin(MATMUL_CATEGORIES)))
     if not pick.any():
         return pd.DataFrame({c: pd.Series(dtype=object if c != "dur" else float) for c in COLUMNS})
     # by name: once per distinct name, spread through the categorical codes
@@ -146,7 +146,8 @@ def _kernel_precision(trace: Trace) -> pd.DataFrame:
     dtype[from_op & (op_type == "fp32") & (name_dtype == "tf32")] = "tf32"
     source = np.where(from_op, "op_input_type", np.where(name_dtype != "unknown", "kernel_name", "unknown"))
     return pd.DataFrame({"gpu_row": gpu.index.to_numpy()[pick], "name": names,
-                         "category": category[pick], "dur": gpu["dur"].to_numpy()[pick],
+                         "category": np.asarray(cats.cat.categories, dtype=object)[
+                             cats.cat.codes.to_numpy()[pick]], "dur": gpu["dur"].to_numpy()[pick],
                          "dtype": dtype, "source": source, "op": op_name})
 
 

@@ -57,7 +57,8 @@ def sync_origin(ctx: "Context") -> pd.DataFrame:
     readback = sp["kind"].isin(READBACK_KINDS).to_numpy() & ~internal
     grad_clip = np.zeros(len(sp), dtype=bool)
     if readback.any():
-        norms = ops[ops["name"].isin(GRAD_NORM_OPS).to_numpy() & ~ops["torch_own"].to_numpy()]
+        norms = ops[ops["name"].isin(GRAD_NORM_OPS).to_numpy()]
+        norms = norms[~inside_torch_annotation(trace, norms)]
         steps = ev.iloc[rows_named(ev, _ANY_OPT_STEP, ("user_annotation", "cpu_op"))]  # cpu_op: 2021
         grad_clip[readback] = between(sp[readback], norms, steps)
     return sp.assign(internal=internal, grad_clip=grad_clip)

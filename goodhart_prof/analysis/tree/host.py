@@ -84,6 +84,16 @@ class HostTree:
             out[pos[out[pos] < lo]] = -1
         return climb(out, end, self.end, self.parent)
 
+    def enclosing_on(self, key: tuple[int, int, int], ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """`enclosing` for intervals all on one thread (no grouping needed)."""
+        span = self.threads.get(key)
+        if span is None:
+            return np.full(len(ts), -1, dtype=np.int64)
+        lo, hi = span
+        start = lo + np.searchsorted(self.ts[lo:hi], ts, side="right") - 1
+        start[start < lo] = -1
+        return climb(start, np.asarray(end, dtype=float), self.end, self.parent)
+
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """For each node, the nearest ancestor where mask is true (-1: none). One pass per depth
         level, parents first."""
