@@ -414,7 +414,8 @@ def library_table(trace: Trace) -> pd.DataFrame:
 def _groups(key: np.ndarray, values: np.ndarray) -> dict[str, np.ndarray]:
     """Per distinct key, in order of first appearance: the key, count, exactly rounded sum
     (math.fsum), min and max of values. One stable argsort of the keys does the grouping."""
-    order = np.argsort(key, kind="stable")
+    small = len(key) and 0 <= key.min() and key.max() < 2 ** 15  # radix sort on small codes
+    order = np.argsort(key.astype(np.int16) if small else key, kind="stable")
     sorted_key = key[order]
     starts = np.flatnonzero(np.concatenate(([True], sorted_key[1:] != sorted_key[:-1])))
     bounds = np.append(starts, len(key))
