@@ -93,7 +93,10 @@ def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
     lo, hi = span
     points = [tree.ts[lo:hi], tree.end[lo:hi]] + ([nest.ts, nest.end] if nest is not None else [])
     cuts = np.concatenate(points)
-    cuts = np.unique(np.concatenate([cuts[_inside(cuts, gs, ge)], gs, ge]))
+    # Runs that are sorted or nearly so (starts, ends in start order, gap bounds): a stable sort
+    # (timsort) merges them in a fraction of np.unique's time.
+    cuts = np.sort(np.concatenate([cuts[_inside(cuts, gs, ge)], gs, ge]), kind="stable")
+    cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))]
     s, e = cuts[:-1], cuts[1:]
     keep = _inside(s, gs, ge)  # gap ends are cuts, so no piece crosses one
     s, e = s[keep], e[keep]
