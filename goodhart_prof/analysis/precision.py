@@ -145,10 +145,12 @@ def _kernel_precision(trace: Trace) -> pd.DataFrame:
     dtype = np.where(from_op, op_type, name_dtype)
     dtype[from_op & (op_type == "fp32") & (name_dtype == "tf32")] = "tf32"
     source = np.where(from_op, "op_input_type", np.where(name_dtype != "unknown", "kernel_name", "unknown"))
-    return pd.DataFrame({"gpu_row": gpu.index.to_numpy()[pick], "name": names,
-                         "category": np.asarray(cats.cat.categories, dtype=object)[
-                             cats.cat.codes.to_numpy()[pick]], "dur": gpu["dur"].to_numpy()[pick],
-                         "dtype": dtype, "source": source, "op": op_name})
+    text = {"name": names, "category": np.asarray(cats.cat.categories, dtype=object)[
+                cats.cat.codes.to_numpy()[pick]], "dtype": dtype, "source": source, "op": op_name}
+    # object columns as they are (pandas would otherwise convert every string to its str dtype)
+    return pd.DataFrame({"gpu_row": gpu.index.to_numpy()[pick], "dur": gpu["dur"].to_numpy()[pick],
+                         **{k: pd.Series(v, dtype=object, copy=False) for k, v in text.items()}}
+                        )[COLUMNS]
 
 
 def _dtypes_of(types: pd.Series) -> np.ndarray:
