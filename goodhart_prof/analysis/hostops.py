@@ -50,10 +50,7 @@ def top_level_ops(trace: Trace) -> pd.DataFrame:
     top-level op on the thread, "" at the ends). Whether an op is torch's own is asked of the
     few ops that need it (`inside_torch_annotation`).
     Index: the op's row label in trace.events. Built once per trace and cached on it."""
-    cached = trace.cache.get("top_level_ops")
-    if cached is None:
-        cached = trace.cache["top_level_ops"] = _top_level_ops(trace)
-    return cached
+    return trace.derived("top_level_ops", _top_level_ops)
 
 
 def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:

@@ -16,10 +16,7 @@ def gpu_launches(trace: Trace) -> pd.DataFrame:
     the trace), `rank`, `device`, `ts`, `end`, `dur`, `launch_ts`, `launch_end`, `pid`, `tid`
     (of the launching thread; -1 when unknown). Built once per trace and cached on it.
     """
-    cached = trace.cache.get("gpu_launches")
-    if cached is None:
-        cached = trace.cache["gpu_launches"] = _gpu_launches(trace)
-    return cached
+    return trace.derived("gpu_launches", _gpu_launches)
 
 
 def _gpu_launches(trace: Trace) -> pd.DataFrame:

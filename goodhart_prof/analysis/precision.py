@@ -111,10 +111,7 @@ def op_dtype(input_types: str) -> str:
 def kernel_precision(trace: Trace) -> pd.DataFrame:
     """One row per GEMM/conv kernel (COLUMNS; `gpu_row` is its row label in trace.events, `op`
     the launching op's name or ""). Built once per trace and cached on it."""
-    cached = trace.cache.get("kernel_precision")
-    if cached is None:
-        cached = trace.cache["kernel_precision"] = _kernel_precision(trace)
-    return cached
+    return trace.derived("kernel_precision", _kernel_precision)
 
 
 def _kernel_precision(trace: Trace) -> pd.DataFrame:

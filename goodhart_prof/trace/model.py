@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -134,6 +134,13 @@ class Trace:
     # Derived tables that several analyses share (GPU activity, launch links), built once. The
     # tables above are treated as immutable; dataclasses.replace() makes a new, empty cache.
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def derived(self, key: str, build: "Callable[[Trace], Any]") -> Any:
+        """A table derived from this trace, built by `build(trace)` on first use and cached."""
+        value = self.cache.get(key)
+        if value is None:
+            value = self.cache[key] = build(self)
+        return value
 
     @property
     def gpu(self) -> pd.DataFrame:

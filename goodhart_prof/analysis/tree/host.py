@@ -138,10 +138,7 @@ class HostTree:
 
 def host_tree(trace: Trace) -> HostTree:
     """The host call tree of the trace, built once and cached on it."""
-    tree = trace.cache.get("host_tree")
-    if tree is None:
-        tree = trace.cache["host_tree"] = _build(trace)
-    return tree
+    return trace.derived("host_tree", _build)
 
 
 def _build(trace: Trace) -> HostTree:
@@ -229,10 +226,7 @@ def profiler_steps(ev: pd.DataFrame) -> pd.DataFrame:
 
 def step_table(trace: Trace) -> pd.DataFrame:
     """profiler_steps of the trace, selected once and cached on it."""
-    steps = trace.cache.get("profiler_steps")
-    if steps is None:
-        steps = trace.cache["profiler_steps"] = profiler_steps(trace.events)
-    return steps
+    return trace.derived("profiler_steps", lambda t: profiler_steps(t.events))
 
 
 def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
