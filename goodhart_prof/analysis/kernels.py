@@ -25,6 +25,7 @@ through their codes and one lookup table.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -234,12 +235,22 @@ def _first(text: str, rules) -> str | None:
 
 def classify_names(names: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     """Category and library of each distinct name, by name alone (run it on unique names)."""
-    cats, libs = [], []
-    for n in names:
-        text = _RETURN_TYPE_RE.sub("", str(n), count=1).lower()
-        cats.append(_first(text, _CATEGORY_RES) or "other")
-        libs.append(_first(text, _LIBRARY_RES) or "other")
-    return np.array(cats, dtype=object), np.array(libs, dtype=object)
+    pairs = [_classify_name(str(n)) for n in names]
+    return (np.array([c for c, _ in pairs], dtype=object), np.array([lib for _, lib in pairs], dtype=object))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _classify_name(name: str) -> tuple[str, str]:
+    """One name's (category, library): a pure function of the name, so remembered for the next
+    trace in this process (the ranks of a job, both sides of a diff share most kernel names)."""
+    text = _RETURN_TYPE_RE.sub("", name, count=1).lower()
+    return _first(text, _CATEGORY_RES) or "other", _first(text, _LIBRARY_RES) or "other"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _op_category(op: str) -> str | None:
+    """The category an op's name says (OP rules), remembered like _classify_name."""
+    return _first(op.lower(), _OP_RES)
 
 
 def categorize_names(names: Iterable[str]) -> np.ndarray:
@@ -274,7 +285,7 @@ def classify_codes(names, cats=None, ops=None) -> tuple[np.ndarray, np.ndarray]:
     if ops is not None and len(cat):
         op_codes, op_names = _codes(ops)
         op_text = [str(o).lower() for o in op_names]
-        op_cat = np.array([_CAT_INDEX[c] if (c := _first(t, _OP_RES)) else _NO_OP
+        op_cat = np.array([_CAT_INDEX[c] if (c := _op_category(t)) else _NO_OP
                            for t in op_text] + [_NO_OP], dtype=np.int64)
         aten = np.array([t.startswith("aten::") for t in op_text] + [False])
         cat = _COMBINE[cat, op_cat[op_codes]]

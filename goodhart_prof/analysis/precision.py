@@ -14,6 +14,7 @@ kernels.py) with its `dtype` (DTYPES) and the `source` of that verdict:
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -83,6 +84,7 @@ KERNEL_NAME_TYPES: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
     ))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a pure function of the name: remembered per process
 def kernel_name_dtype(name: str) -> str:
     """The precision a GEMM/conv kernel's name spells (module comment above), else `unknown`."""
     name = re.sub(r"^(?:void|std::enable_if<.*?>::type)\s+", "", name, count=1)
