@@ -91,14 +91,21 @@ def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
         return [((UNTRACED, None), float(np.sum(ge - gs)))]
     nest = frame_nest(trace, key)
     lo, hi = span
-    points = [tree.ts[lo:hi], tree.end[lo:hi]] + ([nest.ts, nest.end] if nest is not None else [])
-    cuts = np.concatenate(points)
-    # Runs that are sorted or nearly so (starts, ends in start order, gap bounds): a stable sort
-    # (timsort) merges them in a fraction of np.unique's time.
-    cuts = np.sort(np.concatenate([cuts[_inside(cuts, gs, ge)], gs, ge]), kind="stable")
+    runs = [tree.ts[lo:hi], tree.end[lo:hi]] + ([nest.ts, nest.end] if nest is not None else [])
+    # Every run sorted (starts are; ends in start order nearly are: timsort), then the values
+    # inside a gap picked per gap with two sorted searches, and all runs merged by one more
+    # stable sort: no search per value.
+    inside = [_within(np.sort(run, kind="stable"), gs, ge) for run in runs]
+    cuts = np.sort(np.concatenate(inside + [gs, ge]), kind="stable")
     cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))]
     s, e = cuts[:-1], cuts[1:]
-    keep = _inside(s, gs, ge)  # gap ends are cuts, so no piece crosses one
+    # A piece that starts at a gap's end lies between gaps, unless the next gap starts right
+    # there (a zero-length busy block between two gaps).
+    follows = np.searchsorted(gs, ge)
+    ends = ge[~((follows < len(gs)) & (gs[np.minimum(follows, len(gs) - 1)] == ge))]
+    keep = np.ones(len(s), dtype=bool)
+    at_end = np.searchsorted(cuts, ends)
+    keep[at_end[at_end < len(s)]] = False
     s, e = s[keep], e[keep]
     n = len(s)
     node = tree.enclosing_on(key, s, e)
@@ -136,6 +143,16 @@ def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
                 else UNTRACED if c - n_names == none else str(frame_names[c - n_names]))
         out.append(((name, str(frame_names[fr]) if fr < none else None), t))
     return out
+
+
+def _within(sorted_values: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
+    """The values lying in some [gs, ge) (values and gaps sorted, gaps disjoint): each gap's
+    range found by two searches, the ranges marked with one cumulative sum."""
+    lo = np.searchsorted(sorted_values, gs, side="left")
+    hi = np.searchsorted(sorted_values, ge, side="left")
+    n = len(sorted_values)
+    mark = np.bincount(lo, minlength=n + 1)[:n + 1] - np.bincount(hi, minlength=n + 1)[:n + 1]
+    return sorted_values[np.cumsum(mark)[:n] > 0]
 
 
 def _inside(x: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
