@@ -75,8 +75,9 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force):
     from .trace.load import load
 
     if html_file:
-        from .report.html import check_target, write_html
-        check_target(html_file, force)  # fail before the work, not after the report
+        from .report.common import refuse_overwrite
+        from .report.html import write_html
+        refuse_overwrite(html_file, force)  # fail before the work, not after the report
     if hta:
         from .analysis.hta_bridge import require_hta
         require_hta()  # fail before the work, not after the report

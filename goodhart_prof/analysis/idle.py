@@ -155,12 +155,6 @@ def _within(sorted_values: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.nda
     return sorted_values[np.cumsum(mark)[:n] > 0]
 
 
-def _inside(x: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
-    """x lies in some [gs, ge) (gaps sorted, disjoint)."""
-    j = np.searchsorted(gs, x, side="right") - 1
-    return (j >= 0) & (x < ge[np.maximum(j, 0)])
-
-
 def _summarise(sums: dict, total: float) -> list[dict]:
     by_cause: dict[str, float] = {}
     best: dict[str, tuple[float, str]] = {}

@@ -306,15 +306,17 @@ def categorize(names, cats=None, ops=None) -> np.ndarray:
 
 def launching_ops(trace: Trace) -> pd.DataFrame:
     """Per GPU activity (trace.gpu's row order): `op`, the innermost cpu op holding its launch
-    call, and `top_op`, the outermost (categoricals; missing where the trace links none)."""
-    cached = trace.cache.get("launching_ops")
-    if cached is not None:
-        return cached
+    call, and `top_op`, the outermost (categoricals; missing where the trace links none), and
+    `op_node`, that innermost op's node in the host call tree (-1: none). Built once per trace."""
+    return trace.derived("launching_ops", _launching_ops)
+
+
+def _launching_ops(trace: Trace) -> pd.DataFrame:
     from .links import gpu_launches
     from .tree import host_tree
     links = gpu_launches(trace)
-    op = np.full(len(links), -1, dtype=np.int64)
-    top = op.copy()
+    op_node = np.full(len(links), -1, dtype=np.int64)
+    op, top = op_node.copy(), op_node.copy()
     has = links["launch_row"].to_numpy() >= 0
     names = trace.events["name"].cat.categories
     if has.any():
@@ -322,19 +324,14 @@ def launching_ops(trace: Trace) -> pd.DataFrame:
         if len(tree):
             node = tree.enclosing(*(links[c].to_numpy()[has] for c in
                                     ("rank", "pid", "tid", "launch_ts", "launch_end")))
-            inner = node.copy()  # climb from annotations to the innermost op holding them
-            up = (inner >= 0) & ~tree.is_op[np.maximum(inner, 0)]
-            while up.any():
-                inner[up] = tree.parent[inner[up]]
-                up = (inner >= 0) & ~tree.is_op[np.maximum(inner, 0)]
-            op[has] = np.where(inner >= 0, tree.name[np.maximum(inner, 0)], -1)
+            op_node[has] = tree.innermost_op(node)
+            op = np.where(op_node >= 0, tree.name[np.maximum(op_node, 0)], -1)
             outer = np.where(node >= 0, tree.top_op[np.maximum(node, 0)], -1)
             top[has] = np.where(outer >= 0, tree.name[np.maximum(outer, 0)], -1)
             names = tree.names
-    cached = trace.cache["launching_ops"] = pd.DataFrame({
-        "op": pd.Categorical.from_codes(op, categories=names),
-        "top_op": pd.Categorical.from_codes(top, categories=names)})
-    return cached
+    return pd.DataFrame({"op": pd.Categorical.from_codes(op, categories=names),
+                         "top_op": pd.Categorical.from_codes(top, categories=names),
+                         "op_node": op_node})
 
 
 KERNEL_COLUMNS = ["name", "category", "library", "count", "total_us", "mean_us", "min_us",
@@ -346,19 +343,20 @@ LIBRARY_COLUMNS = ["library", "count", "total_us", "pct"]
 def gpu_with_category(trace: Trace) -> pd.DataFrame:
     """GPU activity (trace.gpu's rows) with `category`, `library` and launching `op`/`top_op`;
     built once per trace (the tables and the dominance rule use it)."""
-    cached = trace.cache.get("gpu_with_category")
-    if cached is None:
-        gpu = trace.gpu
-        ops = launching_ops(trace) if not gpu.empty else pd.DataFrame({"op": [], "top_op": []})
-        category, library = classify_codes(gpu["name"], gpu["cat"], ops["op"])
-        cached = trace.cache["gpu_with_category"] = pd.DataFrame(
-            {"name": gpu["name"].cat.remove_unused_categories(),
-             # categoricals over the fixed lists: the tables group by their codes
-             "category": pd.Categorical.from_codes(category, categories=CATEGORIES),
-             "library": pd.Categorical.from_codes(library, categories=LIBRARIES),
-             "dur": gpu["dur"].to_numpy(),
-             "op": ops["op"].to_numpy(), "top_op": ops["top_op"].to_numpy()}, index=gpu.index)
-    return cached
+    return trace.derived("gpu_with_category", _gpu_with_category)
+
+
+def _gpu_with_category(trace: Trace) -> pd.DataFrame:
+    gpu = trace.gpu
+    ops = launching_ops(trace) if not gpu.empty else pd.DataFrame({"op": [], "top_op": []})
+    category, library = classify_codes(gpu["name"], gpu["cat"], ops["op"])
+    return pd.DataFrame(
+        {"name": gpu["name"].cat.remove_unused_categories(),
+         # categoricals over the fixed lists: the tables group by their codes
+         "category": pd.Categorical.from_codes(category, categories=CATEGORIES),
+         "library": pd.Categorical.from_codes(library, categories=LIBRARIES),
+         "dur": gpu["dur"].to_numpy(),
+         "op": ops["op"].to_numpy(), "top_op": ops["top_op"].to_numpy()}, index=gpu.index)
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:

@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import exact_sums
-from .kernels import gpu_with_category
+from .intervals import group_totals
+from .kernels import gpu_with_category, launching_ops
 from .links import gpu_launches
 from .tree import host_tree
 
@@ -164,31 +164,25 @@ _GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.I)
 
 def _launching_ops(trace: Trace, picked: np.ndarray) -> np.ndarray:
     """Row label of the op whose types describe each picked GPU activity (positions in
-    trace.gpu): the innermost op holding its launch call when that op states a type, else the
-    nearest enclosing GEMM/conv op; -1 when there is none, and for graph replays."""
-    links = gpu_launches(trace).iloc[picked]
-    out = np.full(len(picked), -1, dtype=np.int64)
-    launch = links["launch_row"].to_numpy()
+    trace.gpu): the innermost op holding its launch call (kernels.launching_ops) when that op
+    states a type, else the nearest enclosing GEMM/conv op; -1 when there is none, and for graph
+    replays."""
+    innermost = launching_ops(trace)["op_node"].to_numpy()[picked]
+    launch = gpu_launches(trace)["launch_row"].to_numpy()[picked]
     ev = trace.events
-    ok = launch >= 0
+    ok = innermost >= 0
     if ok.any():  # graph launches, by name code (each distinct name tested once)
         graph = np.array([bool(_GRAPH_LAUNCH.search(str(n))) for n in ev["name"].cat.categories] + [False])
         codes = ev["name"].cat.codes.to_numpy()[ev.index.get_indexer(launch[ok])]
         ok[np.flatnonzero(ok)[graph[codes]]] = False
+    out = np.full(len(picked), -1, dtype=np.int64)
     if not ok.any():
         return out
     tree = host_tree(trace)
-    if not len(tree):
-        return out
-    node = tree.enclosing(links["rank"].to_numpy()[ok], links["pid"].to_numpy()[ok],
-                          links["tid"].to_numpy()[ok], links["launch_ts"].to_numpy()[ok],
-                          links["launch_end"].to_numpy()[ok])
+    innermost = innermost[ok]
     typed, matmul = _node_flags(trace, tree)
-    # The innermost op: the enclosing node, or its nearest op ancestor (a node may be an annotation).
-    innermost = np.where(node >= 0, np.where(tree.is_op[np.maximum(node, 0)], node,
-                                             tree.nearest(tree.is_op)[np.maximum(node, 0)]), -1)
-    chosen = np.where((innermost >= 0) & typed[np.maximum(innermost, 0)], innermost, -1)
-    climb = np.flatnonzero((chosen < 0) & (innermost >= 0))
+    chosen = np.where(typed[innermost], innermost, -1)
+    climb = np.flatnonzero(chosen < 0)
     if len(climb):
         nearest_matmul = tree.nearest(matmul & typed)
         start = innermost[climb]
@@ -215,21 +209,5 @@ def _node_flags(trace: Trace, tree) -> tuple[np.ndarray, np.ndarray]:
 def precision_summary(table: pd.DataFrame) -> pd.DataFrame:
     """GEMM/conv kernel time per (dtype, source): columns dtype, source, count, total_us; most
     time first."""
-    out = group_time(table, ["dtype", "source"])
+    out = group_totals(table, ["dtype", "source"])
     return out.sort_values(["total_us", "dtype"], ascending=[False, True], kind="stable").reset_index(drop=True)
-
-
-def group_time(table: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """count and total_us (exactly rounded) of `dur` per distinct combination of `keys`, with
-    numpy (a pandas groupby costs milliseconds on a few thousand rows)."""
-    if table.empty:
-        return pd.DataFrame(columns=keys + ["count", "total_us"])
-    codes, uniques = zip(*(pd.factorize(table[k].to_numpy()) for k in keys))
-    key = np.zeros(len(table), dtype=np.int64)
-    for c, u in zip(codes, uniques):
-        key = key * len(u) + c
-    groups, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    out = pd.DataFrame({k: np.asarray(u, dtype=object)[c[first]] for k, c, u in zip(keys, codes, uniques)})
-    out["count"] = np.bincount(inverse).astype(np.int64)
-    out["total_us"] = exact_sums(inverse, len(groups), total=table["dur"].to_numpy(float))["total"]
-    return out

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import exact_sums
+from .intervals import group_totals
 from .links import LAUNCH_CATS, gpu_launches
 from .sites import sites
 from .tree import covered, host_tree, iterations, outermost, sums_inside
@@ -97,15 +97,15 @@ def sync_points(trace: Trace) -> pd.DataFrame:
 def device_ranks(trace: Trace) -> set[int]:
     """Ranks with GPU activity or CUDA/HIP runtime calls: where a read can wait for a device
     (found once per trace, by category code)."""
-    cached = trace.cache.get("device_ranks")
-    if cached is None:
-        ev = trace.events
-        cats = ev["cat"].cat.categories
-        wanted = np.flatnonzero(cats.isin(LAUNCH_CATS))
-        on = np.isin(ev["cat"].cat.codes.to_numpy(), wanted) if len(wanted) else np.zeros(len(ev), bool)
-        cached = trace.cache["device_ranks"] = (set(np.unique(ev["rank"].to_numpy()[on]).tolist())
-                                                | set(np.unique(trace.gpu["rank"].to_numpy()).tolist()))
-    return cached
+    return trace.derived("device_ranks", _device_ranks)
+
+
+def _device_ranks(trace: Trace) -> set[int]:
+    ev = trace.events
+    wanted = np.flatnonzero(ev["cat"].cat.categories.isin(LAUNCH_CATS))
+    on = np.isin(ev["cat"].cat.codes.to_numpy(), wanted) if len(wanted) else np.zeros(len(ev), bool)
+    return (set(np.unique(ev["rank"].to_numpy()[on]).tolist())
+            | set(np.unique(trace.gpu["rank"].to_numpy()).tolist()))
 
 
 def split_host_reads(trace: Trace, points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -260,9 +260,8 @@ class SyncSummary:
 
 
 def sync_summary(points: pd.DataFrame) -> SyncSummary:
-    """Counts per kind, per (kind, site) with host time, and per (iteration, kind). Grouped with
-    numpy (factorized keys, bincount): a pandas groupby costs milliseconds even on a few rows,
-    and every analysis makes two summaries (sync points, host reads)."""
+    """Counts per kind, per (kind, site) with host time, and per (iteration, kind) (grouped with
+    numpy: every analysis makes two summaries, sync points and host reads)."""
     by_kind = {k: 0 for k in KINDS}
     if points.empty:
         return SyncSummary(0, by_kind, pd.DataFrame({"kind": pd.Series(dtype=object),
@@ -272,25 +271,10 @@ def sync_summary(points: pd.DataFrame) -> SyncSummary:
                            pd.DataFrame({"iteration": pd.Series(dtype=np.int64),
                                          "kind": pd.Series(dtype=object),
                                          "count": pd.Series(dtype=np.int64)}))
-    kind_code, kinds = pd.factorize(points["kind"].to_numpy(), sort=False)
-    site_code, site_names = pd.factorize(points["site"].to_numpy(), sort=False)
-    counts = np.bincount(kind_code, minlength=len(kinds))
-    by_kind.update({str(k): int(c) for k, c in zip(kinds, counts)})
-    pair, inverse = np.unique(kind_code * len(site_names) + site_code, return_inverse=True)
-    dur = points["dur"].to_numpy(float)
-    sites = pd.DataFrame({"kind": kinds[pair // len(site_names)].astype(object),
-                          "site": site_names[pair % len(site_names)].astype(object),
-                          "count": np.bincount(inverse).astype(np.int64),
-                          "total_us": exact_sums(inverse, len(pair), total_us=dur)["total_us"]})
-    sites = sites.sort_values(["count", "total_us", "kind", "site"], ascending=[False, False, True, True],
-                              kind="stable").reset_index(drop=True)
-    iteration = points["iteration"].to_numpy(np.int64)
-    it_values, it_code = np.unique(iteration, return_inverse=True)
-    kind_order = np.argsort(kinds.astype(str))  # (iteration, kind) rows sorted by both
-    rank_of_kind = np.empty(len(kinds), dtype=np.int64)
-    rank_of_kind[kind_order] = np.arange(len(kinds))
-    key, n = np.unique(it_code * len(kinds) + rank_of_kind[kind_code], return_counts=True)
-    per_it = pd.DataFrame({"iteration": it_values[key // len(kinds)],
-                           "kind": kinds[kind_order][key % len(kinds)].astype(object),
-                           "count": n.astype(np.int64)})
+    by_kind.update({str(k): int(c) for k, c in points["kind"].value_counts(sort=False).items()})
+    sites = group_totals(points, ["kind", "site"]).sort_values(
+        ["count", "total_us", "kind", "site"], ascending=[False, False, True, True],
+        kind="stable").reset_index(drop=True)
+    per_it = (group_totals(points, ["iteration", "kind"])[["iteration", "kind", "count"]]
+              .sort_values(["iteration", "kind"], kind="stable").reset_index(drop=True))
     return SyncSummary(int(len(points)), by_kind, sites, per_it)

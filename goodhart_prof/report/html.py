@@ -72,16 +72,11 @@ def duration_sig(us: Any) -> str:
 
 
 # -- entry point ------------------------------------------------------------------------------
-def check_target(path: str | Path, force: bool = False) -> Path:
-    """Refuse to replace an existing file unless forced (called early by the CLI, before the work)."""
-    return refuse_overwrite(path, force)
-
-
 def write_html(analysis, path: str | Path, force: bool = False) -> Path:
     """Write the report for `analysis` to `path` (temp file + rename); returns the path."""
     from ..fileio import atomic_path
 
-    path = check_target(path, force)
+    path = refuse_overwrite(path, force)
     page = render_html(analysis)
     try:
         with atomic_path(path) as tmp:

@@ -65,32 +65,32 @@ def _kernels(a, console: Console, top: int) -> None:
 
 
 def _syncs(a, console: Console, top: int) -> None:
-    s = a.syncs
+    s, reads = a.syncs, a.reads
     console.print()
-    reads = a.reads
     if reads is not None and reads.total:
-        kinds = ", ".join(f"{k} {v}" for k, v in reads.by_kind.items() if v)
-        console.print(f"[bold]Host reads[/bold] on CPU-only rank(s): {reads.total} ({kinds}). On the "
-                      "CPU they wait for nothing; each would be a sync point with the tensors on a GPU.")
-        table = make_table("by site", "site", "kind", "count", "host time", right=(2, 3))
-        for r in reads.sites.head(top).itertuples():
-            table.add_row(short(r.site, 110), r.kind, f"{r.count:,}", duration(r.total_us))
-        console.print(table)
+        _by_site(console, reads, top, "[bold]Host reads[/bold] on CPU-only rank(s)", "host time",
+                 ". On the CPU they wait for nothing; each would be a sync point with the tensors "
+                 "on a GPU.")
         if not s.total:
             return
     if not s.total:
         console.print("[bold]Sync points[/bold]: none (the host never waited for the device)")
         return
-    kinds = ", ".join(f"{k} {v}" for k, v in s.by_kind.items() if v)
-    console.print(f"[bold]Sync points[/bold]: {s.total} ({kinds})")
-    table = make_table("by site", "site", "kind", "count", "host wait", right=(2, 3))
-    for r in s.sites.head(top).itertuples():
-        table.add_row(short(r.site, 110), r.kind, f"{r.count:,}", duration(r.total_us))
-    console.print(table)
+    _by_site(console, s, top, "[bold]Sync points[/bold]", "host wait")
     per_it = s.per_iteration
     if per_it is not None and not per_it.empty and (per_it["iteration"] >= 0).any():
         counts = per_it[per_it["iteration"] >= 0].groupby("iteration")["count"].sum()
         console.print("per iteration: " + ", ".join(f"#{int(i)}: {int(c)}" for i, c in counts.items()))
+
+
+def _by_site(console: Console, summary, top: int, label: str, time_label: str, note: str = "") -> None:
+    """A sync summary (sync points or host reads): total per kind, then the top sites."""
+    kinds = ", ".join(f"{k} {v}" for k, v in summary.by_kind.items() if v)
+    console.print(f"{label}: {summary.total} ({kinds}){note}")
+    table = make_table("by site", "site", "kind", "count", time_label, right=(2, 3))
+    for r in summary.sites.head(top).itertuples():
+        table.add_row(short(r.site, 110), r.kind, f"{r.count:,}", duration(r.total_us))
+    console.print(table)
 
 
 def _burstiness(a, console: Console) -> None:

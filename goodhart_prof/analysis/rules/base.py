@@ -55,7 +55,8 @@ class Threshold:
     reason: str
 
 
-_BACKWARD = re.compile(r"autograd::engine|Backward", re.I)
+# Autograd's backward ops (also what eager_update counts as the backward pass).
+BACKWARD = re.compile(r"autograd::engine|Backward", re.I)
 
 
 class Need(enum.Enum):
@@ -80,7 +81,7 @@ class Need(enum.Enum):
         # forward kernel can be named `...Backward...` by a library, and an inference trace has
         # no autograd engine).
         names = ev["name"].cat.categories[host].astype(str)
-        return bool(names.str.contains(_BACKWARD).any())
+        return bool(names.str.contains(BACKWARD).any())
 
     @property
     def absent(self) -> str:

@@ -9,7 +9,7 @@ import pandas as pd
 from ...trace.model import rows_named
 from ..links import gpu_launches
 from ..tree import launched_inside
-from .base import Context, Finding, Need, Rule, Threshold
+from .base import BACKWARD, Context, Finding, Need, Rule, Threshold
 
 _FUSED_OPT = re.compile(r"fused_adam|FusedAdam|_fused_adamw?_|fused_sgd|FusedSgd|fused_adagrad|"
                         r"FusedAdagrad", re.I)
@@ -56,7 +56,6 @@ UNFUSED_ADAM = Rule(
                                          "fewer than 4 is a fused step, or one that runs on the host")})
 
 _COMPILED_BACKWARD = "CompiledFunctionBackward"
-_BACKWARD = re.compile(r"autograd::engine|Backward", re.I)
 _ACCUMULATE = re.compile(r"AccumulateGrad")
 
 
@@ -66,7 +65,7 @@ def _eager_update(ctx: Context) -> Finding | None:
         return None
     ev = ctx.trace.events
     names = pd.Series(ev["name"].cat.categories.astype(str))
-    backward = names[names.str.contains(_BACKWARD) & ~names.str.contains(_ACCUMULATE)]
+    backward = names[names.str.contains(BACKWARD) & ~names.str.contains(_ACCUMULATE)]
     if backward.empty or backward.str.contains(_COMPILED_BACKWARD).any():
         return None
     count = int(ev["name"].isin(backward.tolist()).sum())

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ...trace.model import rows_named
 from ..hostops import inside_torch_annotation, top_level_ops
-from ..tree import between
+from ..tree import between, host_tree
 
 if TYPE_CHECKING:
     from .base import Context
@@ -45,18 +45,19 @@ def sync_origin(ctx: "Context") -> pd.DataFrame:
         return sp.assign(internal=np.zeros(0, dtype=bool), grad_clip=np.zeros(0, dtype=bool))
     trace = ctx.trace
     ev = trace.events
-    ops = top_level_ops(trace)
     rows = sp.assign(end=sp["ts"] + sp["dur"])
     torch_own = inside_torch_annotation(trace, rows)
-    is_nested = np.zeros(int(max(ev.index.max(), sp["row"].max())) + 1, dtype=bool)
-    is_nested[ops.index.to_numpy()[~ops["top"].to_numpy()]] = True
-    nested = is_nested[sp["row"].to_numpy()]
+    tree = host_tree(trace)
+    node = tree.nodes(sp["row"].to_numpy())  # -1: a runtime call or device event, not an op
+    nested = np.zeros(len(sp), dtype=bool)  # an op under another op
+    nested[node >= 0] = tree.top_op[node[node >= 0]] != node[node >= 0]
     cpu_only = ~sp["rank"].isin(ctx.device_ranks).to_numpy()
     scalar = sp["kind"].isin(["item", "is_nonzero"]).to_numpy()
     internal = torch_own | (cpu_only & nested & scalar)
     readback = sp["kind"].isin(READBACK_KINDS).to_numpy() & ~internal
     grad_clip = np.zeros(len(sp), dtype=bool)
     if readback.any():
+        ops = top_level_ops(trace)
         norms = ops[ops["name"].isin(GRAD_NORM_OPS).to_numpy()]
         norms = norms[~inside_torch_annotation(trace, norms)]
         steps = ev.iloc[rows_named(ev, _ANY_OPT_STEP, ("user_annotation", "cpu_op"))]  # cpu_op: 2021

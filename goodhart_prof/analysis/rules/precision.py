@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..precision import FULL_PRECISION, LOW_PRECISION, group_time, kernel_precision, precision_summary
+from ..intervals import group_totals
+from ..precision import FULL_PRECISION, LOW_PRECISION, kernel_precision, precision_summary
 from .base import Context, Finding, Need, Rule, Threshold
 
 TOP_KERNELS = 5
@@ -52,7 +53,7 @@ def _by_dtype(table: pd.DataFrame) -> dict[str, dict]:
 
 def _top_kernels(table: pd.DataFrame) -> list[dict]:
     """The GEMM/conv kernels with the most time, each with its dtype, source and launching op."""
-    grouped = group_time(table, ["name", "dtype", "source", "op"])
+    grouped = group_totals(table, ["name", "dtype", "source", "op"])
     grouped = grouped.sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
     return [{"name": r.name, "dtype": r.dtype, "source": r.source, "op": r.op, "count": int(r.count),
              "total_us": round(float(r.total_us), 3)}

@@ -72,27 +72,37 @@ class HostTree:
         climb parents until one reaches end (a parent is the latest earlier node reaching
         further, so the first found is the latest)."""
         rank, pid, tid = (np.asarray(x, dtype=np.int64) for x in (rank, pid, tid))
-        ts, end = np.asarray(ts, dtype=float), np.asarray(end, dtype=float)
+        ts = np.asarray(ts, dtype=float)
         out = np.full(len(ts), -1, dtype=np.int64)
         keys = pd.DataFrame({"rank": rank, "pid": pid, "tid": tid})
         for key, pos in thread_groups(keys).items():
-            span = self.threads.get(key)
-            if span is None:
-                continue
-            lo, hi = span
-            out[pos] = lo + np.searchsorted(self.ts[lo:hi], ts[pos], side="right") - 1
-            out[pos[out[pos] < lo]] = -1
-        return climb(out, end, self.end, self.parent)
+            out[pos] = self._latest_starting(key, ts[pos])
+        return climb(out, np.asarray(end, dtype=float), self.end, self.parent)
 
     def enclosing_on(self, key: tuple[int, int, int], ts: np.ndarray, end: np.ndarray) -> np.ndarray:
         """`enclosing` for intervals all on one thread (no grouping needed)."""
+        start = self._latest_starting(key, np.asarray(ts, dtype=float))
+        return climb(start, np.asarray(end, dtype=float), self.end, self.parent)
+
+    def _latest_starting(self, key: tuple[int, int, int], ts: np.ndarray) -> np.ndarray:
+        """The latest node of the thread starting at or before each ts (-1: none)."""
         span = self.threads.get(key)
         if span is None:
             return np.full(len(ts), -1, dtype=np.int64)
         lo, hi = span
         start = lo + np.searchsorted(self.ts[lo:hi], ts, side="right") - 1
         start[start < lo] = -1
-        return climb(start, np.asarray(end, dtype=float), self.end, self.parent)
+        return start
+
+    def innermost_op(self, nodes: np.ndarray) -> np.ndarray:
+        """Each node if it is a cpu op, else its nearest cpu-op ancestor (-1: none, or node -1).
+        Climbs only from the annotations among `nodes` (usually a step or two)."""
+        out = np.asarray(nodes, dtype=np.int64).copy()
+        up = (out >= 0) & ~self.is_op[np.maximum(out, 0)]
+        while up.any():
+            out[up] = self.parent[out[up]]
+            up = (out >= 0) & ~self.is_op[np.maximum(out, 0)]
+        return out
 
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """For each node, the nearest ancestor where mask is true (-1: none). One pass per depth
