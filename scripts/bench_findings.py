@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Findings on real traces: how often the analyzer's rules are right, against hand-made labels.
 
-Runs `analyze` on every labelled trace (tests/data/findings_labels.json, paths under
-../shared/traces; a path under tests/data is used when shared/ is absent), prints each trace's
+Runs `analyze` on every labelled trace (tests/data/findings_labels.json, paths relative to
+tests/data, which holds copies of ../shared/traces; ../shared/traces is the fallback), prints each trace's
 findings and rules not judged, and scores every label:
 
 - expected and fired: true positive;  expected, silent: false negative (missed)
@@ -34,7 +34,7 @@ def labelled_traces() -> dict[str, dict[str, list[str]]]:
 
 
 def resolve(rel: str) -> Path | None:
-    for base in (SHARED, LOCAL):
+    for base in (LOCAL, SHARED):  # the repository's copies first
         if (base / rel).exists():
             return base / rel
     return None

@@ -10,7 +10,7 @@ import pytest
 from helpers import clean_env, error_lines, run_cmd
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = Path(__file__).resolve().parent / "data"  # copies of ../shared/traces (tests/data/SOURCES.md)
 REQUIRED = {"schema", "trace", "gpu", "kernels", "categories", "sync_points", "burstiness", "phases",
             "findings"}
 

@@ -16,7 +16,7 @@ from goodhart_prof.analysis.gpu_time import gpu_time
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = Path(__file__).resolve().parent / "data"  # copies of ../shared/traces (tests/data/SOURCES.md)
 ALL_TRACES = {
     "tracelens/h100_owlv2_inference.json.gz": DATA / "tracelens" / "h100_owlv2_inference.json.gz",
     "hta/v100_ddp_rank1.json.gz": DATA / "hta" / "v100_ddp_rank1.json.gz",

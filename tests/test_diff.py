@@ -18,7 +18,7 @@ from goodhart_prof.trace.load import load
 DATA = Path(__file__).parent / "data"
 H100 = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
 V100 = DATA / "hta" / "v100_ddp_rank1.json.gz"
-DLRM = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "param" / "dlrm_8rank"
+DLRM = Path(__file__).resolve().parent / "data" / "param" / "dlrm_8rank"  # a copy of ../shared/traces
 TABLES = ("categories", "kernels", "sync_kinds", "sync_sites", "devices", "phases")
 
 

@@ -10,7 +10,8 @@ from goodhart_prof.trace.load import load
 from test_syncs import X, ann, kernel, load_events, op, rt
 from test_taxonomy import _launch
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+# Copies of the real traces of ../shared/traces (tests/data/SOURCES.md), same relative paths.
+SHARED = Path(__file__).resolve().parent / "data"
 
 
 def dominant(trace):

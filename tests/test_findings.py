@@ -15,7 +15,7 @@ from goodhart_prof.trace.load import load
 from test_syncs import ann, cuda_item, kernel, load_events, memcpy, op, rt
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = Path(__file__).resolve().parent / "data"  # copies of ../shared/traces (tests/data/SOURCES.md)
 
 
 def rules(trace) -> dict[str, object]:

@@ -1,6 +1,6 @@
 """Findings on real traces recorded by others, against the labels in tests/data/findings_labels.json
 (written by reading each trace): every labelled rule fires where it must and stays silent where
-it must not. Traces missing here (../shared absent, no copy in tests/data) are skipped."""
+it must not. The traces are the copies in tests/data."""
 from __future__ import annotations
 
 import sys
@@ -17,7 +17,7 @@ TRACES = labelled_traces()
 @pytest.mark.parametrize("rel", sorted(TRACES))
 def test_labelled_findings_are_right(rel):
     if resolve(rel) is None:
-        pytest.skip(f"{rel}: not in ../shared/traces nor tests/data")
+        pytest.fail(f"{rel}: not in tests/data")
     result = score({rel: TRACES[rel]})
     wrong = [f"{r['rule']}: {r['verdict']} ({r['label']}: {r['reason']}; got {r['title']!r})"
              for r in result["rows"] if r["verdict"] in ("FP", "FN")]

@@ -20,7 +20,7 @@ from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
 H100 = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = Path(__file__).resolve().parent / "data"  # copies of ../shared/traces (tests/data/SOURCES.md)
 # Every trace in shared/traces: the fixture copy where tests/data has one, else shared/ in place.
 ALL_TRACES = {
     "tracelens/h100_owlv2_inference.json.gz": H100,

@@ -16,7 +16,8 @@ from goodhart_prof.analysis.rules.utilization import idle_fix, short_cause
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+# Copies of the real traces of ../shared/traces (tests/data/SOURCES.md), same relative paths.
+SHARED = Path(__file__).resolve().parent / "data"
 OWL = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
 DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 

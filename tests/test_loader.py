@@ -13,7 +13,7 @@ from goodhart_prof.analysis.links import gpu_launches
 from goodhart_prof.trace.load import TraceError, load
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = Path(__file__).resolve().parent / "data"  # copies of ../shared/traces (tests/data/SOURCES.md)
 
 
 def need(path: Path) -> Path:

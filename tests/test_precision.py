@@ -13,7 +13,8 @@ from goodhart_prof.analysis.precision import kernel_name_dtype, kernel_precision
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+# Copies of the real traces of ../shared/traces (tests/data/SOURCES.md), same relative paths.
+SHARED = Path(__file__).resolve().parent / "data"
 BF16, FP32 = ["c10::BFloat16", "c10::BFloat16"], ["float", "float"]
 
 

@@ -1,5 +1,5 @@
-"""Every sync point on the real traces in ../shared/traces, explained: counts per kind and where
-they come from, read off each trace (skipped where ../shared is absent)."""
+"""Every sync point on the real traces recorded by others (tests/data: copies of ../shared/traces),
+explained: counts per kind and where they come from, read off each trace."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,8 @@ import pytest
 from goodhart_prof.analysis import analyze
 from goodhart_prof.trace.load import load
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+# Copies of the real traces of ../shared/traces (tests/data/SOURCES.md), same relative paths.
+SHARED = Path(__file__).resolve().parent / "data"
 
 # trace -> ({kind: count}, {kind: a substring of its top site}, why)
 EXPECTED = {
@@ -65,7 +66,7 @@ EXPECTED = {
 def test_sync_points_of_real_traces(rel):
     path = SHARED / rel
     if not path.exists():
-        pytest.skip(f"{path} not found (../shared/traces is beside the repository only)")
+        pytest.fail(f"{path} missing from tests/data")
     counts, sites, _why = EXPECTED[rel]
     a = analyze(load(path, progress=False))
     assert {k: v for k, v in a.syncs.by_kind.items() if v} == counts

@@ -16,7 +16,7 @@ from goodhart_prof.analysis.syncs import KINDS, sync_points, sync_summary
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = Path(__file__).resolve().parent / "data"  # copies of ../shared/traces (tests/data/SOURCES.md)
 
 GPU_PID, STREAM = 0, 7
 

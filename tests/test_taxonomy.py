@@ -11,7 +11,8 @@ from goodhart_prof.analysis.kernels import (CATEGORIES, LIBRARIES, category_tabl
 from goodhart_prof.trace.load import load
 from test_syncs import X, ann, kernel, load_events, op, rt
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+# Copies of the real traces of ../shared/traces (tests/data/SOURCES.md), same relative paths.
+SHARED = Path(__file__).resolve().parent / "data"
 # Every trace in ../shared/traces (a folder of ranks counts as one trace).
 SHARED_TRACES = [
     "tracelens/h100_owlv2_inference.json.gz", "tracelens/h100_bert_small_inference.json.gz",

@@ -28,7 +28,7 @@ from trainer.ppo import clip_grad_norm_no_sync
 from trainer.train import Trainer
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+SHARED = Path(__file__).resolve().parent / "data"  # copies of ../shared/traces (tests/data/SOURCES.md)
 PLANTED = Path(antipatterns.__file__).resolve()
 
 # Tiny config: 8 env steps per rollout, 1 epoch x 2 minibatches; two traced iterations.
