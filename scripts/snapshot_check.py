@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gitrev import worktree_at
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -77,20 +79,13 @@ def record(inputs: list[Path]) -> dict[str, dict]:
 
 def record_at(rev: str, inputs: list[Path]) -> dict[str, dict]:
     """The outputs of the code at `rev`: a temporary worktree, this script run there."""
-    with tempfile.TemporaryDirectory(prefix="snapshot-") as tmp:
-        tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
-                       check=True)
-        try:
-            out = Path(tmp) / "base.json"
-            env = dict(os.environ, PYTHONPATH=str(tree))
-            args = [sys.executable, str(Path(__file__).resolve()), "--write", str(out),
-                    "--code", str(tree), "--inputs", *map(str, inputs)]
-            subprocess.run(args, check=True, env=env, cwd=tree)
-            return json.loads(out.read_text())
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                           check=False)
+    with worktree_at(rev) as tree, tempfile.TemporaryDirectory(prefix="snapshot-") as tmp:
+        out = Path(tmp) / "base.json"
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        args = [sys.executable, str(Path(__file__).resolve()), "--write", str(out),
+                "--code", str(tree), "--inputs", *map(str, inputs)]
+        subprocess.run(args, check=True, env=env, cwd=tree)
+        return json.loads(out.read_text())
 
 
 def first_differences(a, b, where: str = "", limit: int = 5) -> list[str]:
