@@ -54,12 +54,13 @@ def _main_thread(rank, device_pid, device_tid, tree, known) -> tuple[int, int]:
     if not known:
         return -1, -1
     ok = device_pid >= 0
-    if ok.any():
-        counts = pd.Series(1, index=pd.MultiIndex.from_arrays([device_pid[ok], device_tid[ok]]))
-        counts = counts.groupby(level=[0, 1]).sum().sort_values(ascending=False, kind="stable")
-        for key in counts.index:
-            if tuple(int(k) for k in key) in known:
-                return tuple(int(k) for k in key)
+    if ok.any():  # launch threads, most launches first (ties: lowest pid, tid)
+        pairs, counts = np.unique(np.stack((device_pid[ok], device_tid[ok]), axis=1), axis=0,
+                                  return_counts=True)
+        for i in np.argsort(-counts, kind="stable").tolist():
+            key = (int(pairs[i, 0]), int(pairs[i, 1]))
+            if key in known:
+                return key
     sizes = {(p, t): tree.threads[(rank, p, t)][1] - tree.threads[(rank, p, t)][0] for p, t in known}
     return max(sorted(sizes), key=lambda k: sizes[k])
 

@@ -138,7 +138,8 @@ def _kernel_precision(trace: Trace) -> pd.DataFrame:
     op_type = np.full(len(names), "unknown", dtype=object)
     if has_op.any():
         at = ev.index.get_indexer(op_rows[has_op])
-        op_name[has_op] = ev["name"].to_numpy()[at].astype(str)
+        names_of = np.asarray(ev["name"].cat.categories, dtype=object)  # not a string per row
+        op_name[has_op] = [str(n) for n in names_of[ev["name"].cat.codes.to_numpy()[at]]]
         op_type[has_op] = _dtypes_of(ev["input_types"].iloc[at])
     from_op = op_type != "unknown"
     dtype = np.where(from_op, op_type, name_dtype)

@@ -147,7 +147,10 @@ class Trace:
         """GPU activity: kernels, memcpys and memsets (selected once, then cached)."""
         gpu = self.cache.get("gpu")
         if gpu is None:
-            gpu = self.cache["gpu"] = self.events[self.events["cat"].isin(GPU_ACTIVITY_CATS)]
+            cat = self.events["cat"]  # matched on the few categories, then rows by code
+            wanted = np.flatnonzero(cat.cat.categories.isin(GPU_ACTIVITY_CATS))
+            rows = np.flatnonzero(np.isin(cat.cat.codes.to_numpy(), wanted))
+            gpu = self.cache["gpu"] = self.events.iloc[rows]
         return gpu
 
     @property
