@@ -122,6 +122,23 @@ def test_string_pids_and_tids_get_stable_ids(tmp_path):
     assert ev.loc["PyTorch Profiler (0)", "pid"] < 0 and ev.loc["PyTorch Profiler (0)", "tid"] < 0
 
 
+@pytest.mark.parametrize("odd", [None, 2.0, 2.5, "7"], ids=["ints", "integral-float", "float", "numeric-str"])
+def test_id_columns_agree_with_the_row_by_row_definition(odd):
+    """pid/tid: all ints but a tail of string ids (Kineto's last event) take the C-level path;
+    a float or a numeric string among the ints takes the slower one; both give `_int_id`."""
+    from goodhart_prof.trace.decode import Complete
+    from goodhart_prof.trace.tables import _id_column, _int_id
+    pids = [5, 1 << 40, 5, 9] + ([odd] if odd is not None else []) + [3, "Spans", "Spans", "x"]
+    xs = [Complete(cat="cpu_op", name="a", pid=p, tid=0, ts=float(i), dur=1.0) for i, p in enumerate(pids)]
+    names: dict = {}
+    expected = [_int_id(p, names) for p in pids]
+    got = _id_column(xs, "pid", {}).tolist()
+    assert got == expected
+    assert got[-3] == got[-2] < 0 and got[-1] < 0 and got[-1] != got[-2]
+    if odd in (2.0, 2.5):  # a float id is a name of its own (not the int it equals)
+        assert got[4] < 0
+
+
 def test_malformed_events_are_skipped_and_counted(tmp_path):
     doc = {"traceEvents": [kernel(1, 2, 1), {"ph": "X", "cat": "kernel", "name": "bad", "ts": "soon"},
                            {"ph": "X", "cat": "kernel", "name": "no ts", "pid": 0, "tid": 7},
