@@ -51,7 +51,7 @@ from benchlib import ForeignLoad, device_name, sync
 from trainer.config import ConfigError, build_config, to_dict
 from trainer.env import GoodhartGridWorld
 from trainer.ppo import N_UPDATE_STATS, Minibatch, clip_grad_norm_no_sync
-from trainer.train import Trainer, global_mean_returns
+from trainer.train import Trainer, sum_across_ranks
 
 VARIANTS = ("nohook", "nohook2", "off", "lite", "full")  # nohook2: A/A control, same code
 TARGETS = {"lite": 1.25, "full": 3.0}
@@ -96,7 +96,7 @@ def run_iteration_nohook(tr: Trainer, it: int, logger=None) -> None:
         tr.state, tr.obs = res.state, res.obs
     last_value = tr.act_fn(tr.obs).value
     advantages, returns = tr.gae_fn(buf.rewards, buf.values, buf.dones, last_value)
-    tr.policy.value_head.update_stats(global_mean_returns(returns))
+    tr.policy.value_head.update_stats(returns, sum_across_ranks)
     update_stats = ppo_update_nohook(tr.loss_fn, tr.params, tr.optimizer, buf, advantages, returns,
                                      cfg.epochs, cfg.minibatches, cfg.max_grad_norm)
     tr.state, episode = GoodhartGridWorld.drain_stats(tr.state)

@@ -9,6 +9,8 @@ from typing import Any
 
 from goodhart_prof.settings import DEFAULT_OUTPUT_DIR
 
+POPART_BETA = 0.1  # the default, here only (trainer/policy.py PopArtValueHead gives the reason)
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
@@ -84,8 +86,9 @@ class Config:
     """Channels of the first convolution (the second has twice as many)."""
     value_head: str = "plain"
     """`plain` or `popart` (normalised targets); both share one interface, no branch in the update."""
-    popart_beta: float = 3e-4
-    """PopArt running-statistics step size."""
+    popart_beta: float = POPART_BETA
+    """PopArt statistics step per iteration: after 1/beta iterations, an average over about the
+    last 1/beta (trainer/policy.py PopArtValueHead gives the reason for 0.1)."""
 
     # --- speed -------------------------------------------------------------------------------
     amp: str = "auto"
@@ -112,6 +115,8 @@ class Config:
                 raise ConfigError(f"{name} must be auto, on or off, not {getattr(self, name)!r}")
         if self.value_head not in ("plain", "popart"):
             raise ConfigError(f"value_head must be plain or popart, not {self.value_head!r}")
+        if not 0.0 < self.popart_beta <= 1.0:
+            raise ConfigError(f"popart_beta must be in (0, 1], not {self.popart_beta}")
         if self.view_size % 2 == 0 or self.view_size < 3:
             raise ConfigError(f"view_size must be odd and >= 3, not {self.view_size}")
         if self.grid_size < 4:

@@ -144,7 +144,7 @@ class Trainer:
                 # The agent is trained on the proxy reward: that is the Goodhart setting.
                 advantages, returns = self.gae_fn(buf.rewards, buf.values, buf.dones, last_value)
             with phase("ppo_update"):
-                self.policy.value_head.update_stats(global_mean_returns(returns))
+                self.policy.value_head.update_stats(returns, sum_across_ranks)
                 update_stats = ppo_update(self.loss_fn, self.params, self.optimizer, buf,
                                           advantages, returns, cfg.epochs, cfg.minibatches,
                                           cfg.max_grad_norm, phase, self.clip_grads)
@@ -210,13 +210,13 @@ class Trainer:
         self.restore(snap)
 
 
-def global_mean_returns(returns: torch.Tensor) -> torch.Tensor:
-    """PopArt statistics must agree across ranks; plain heads ignore this tensor."""
+def sum_across_ranks(x: torch.Tensor) -> torch.Tensor:
+    """`x` summed over all ranks (itself with one rank). Only PopArt calls it: a plain value
+    head needs no collective."""
     if dist.is_available() and dist.is_initialized():
-        returns = returns.clone()
-        dist.all_reduce(returns)
-        returns /= dist.get_world_size()
-    return returns
+        x = x.clone()
+        dist.all_reduce(x)
+    return x
 
 
 def _synchronize(device: torch.device) -> None:
