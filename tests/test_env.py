@@ -10,7 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from trainer.env import (ACTION_DELTAS, DECOY, EMPTY, FOOD, N_STATS, WALL, EnvState,
-                         GoodhartGridWorld)
+                         GoodhartGridWorld, layout_bank_size)
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
 # Deliberately distinct values so a mix-up between them shows.
@@ -403,8 +403,8 @@ def test_final_observation_equals_the_pre_reset_state_on_random_steps():
     # states: every final observation must be the observation of that state.
     n, max_steps = 12, 4
     torch.manual_seed(9)
-    env = make_env(n, 7, view=5, max_steps=max_steps, layout_bank_size=64)
-    unlimited = make_env(n, 7, view=5, max_steps=10**6, layout_bank_size=64)
+    env = make_env(n, 7, view=5, max_steps=max_steps, bank_size=64)
+    unlimited = make_env(n, 7, view=5, max_steps=10**6, bank_size=64)
     state, _ = env.reset()
     truncations = 0
     for k in range(2 * max_steps):
@@ -426,7 +426,7 @@ def test_final_observation_equals_the_pre_reset_state_on_random_steps():
 def test_clocks_are_staggered_evenly_so_truncations_per_step_are_bounded():
     torch.manual_seed(10)
     n, max_steps = 20, 6
-    env = make_env(n, 7, view=5, max_steps=max_steps, layout_bank_size=32)
+    env = make_env(n, 7, view=5, max_steps=max_steps, bank_size=32)
     assert env.max_truncations_per_step == 4  # ceil(20 / 6)
     state, _ = env.reset()
     # Each clock value 0..5 is held by floor(20/6) = 3 or ceil(20/6) = 4 envs.
@@ -442,7 +442,7 @@ def test_clocks_are_staggered_evenly_so_truncations_per_step_are_bounded():
 def test_resets_draw_layouts_from_the_bank():
     torch.manual_seed(11)
     n, max_steps, bank = 16, 3, 8
-    env = make_env(n, 7, view=5, max_steps=max_steps, layout_bank_size=bank)
+    env = make_env(n, 7, view=5, max_steps=max_steps, bank_size=bank)
     assert env.bank_grid.shape == (bank, env.padded, env.padded)
     assert env.bank_pos.shape == (bank, 2)
     for i in range(bank):
@@ -459,6 +459,15 @@ def test_resets_draw_layouts_from_the_bank():
             seen.add(layout)
         state = res.state
     assert len(seen) == bank  # 64 resets drawn uniformly from 8 layouts reach all of them
+
+
+def test_layout_bank_size_scales_with_resets_up_to_a_cap():
+    assert layout_bank_size(128, 64) == 16384   # CPU preset: 128 * 8192 / 64
+    assert layout_bank_size(1, 64) == 128       # one env: 8192 / 64
+    assert layout_bank_size(3, 1000) == 25      # ceil(3 * 8192 / 1000) = ceil(24.576)
+    assert layout_bank_size(8192, 64) == 65536  # CUDA preset: capped
+    env = make_env(3, 7, max_steps=1000)
+    assert env.bank_grid.shape[0] == env.bank_pos.shape[0] == 25
 
 
 def test_first_episode_started_mid_clock_is_not_counted():

@@ -32,13 +32,25 @@ OBS_CHANNELS = (WALL, FOOD, DECOY)  # one observation channel per visible cell t
 N_ACTIONS = 5  # stay, up, down, left, right
 ACTION_DELTAS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
 N_STATS = 4  # episodes finished, sum of their proxy returns, true returns, lengths
-# Layouts generated once per env object. A layout is a padded grid (P*P int8, 289 bytes at the
-# default P = 17) plus an agent position (16 bytes), so the bank takes 5 MB on the device at the
-# default size. 16384 layouts exceed the episodes a default run starts (CPU: ~3,600 in 56
-# iterations of 128 envs; CUDA: 8192 envs start 128 episodes per step), so on CPU almost every
-# episode meets a layout never seen before, and on CUDA each layout recurs only every ~128 steps
-# at a random, different env: far too many to memorise for a policy that sees a 7x7 window.
-LAYOUT_BANK_SIZE = 16384
+# Resets draw layouts from a bank generated once per env object (see `layout_bank_size`).
+LAYOUT_BANK_STEPS = 8192  # as many layouts as the envs start episodes in this many steps
+LAYOUT_BANK_MAX = 65536   # at most this many layouts: 20 MB at the default padded side P = 17
+
+
+def layout_bank_size(n_envs: int, max_episode_steps: int) -> int:
+    """Layouts in the reset bank: ceil(n_envs * LAYOUT_BANK_STEPS / max_episode_steps), at most
+    LAYOUT_BANK_MAX.
+
+    Diversity against memory. A layout takes P*P + 16 bytes (grid in int8, agent position), 305
+    bytes at the default P = 17. The CPU preset (128 envs, 64-step episodes) gets 16384 layouts
+    (5 MB), more than the ~3,600 episodes its 56 iterations start, so nearly every episode meets
+    a layout not seen before. The CUDA preset (8192 envs) starts 8192 episodes per iteration and
+    gets the cap, 65536 layouts (20 MB of device memory): a layout recurs about every 8
+    iterations, in a random env, with items that respawn at random as they are eaten, and the
+    policy only ever sees a 7x7 window of it. A single env (the naive benchmark builds hundreds)
+    gets 128 layouts (39 KB) instead of megabytes.
+    """
+    return min(LAYOUT_BANK_MAX, -(-n_envs * LAYOUT_BANK_STEPS // max_episode_steps))
 
 
 class EnvState(NamedTuple):
@@ -75,7 +87,7 @@ class GoodhartGridWorld:
                  proxy_reward: float = 1.0, food_true_reward: float = 1.0,
                  decoy_true_reward: float = -0.5, device: str | torch.device = "cpu",
                  obs_dtype: torch.dtype = torch.float32,
-                 layout_bank_size: int = LAYOUT_BANK_SIZE):
+                 bank_size: int | None = None):
         self.n_envs, self.size, self.view = n_envs, grid_size, view_size
         self.n_food, self.n_decoy = n_food, n_decoy
         self.wall_density, self.max_steps = wall_density, max_episode_steps
@@ -98,7 +110,9 @@ class GoodhartGridWorld:
         frame = torch.ones(self.padded, self.padded, dtype=torch.int8, device=dev) * WALL
         frame.view(-1)[self.interior_flat] = EMPTY
         self.frame = frame
-        self.bank_grid, self.bank_pos = self._generate_layouts(layout_bank_size)
+        if bank_size is None:
+            bank_size = layout_bank_size(n_envs, max_episode_steps)
+        self.bank_grid, self.bank_pos = self._generate_layouts(bank_size)
 
     @property
     def obs_shape(self) -> tuple[int, int, int]:
