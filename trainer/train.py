@@ -16,9 +16,9 @@ from goodhart_prof.hooks import NoHooks, ProfSettings, make_hooks
 
 from . import antipatterns
 from .config import Config
-from .env import N_ACTIONS, EnvState, GoodhartGridWorld
+from .env import N_ACTIONS, EnvState, GoodhartGridWorld, StepResult
 from .logger import AsyncLogger
-from .policy import ActorCritic, act
+from .policy import ActorCritic, ActOutput, act
 from .ppo import (UPDATE_STAT_NAMES, RolloutBuffer, clip_grad_norm_no_sync, compute_gae, ppo_loss,
                   ppo_update, truncation_values)
 
@@ -161,7 +161,7 @@ class Trainer:
                     logger.submit(it, self.steps_per_iteration, self._metrics(episode, update_stats))
         self.iteration = it + 1
 
-    def store_step(self, t: int, out, res, final_value: torch.Tensor) -> None:
+    def store_step(self, t: int, out: ActOutput, res: StepResult, final_value: torch.Tensor) -> None:
         """Copy step t of the rollout into the buffer (the observation the policy acted on)."""
         buf = self.buf
         buf.obs[t].copy_(self.obs)
