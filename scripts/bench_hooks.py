@@ -85,17 +85,13 @@ def run_iteration_nohook(tr: Trainer, it: int, logger=None) -> None:
     cfg, buf = tr.cfg, tr.buf
     for t in range(cfg.rollout_steps):
         out = tr.act_fn(tr.obs)
-        buf.obs[t].copy_(tr.obs)
         res = tr.env_step(tr.state, out.action)
-        buf.actions[t].copy_(out.action)
-        buf.logprobs[t].copy_(out.logprob)
-        buf.values[t].copy_(out.value)
-        buf.rewards[t].copy_(res.proxy_reward)
-        buf.true_rewards[t].copy_(res.true_reward)
-        buf.dones[t].copy_(res.done)
+        final_value = tr.final_value_fn(res.final_obs, res.truncated)
+        tr.store_step(t, out, res, final_value)
         tr.state, tr.obs = res.state, res.obs
     last_value = tr.act_fn(tr.obs).value
-    advantages, returns = tr.gae_fn(buf.rewards, buf.values, buf.dones, last_value)
+    advantages, returns = tr.gae_fn(buf.rewards, buf.values, buf.terminated, buf.truncated,
+                                    buf.final_values, last_value)
     tr.policy.value_head.update_stats(returns, sum_across_ranks)
     update_stats = ppo_update_nohook(tr.loss_fn, tr.params, tr.optimizer, buf, advantages, returns,
                                      cfg.epochs, cfg.minibatches, cfg.max_grad_norm)

@@ -10,7 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from trainer.env import (ACTION_DELTAS, DECOY, EMPTY, FOOD, N_STATS, WALL, EnvState,
-                         GoodhartGridWorld)
+                         GoodhartGridWorld, layout_bank_size)
 
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
 # Deliberately distinct values so a mix-up between them shows.
@@ -360,6 +360,116 @@ def test_auto_reset_at_max_steps():
     assert torch.equal(drained_state.grid, res2.state.grid)
 
 
+TRUNCATED_7 = ["#######",
+               "#.....#",
+               "#..A..#",
+               "#.....#",
+               "#.F.D.#",
+               "#.....#",
+               "#######"]
+# TRUNCATED_7 after a step DOWN: nothing is eaten, so the layout is known literally.
+TRUNCATED_7_DOWN = ["#######",
+                    "#.....#",
+                    "#.....#",
+                    "#..A..#",
+                    "#.F.D.#",
+                    "#.....#",
+                    "#######"]
+
+
+def test_truncation_reports_the_final_observation_before_the_reset():
+    torch.manual_seed(8)
+    max_steps = 5
+    env = make_env(2, 7, view=5, max_steps=max_steps)
+    state = make_state(env, [TRUNCATED_7, TRUNCATED_7], t=[max_steps - 1, 1])
+    res = env.step(state, torch.tensor([DOWN, DOWN]))
+    # Env 0 hit the time limit: truncated, not terminated (this world has no terminal states).
+    assert res.truncated.tolist() == [True, False]
+    assert res.terminated.tolist() == [False, False]
+    assert res.done.tolist() == [True, False]
+    # Its final observation is the window of the state the step reached, read off the layout;
+    # the returned observation is already that of the next episode's fresh layout.
+    assert torch.equal(res.final_obs[0], expected_obs(TRUNCATED_7_DOWN, 5))
+    assert torch.equal(res.obs, env.observe(res.state.grid, res.state.pos))
+    assert not torch.equal(res.obs[0], res.final_obs[0])
+    assert res.state.t.tolist() == [0, 2]
+    # An env that goes on has its final observation equal to its observation.
+    assert torch.equal(res.final_obs[1], expected_obs(TRUNCATED_7_DOWN, 5))
+    assert torch.equal(res.final_obs[1], res.obs[1])
+
+
+def test_final_observation_equals_the_pre_reset_state_on_random_steps():
+    # The same states and random draws stepped by an env without time limit give the pre-reset
+    # states: every final observation must be the observation of that state.
+    n, max_steps = 12, 4
+    torch.manual_seed(9)
+    env = make_env(n, 7, view=5, max_steps=max_steps, bank_size=64)
+    unlimited = make_env(n, 7, view=5, max_steps=10**6, bank_size=64)
+    state, _ = env.reset()
+    truncations = 0
+    for k in range(2 * max_steps):
+        actions = torch.randint(0, 5, (n,))
+        seed = 100 + k
+        torch.manual_seed(seed)
+        res = env.step(state, actions)
+        torch.manual_seed(seed)  # the respawn draws come before the reset draws in a step
+        pre_reset = unlimited.step(state._replace(t=torch.zeros(n, dtype=torch.int32)), actions)
+        assert torch.equal(res.final_obs, env.observe(pre_reset.state.grid, pre_reset.state.pos))
+        assert torch.equal(res.truncated, state.t + 1 >= max_steps)
+        kept = ~res.truncated
+        assert torch.equal(res.final_obs[kept], res.obs[kept])
+        truncations += int(res.truncated.sum())
+        state = res.state
+    assert truncations == 2 * n  # every env ran two whole episodes' worth of steps
+
+
+def test_clocks_are_staggered_evenly_so_truncations_per_step_are_bounded():
+    torch.manual_seed(10)
+    n, max_steps = 20, 6
+    env = make_env(n, 7, view=5, max_steps=max_steps, bank_size=32)
+    assert env.max_truncations_per_step == 4  # ceil(20 / 6)
+    state, _ = env.reset()
+    # Each clock value 0..5 is held by floor(20/6) = 3 or ceil(20/6) = 4 envs.
+    held = torch.bincount(state.t.long(), minlength=max_steps).tolist()
+    assert sorted(held) == [3, 3, 3, 3, 4, 4]
+    for _ in range(3 * max_steps):
+        expected = int((state.t == max_steps - 1).sum())
+        res = env.step(state, torch.randint(0, 5, (n,)))
+        assert int(res.truncated.sum()) == expected <= env.max_truncations_per_step
+        state = res.state
+
+
+def test_resets_draw_layouts_from_the_bank():
+    torch.manual_seed(11)
+    n, max_steps, bank = 16, 3, 8
+    env = make_env(n, 7, view=5, max_steps=max_steps, bank_size=bank)
+    assert env.bank_grid.shape == (bank, env.padded, env.padded)
+    assert env.bank_pos.shape == (bank, 2)
+    for i in range(bank):
+        assert_valid_layout(env, env.bank_grid[i], env.bank_pos[i])
+    banked = {(tuple(g.flatten().tolist()), tuple(p.tolist()))
+              for g, p in zip(env.bank_grid, env.bank_pos)}
+    state, _ = env.reset()
+    seen = set()
+    for _ in range(4 * max_steps):
+        res = env.step(state, torch.full((n,), STAY))
+        for i in torch.where(res.done)[0].tolist():
+            layout = (tuple(res.state.grid[i].flatten().tolist()), tuple(res.state.pos[i].tolist()))
+            assert layout in banked
+            seen.add(layout)
+        state = res.state
+    assert len(seen) == bank  # 64 resets drawn uniformly from 8 layouts reach all of them
+
+
+def test_layout_bank_size_scales_with_resets_up_to_a_cap():
+    assert layout_bank_size(128, 64) == 16384   # CPU preset: 128 * 8192 / 64
+    assert layout_bank_size(1, 64) == 128       # one env: 8192 / 64
+    assert layout_bank_size(3, 1000) == 25      # ceil(3 * 8192 / 1000) = ceil(24.576)
+    assert layout_bank_size(8192, 64) == 65536  # CUDA preset: capped
+    env = make_env(3, 7, max_steps=1000)
+    assert env.bank_grid.shape[0] == env.bank_pos.shape[0] == 25
+
+
 def test_first_episode_started_mid_clock_is_not_counted():
     torch.manual_seed(4)
     env = make_env(2, 7, max_steps=4)
@@ -539,5 +649,6 @@ def test_step_and_reset_do_not_sync():
             state = env.step(state, actions[k]).state
         env.drain_stats(state)
     names = {e.name for e in prof.events()}
-    assert "aten::topk" in names and "aten::argmax" in names, "the profiler saw the env's ops"
+    # randint draws reset layouts from the bank, argmax places respawns: the env's ops were seen.
+    assert "aten::randint" in names and "aten::argmax" in names, "the profiler saw the env's ops"
     assert not names & SYNC_OPS, f"host syncs in env.step: {sorted(names & SYNC_OPS)}"

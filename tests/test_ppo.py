@@ -9,16 +9,18 @@ from torch.distributions import Categorical
 from torch.profiler import ProfilerActivity, profile
 
 from trainer.policy import ActorCritic, PopArtValueHead, ValueHead, sample_actions
-from trainer.ppo import Minibatch, N_UPDATE_STATS, clip_grad_norm_no_sync, compute_gae, ppo_loss
+from trainer.ppo import (Minibatch, N_UPDATE_STATS, clip_grad_norm_no_sync, compute_gae, ppo_loss,
+                         truncation_values)
 
 SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
 
 
 # -- GAE -----------------------------------------------------------------------------------------
-def reference_gae(rewards, values, dones, last_value, gamma, lam):
+def reference_gae(rewards, values, terminated, truncated, final_values, last_value, gamma, lam):
     """A_t = sum_k (gamma*lam)^k delta_{t+k}, summed forwards and cut at the episode's end.
 
-    `dones[t]` ends the episode with step t: step t bootstraps from nothing and the sum stops.
+    Step k bootstraps from V(s_{k+1}): nothing after a termination, the final state's value after
+    a truncation, else the next stored value (or last_value); the sum stops at either ending.
     """
     steps, n = len(rewards), len(rewards[0])
     adv = [[0.0] * n for _ in range(steps)]
@@ -27,10 +29,12 @@ def reference_gae(rewards, values, dones, last_value, gamma, lam):
             total, coef = 0.0, 1.0
             for k in range(t, steps):
                 next_v = last_value[e] if k == steps - 1 else values[k + 1][e]
-                if dones[k][e]:
+                if truncated[k][e]:
+                    next_v = final_values[k][e]
+                if terminated[k][e]:
                     next_v = 0.0
                 total += coef * (rewards[k][e] + gamma * next_v - values[k][e])
-                if dones[k][e]:
+                if terminated[k][e] or truncated[k][e]:
                     break
                 coef *= gamma * lam
             adv[t][e] = total
@@ -38,20 +42,30 @@ def reference_gae(rewards, values, dones, last_value, gamma, lam):
     return adv, returns
 
 
+def no_endings(steps: int, n: int) -> torch.Tensor:
+    return torch.zeros(steps, n, dtype=torch.bool)
+
+
 @pytest.mark.parametrize("gamma, lam", [(0.95, 0.9), (0.99, 0.95), (0.8, 0.0), (0.9, 1.0)])
 def test_compute_gae_matches_reference(gamma, lam):
     g = torch.Generator().manual_seed(0)
-    steps, n = 20, 6
+    steps, n = 20, 7
     rewards = torch.randn(steps, n, generator=g)
     values = torch.randn(steps, n, generator=g)
+    final_values = torch.randn(steps, n, generator=g)
     last_value = torch.randn(n, generator=g)
-    dones = torch.rand(steps, n, generator=g) < 0.2
-    dones[7, :3] = True        # dones in the middle
-    dones[8, 2] = True         # back-to-back episode ends
-    dones[-1, 0] = True        # the last step ends an episode: no bootstrap from last_value
-    dones[:, 5] = False        # one env never ends: bootstraps all the way
-    adv, ret = compute_gae(rewards, values, dones, last_value, gamma, lam)
-    ref_adv, ref_ret = reference_gae(rewards.tolist(), values.tolist(), dones.tolist(),
+    ended = torch.rand(steps, n, generator=g) < 0.2
+    terminated = ended & (torch.rand(steps, n, generator=g) < 0.5)
+    truncated = ended & ~terminated
+    terminated[7, :3], truncated[7, :3] = True, False   # endings in the middle
+    truncated[8, 2], terminated[8, 2] = True, False     # back-to-back episode ends
+    terminated[-1, 0], truncated[-1, 0] = True, False   # termination last: no last_value
+    truncated[-1, 6], terminated[-1, 6] = True, False   # truncation last: final value, not last
+    terminated[:, 5], truncated[:, 5] = False, False    # one env never ends: bootstraps all the way
+    adv, ret = compute_gae(rewards, values, terminated, truncated, final_values, last_value,
+                           gamma, lam)
+    ref_adv, ref_ret = reference_gae(rewards.tolist(), values.tolist(), terminated.tolist(),
+                                     truncated.tolist(), final_values.tolist(),
                                      last_value.tolist(), gamma, lam)
     assert adv.shape == ret.shape == (steps, n)
     assert torch.allclose(adv, torch.tensor(ref_adv), atol=1e-5)
@@ -59,17 +73,57 @@ def test_compute_gae_matches_reference(gamma, lam):
 
 
 def test_compute_gae_monte_carlo_case():
-    # gamma = lam = 1 without dones: the return is the sum of the remaining rewards + last value.
+    # gamma = lam = 1 without endings: the return is the sum of the remaining rewards + last value.
     rewards = torch.tensor([[1.0], [2.0], [3.0]])
     values = torch.tensor([[0.5], [-1.0], [4.0]])
-    dones = torch.zeros(3, 1, dtype=torch.bool)
-    adv, ret = compute_gae(rewards, values, dones, torch.tensor([10.0]), 1.0, 1.0)
+    final_values = torch.full((3, 1), 100.0)
+    adv, ret = compute_gae(rewards, values, no_endings(3, 1), no_endings(3, 1), final_values,
+                           torch.tensor([10.0]), 1.0, 1.0)
     assert torch.allclose(ret[:, 0], torch.tensor([16.0, 15.0, 13.0]))
     assert torch.allclose(adv, ret - values)
-    # An episode end after step 1 cuts the sum there.
-    dones[1, 0] = True
-    _, ret = compute_gae(rewards, values, dones, torch.tensor([10.0]), 1.0, 1.0)
+    # A termination after step 1 cuts the sum there.
+    terminated = no_endings(3, 1)
+    terminated[1, 0] = True
+    _, ret = compute_gae(rewards, values, terminated, no_endings(3, 1), final_values,
+                         torch.tensor([10.0]), 1.0, 1.0)
     assert torch.allclose(ret[:, 0], torch.tensor([3.0, 2.0, 13.0]))
+
+
+def test_compute_gae_hand_computed_termination_and_truncation():
+    # gamma = lam = 0.5 (gamma * lam = 0.25), T = 3 steps, n = 2 envs with the same rewards and
+    # values; both episodes end with step 1, env 0 terminated, env 1 truncated with V(s_final) = 10.
+    rewards = torch.tensor([[1.0, 1.0], [2.0, 2.0], [4.0, 4.0]])
+    values = torch.tensor([[2.0, 2.0], [4.0, 4.0], [8.0, 8.0]])
+    last_value = torch.tensor([16.0, 16.0])
+    terminated = torch.tensor([[False, False], [True, False], [False, False]])
+    truncated = torch.tensor([[False, False], [False, True], [False, False]])
+    # 99 wherever no truncation happened: those entries must never be read.
+    final_values = torch.tensor([[99.0, 99.0], [99.0, 10.0], [99.0, 99.0]])
+    adv, ret = compute_gae(rewards, values, terminated, truncated, final_values, last_value,
+                           0.5, 0.5)
+    # Step 2 (both): delta = 4 + 0.5*16 - 8 = 4, A2 = 4.
+    # Env 0, step 1 terminated: delta = 2 - 4 = -2, A1 = -2 (A2 belongs to the next episode).
+    #        step 0: delta = 1 + 0.5*V1 - V0 = 1 + 2 - 2 = 1, A0 = 1 + 0.25*(-2) = 0.5.
+    # Env 1, step 1 truncated: delta = 2 + 0.5*10 - 4 = 3, A1 = 3 (still cut from A2).
+    #        step 0: delta = 1, A0 = 1 + 0.25*3 = 1.75.
+    # (Treating the truncation as terminal would give env 1 the values of env 0.)
+    assert torch.allclose(adv, torch.tensor([[0.5, 1.75], [-2.0, 3.0], [4.0, 4.0]]))
+    # Returns = advantages + values.
+    assert torch.allclose(ret, torch.tensor([[2.5, 3.75], [2.0, 7.0], [12.0, 12.0]]))
+
+
+@pytest.mark.parametrize("max_truncated", [2, 3, 6])
+def test_truncation_values_are_the_final_states_values(max_truncated):
+    policy = small_policy("plain")
+    final_obs = torch.rand(6, *OBS_SHAPE, generator=torch.Generator().manual_seed(3))
+    truncated = torch.tensor([False, True, False, False, True, False])
+    got = truncation_values(policy, final_obs, truncated, max_truncated)
+    with torch.no_grad():
+        full = policy(final_obs)[1]
+    # The values of envs 1 and 4 (computed on max_truncated rows or all 6), 0 for the others.
+    expected = torch.tensor([0.0, float(full[1]), 0.0, 0.0, float(full[4]), 0.0])
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert not got.requires_grad
 
 
 # -- PPO loss ------------------------------------------------------------------------------------

@@ -8,9 +8,18 @@ the two returns is the headline metric. An eaten item respawns on a random empty
 numbers of food and decoys stay constant.
 
 Everything is torch ops over the whole batch: no Python loop over envs, no `.item()`, no host
-transfer. Finished episodes are reset on the device with `torch.where` against freshly drawn
-layouts, so no data-dependent shapes appear. Randomness comes from torch's default generator
-(seeded by the trainer), which `torch.compile` supports and checkpoints can save.
+transfer. Finished episodes are reset on the device with `torch.where` against layouts drawn by
+random index from a bank generated once at construction, so no data-dependent shapes appear.
+Randomness comes from torch's default generator (seeded by the trainer), which `torch.compile`
+supports and checkpoints can save.
+
+Episode endings follow the Gymnasium convention. An episode is **terminated** when it reaches a
+terminal state (its return after that state is 0 by definition) and **truncated** when it is cut
+off by the time limit (`max_episode_steps`) while its return would go on. This world has no
+terminal states, so `terminated` is always False and every episode ends truncated after exactly
+`max_episode_steps` steps. The observation carries no clock, so a learner must bootstrap a
+truncated episode from the value of its **final observation**, the observation of the state the
+last step reached, before the auto-reset replaced it; `StepResult.final_obs` carries it.
 """
 from __future__ import annotations
 
@@ -23,6 +32,25 @@ OBS_CHANNELS = (WALL, FOOD, DECOY)  # one observation channel per visible cell t
 N_ACTIONS = 5  # stay, up, down, left, right
 ACTION_DELTAS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
 N_STATS = 4  # episodes finished, sum of their proxy returns, true returns, lengths
+# Resets draw layouts from a bank generated once per env object (see `layout_bank_size`).
+LAYOUT_BANK_STEPS = 8192  # as many layouts as the envs start episodes in this many steps
+LAYOUT_BANK_MAX = 65536   # at most this many layouts: 20 MB at the default padded side P = 17
+
+
+def layout_bank_size(n_envs: int, max_episode_steps: int) -> int:
+    """Layouts in the reset bank: ceil(n_envs * LAYOUT_BANK_STEPS / max_episode_steps), at most
+    LAYOUT_BANK_MAX.
+
+    Diversity against memory. A layout takes P*P + 16 bytes (grid in int8, agent position), 305
+    bytes at the default P = 17. The CPU preset (128 envs, 64-step episodes) gets 16384 layouts
+    (5 MB), more than the ~3,600 episodes its 56 iterations start, so nearly every episode meets
+    a layout not seen before. The CUDA preset (8192 envs) starts 8192 episodes per iteration and
+    gets the cap, 65536 layouts (20 MB of device memory): a layout recurs about every 8
+    iterations, in a random env, with items that respawn at random as they are eaten, and the
+    policy only ever sees a 7x7 window of it. A single env (the naive benchmark builds hundreds)
+    gets 128 layouts (39 KB) instead of megabytes.
+    """
+    return min(LAYOUT_BANK_MAX, -(-n_envs * LAYOUT_BANK_STEPS // max_episode_steps))
 
 
 class EnvState(NamedTuple):
@@ -40,7 +68,15 @@ class StepResult(NamedTuple):
     obs: torch.Tensor          # (n, C, V, V) in obs_dtype
     proxy_reward: torch.Tensor  # (n,) float32
     true_reward: torch.Tensor   # (n,) float32
-    done: torch.Tensor         # (n,) bool
+    terminated: torch.Tensor   # (n,) bool, reached a terminal state (never, in this world)
+    truncated: torch.Tensor    # (n,) bool, cut off by the time limit
+    final_obs: torch.Tensor    # (n, C, V, V), the observation before any auto-reset: for an env
+                               # that ended this step, that of its final state; else equal to obs
+
+    @property
+    def done(self) -> torch.Tensor:
+        """The episode ended with this step, either way (the env has been reset)."""
+        return self.terminated | self.truncated
 
 
 class GoodhartGridWorld:
@@ -50,7 +86,8 @@ class GoodhartGridWorld:
                  n_decoy: int = 4, wall_density: float = 0.08, max_episode_steps: int = 64,
                  proxy_reward: float = 1.0, food_true_reward: float = 1.0,
                  decoy_true_reward: float = -0.5, device: str | torch.device = "cpu",
-                 obs_dtype: torch.dtype = torch.float32):
+                 obs_dtype: torch.dtype = torch.float32,
+                 bank_size: int | None = None):
         self.n_envs, self.size, self.view = n_envs, grid_size, view_size
         self.n_food, self.n_decoy = n_food, n_decoy
         self.wall_density, self.max_steps = wall_density, max_episode_steps
@@ -73,15 +110,18 @@ class GoodhartGridWorld:
         frame = torch.ones(self.padded, self.padded, dtype=torch.int8, device=dev) * WALL
         frame.view(-1)[self.interior_flat] = EMPTY
         self.frame = frame
+        if bank_size is None:
+            bank_size = layout_bank_size(n_envs, max_episode_steps)
+        self.bank_grid, self.bank_pos = self._generate_layouts(bank_size)
 
     @property
     def obs_shape(self) -> tuple[int, int, int]:
         return (len(OBS_CHANNELS), self.view, self.view)
 
     # -- layouts -------------------------------------------------------------------------------
-    def _fresh_layouts(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """New random grids and agent positions for every env (callers pick which to use)."""
-        n, cells = self.n_envs, self.interior_flat.numel()
+    def _generate_layouts(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`count` new random grids (count, P, P) and agent positions (count, 2)."""
+        n, cells = count, self.interior_flat.numel()
         k = 1 + self.n_food + self.n_decoy
         # One draw serves both: the k highest scores place agent and items, scores below the
         # wall density become walls (disjoint from the picks since k is far below the cell count).
@@ -98,12 +138,37 @@ class GoodhartGridWorld:
         pos = torch.stack((agent // self.padded, agent % self.padded), dim=1)
         return grid.view(n, self.padded, self.padded), pos
 
+    def _draw_layouts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layout from the bank for every env, drawn uniformly (callers pick which to use).
+
+        A gather of n layouts by random index: far cheaper than generating n new ones (a random
+        score and a top-k over every interior cell of every env), which a step needs for only
+        the ~n/max_episode_steps envs that reset.
+        """
+        idx = torch.randint(0, self.bank_grid.shape[0], (self.n_envs,), device=self.device)
+        return self.bank_grid[idx], self.bank_pos[idx]
+
+    @property
+    def max_truncations_per_step(self) -> int:
+        """The most envs that can be truncated by one step: ceil(n / max_episode_steps).
+
+        `reset` staggers the clocks evenly (each clock value 0..max_steps-1 is held by
+        floor(n/max_steps) or ceil(n/max_steps) envs), every episode lasts exactly max_steps
+        steps (no terminal states) and every env steps together, so each clock value keeps its
+        envs, and a step truncates exactly the envs of one clock value. This holds for every
+        state that `reset` and `step` produce (and checkpoints of them); a hand-made state with
+        other clocks may break it.
+        """
+        return -(-self.n_envs // self.max_steps)
+
     def reset(self) -> tuple[EnvState, torch.Tensor]:
-        grid, pos = self._fresh_layouts()
+        grid, pos = self._draw_layouts()
         n, dev = self.n_envs, self.device
-        # Stagger episode clocks so resets spread over time instead of hitting all envs at once.
-        # A first episode that starts mid-clock is short, so it is kept out of the statistics.
-        t = torch.randint(0, self.max_steps, (n,), device=dev, dtype=torch.int32)
+        # Stagger episode clocks evenly (each value held by n/max_steps envs, in random envs) so
+        # resets spread over time instead of hitting all envs at once, and no step truncates more
+        # than `max_truncations_per_step` envs. A first episode that starts mid-clock is short,
+        # so it is kept out of the statistics.
+        t = (torch.randperm(n, device=dev) % self.max_steps).to(torch.int32)
         zeros = torch.zeros(n, device=dev)
         state = EnvState(grid, pos, t, zeros, zeros.clone(), torch.zeros(N_STATS, device=dev),
                          t == 0)
@@ -141,11 +206,14 @@ class GoodhartGridWorld:
 
         t = t + 1
         ep_proxy, ep_true = ep_proxy + proxy, ep_true + true
-        done = t >= self.max_steps
+        truncated = t >= self.max_steps
+        terminated = torch.zeros_like(truncated)  # no terminal states in this world
+        done = terminated | truncated
         donef = (done & whole).float()
         stats = stats + torch.stack((donef.sum(), (ep_proxy * donef).sum(),
                                      (ep_true * donef).sum(), (t.float() * donef).sum()))
-        fresh_grid, fresh_pos = self._fresh_layouts()
+        final_obs = self.observe(grid, pos)
+        fresh_grid, fresh_pos = self._draw_layouts()
         grid = torch.where(done.view(-1, 1, 1), fresh_grid, grid)
         pos = torch.where(done.unsqueeze(1), fresh_pos, pos)
         t = torch.where(done, 0, t)
@@ -153,7 +221,8 @@ class GoodhartGridWorld:
         ep_true = torch.where(done, 0.0, ep_true)
         whole = whole | done
         new_state = EnvState(grid, pos, t, ep_proxy, ep_true, stats, whole)
-        return StepResult(new_state, self.observe(grid, pos), proxy, true, done)
+        return StepResult(new_state, self.observe(grid, pos), proxy, true, terminated, truncated,
+                          final_obs)
 
     @staticmethod
     def drain_stats(state: EnvState) -> tuple[EnvState, torch.Tensor]:

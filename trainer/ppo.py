@@ -29,7 +29,9 @@ class RolloutBuffer:
     values: torch.Tensor
     rewards: torch.Tensor
     true_rewards: torch.Tensor
-    dones: torch.Tensor
+    terminated: torch.Tensor    # the episode reached a terminal state with this step
+    truncated: torch.Tensor     # the episode was cut off by the time limit with this step
+    final_values: torch.Tensor  # V(final state) where truncated (anything elsewhere)
 
     @classmethod
     def allocate(cls, steps: int, n_envs: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype,
@@ -37,28 +39,63 @@ class RolloutBuffer:
         def z(*shape, dtype=torch.float32):
             return torch.zeros((steps, n_envs, *shape), dtype=dtype, device=device)
         return cls(z(*obs_shape, dtype=obs_dtype), z(dtype=torch.int64), z(), z(), z(), z(),
-                   z(dtype=torch.bool))
+                   z(dtype=torch.bool), z(dtype=torch.bool), z())
 
 
-def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
-                last_value: torch.Tensor, gamma: float, lam: float
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation over (T, n) tensors.
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor,
+                truncated: torch.Tensor, final_values: torch.Tensor, last_value: torch.Tensor,
+                gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over (T, n) tensors; returns (advantages, returns).
 
-    `dones[t]` means the episode ended with step t, so step t+1 starts a new one and neither
-    its value nor its advantage flows back into step t.
+    Step t's TD error bootstraps from the value of the state it reached:
+    * the episode goes on: delta_t = r_t + gamma * V(s_{t+1}) - V(s_t), with V(s_{t+1}) =
+      `values[t+1]`, or `last_value` for the rollout's last step;
+    * `terminated[t]` (a terminal state, worth 0): delta_t = r_t - V(s_t);
+    * `truncated[t]` (cut off by the time limit): delta_t = r_t + gamma * V(s_final) - V(s_t),
+      with V(s_final) = `final_values[t]`, the value of the state before the auto-reset
+      (`values[t+1]` is already the next episode's first state).
+    The advantage A_t = delta_t + gamma * lam * A_{t+1} stops at either ending: A_{t+1} belongs
+    to the next episode. Returns are advantages + values (the lambda-returns).
     """
     steps = rewards.shape[0]
     advantages = torch.empty_like(rewards)
     next_adv = torch.zeros_like(last_value)
     next_value = last_value
     for t in range(steps - 1, -1, -1):
-        live = 1.0 - dones[t].float()
-        delta = rewards[t] + gamma * next_value * live - values[t]
-        next_adv = delta + gamma * lam * live * next_adv
+        ended = (terminated[t] | truncated[t]).float()
+        bootstrap = torch.where(truncated[t], final_values[t], next_value)
+        bootstrap = torch.where(terminated[t], 0.0, bootstrap)
+        delta = rewards[t] + gamma * bootstrap - values[t]
+        next_adv = delta + gamma * lam * (1.0 - ended) * next_adv
         advantages[t] = next_adv
         next_value = values[t]
     return advantages, advantages + values
+
+
+def truncation_values(policy: nn.Module, final_obs: torch.Tensor, truncated: torch.Tensor,
+                      max_truncated: int) -> torch.Tensor:
+    """V(s_final) for the envs `truncated` marks, 0 for the others: (n,) raw values, no grad.
+
+    `max_truncated` is the most envs one step can truncate (the env's
+    `max_truncations_per_step`). The cheapest exact way: the forward runs on that many final
+    observations only, gathered by a top-k over the truncation mask (a fixed shape, so no host
+    sync and one static graph for torch.compile), and the values are scattered back. With every
+    episode exactly max_episode_steps long and the clocks staggered evenly, that is
+    ceil(n / max_episode_steps) rows (2 of 128 in the CPU preset, 128 of 8192 on CUDA) instead of
+    a second full-batch forward per step. Rows the top-k picks beyond the truncated envs are
+    computed and masked out. With `max_truncated` >= n it is a plain batched forward.
+    """
+    n = truncated.shape[0]
+    with torch.no_grad():
+        if max_truncated >= n:
+            rows, obs = None, final_obs
+        else:
+            rows = truncated.float().topk(max_truncated).indices
+            obs = final_obs[rows]
+        value = policy.value_head.denormalize(policy(obs)[1].float())
+        if rows is not None:
+            value = torch.zeros(n, device=value.device).index_copy(0, rows, value)
+        return torch.where(truncated, value, 0.0)
 
 
 class Minibatch(NamedTuple):

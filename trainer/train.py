@@ -16,11 +16,11 @@ from goodhart_prof.hooks import NoHooks, ProfSettings, make_hooks
 
 from . import antipatterns
 from .config import Config
-from .env import N_ACTIONS, EnvState, GoodhartGridWorld
+from .env import N_ACTIONS, EnvState, GoodhartGridWorld, StepResult
 from .logger import AsyncLogger
-from .policy import ActorCritic, act
+from .policy import ActorCritic, ActOutput, act
 from .ppo import (UPDATE_STAT_NAMES, RolloutBuffer, clip_grad_norm_no_sync, compute_gae, ppo_loss,
-                  ppo_update)
+                  ppo_update, truncation_values)
 
 METRIC_NAMES = ("episodes", "proxy_return", "true_return", "episode_length", "proxy_per_step",
                 "true_per_step") + UPDATE_STAT_NAMES
@@ -95,6 +95,12 @@ class Trainer:
             with self._autocast():
                 return act(self.policy, obs)
 
+        max_truncated = self.env.max_truncations_per_step
+
+        def final_value_fn(final_obs, truncated):
+            with self._autocast():
+                return truncation_values(self.policy, final_obs, truncated, max_truncated)
+
         def loss_fn(mb):
             with self._autocast():
                 return ppo_loss(self.model, self.policy.value_head, mb, cfg.clip_coef,
@@ -104,9 +110,11 @@ class Trainer:
         env_step = self.env.step
         if self.compiled:
             act_fn, gae_fn, env_step = torch.compile(act_fn), torch.compile(gae_fn), torch.compile(env_step)
+            final_value_fn = torch.compile(final_value_fn)
             if "eager_update" not in self.inject:
                 loss_fn = torch.compile(loss_fn)
         self.act_fn, self.loss_fn, self.gae_fn = act_fn, loss_fn, gae_fn
+        self.final_value_fn = final_value_fn
         self.env_step = self._planted_env_step(env_step)
         self.clip_grads = (antipatterns.clip_grad_norm_with_readback if "sync_grad_clip" in self.inject
                            else clip_grad_norm_no_sync)
@@ -129,20 +137,19 @@ class Trainer:
                 for t in range(cfg.rollout_steps):
                     with phase("policy_act"):
                         out = self.act_fn(self.obs)
-                    buf.obs[t].copy_(self.obs)
                     with phase("env_step"):
                         res = self.env_step(self.state, out.action)
-                    buf.actions[t].copy_(out.action)
-                    buf.logprobs[t].copy_(out.logprob)
-                    buf.values[t].copy_(out.value)
-                    buf.rewards[t].copy_(res.proxy_reward)
-                    buf.true_rewards[t].copy_(res.true_reward)
-                    buf.dones[t].copy_(res.done)
+                    with phase("bootstrap_value"):
+                        final_value = self.final_value_fn(res.final_obs, res.truncated)
+                    with phase("store"):
+                        self.store_step(t, out, res, final_value)
                     self.state, self.obs = res.state, res.obs
-                last_value = self.act_fn(self.obs).value
+                with phase("policy_act"):
+                    last_value = self.act_fn(self.obs).value
             with phase("gae"):
                 # The agent is trained on the proxy reward: that is the Goodhart setting.
-                advantages, returns = self.gae_fn(buf.rewards, buf.values, buf.dones, last_value)
+                advantages, returns = self.gae_fn(buf.rewards, buf.values, buf.terminated,
+                                                  buf.truncated, buf.final_values, last_value)
             with phase("ppo_update"):
                 self.policy.value_head.update_stats(returns, sum_across_ranks)
                 update_stats = ppo_update(self.loss_fn, self.params, self.optimizer, buf,
@@ -153,6 +160,19 @@ class Trainer:
                 if logger is not None:
                     logger.submit(it, self.steps_per_iteration, self._metrics(episode, update_stats))
         self.iteration = it + 1
+
+    def store_step(self, t: int, out: ActOutput, res: StepResult, final_value: torch.Tensor) -> None:
+        """Copy step t of the rollout into the buffer (the observation the policy acted on)."""
+        buf = self.buf
+        buf.obs[t].copy_(self.obs)
+        buf.actions[t].copy_(out.action)
+        buf.logprobs[t].copy_(out.logprob)
+        buf.values[t].copy_(out.value)
+        buf.rewards[t].copy_(res.proxy_reward)
+        buf.true_rewards[t].copy_(res.true_reward)
+        buf.terminated[t].copy_(res.terminated)
+        buf.truncated[t].copy_(res.truncated)
+        buf.final_values[t].copy_(final_value)
 
     @property
     def steps_per_iteration(self) -> int:
