@@ -31,7 +31,7 @@ def test_settings_from_env_defaults_and_values(tmp_path):
     on = ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_ITERATIONS": "3-4", "PROF_MODE": "full",
                                 "PROF_OUTPUT_DIR": str(tmp_path)})
     assert (on.enabled, on.first, on.last, on.mode, on.output_dir) == (True, 3, 4, "full", tmp_path)
-    assert ProfSettings.from_env({"PROF_ENABLED": "true"}).enabled is False  # only "1" turns it on
+    assert ProfSettings.from_env({"PROF_ENABLED": "true"}).enabled is True  # tests/test_settings_env.py
     assert on.traced(3) and on.traced(4) and not on.traced(5) and not off.traced(52)
     with pytest.raises(SettingsError):
         ProfSettings.from_env({"PROF_MODE": "heavy"})
