@@ -208,3 +208,28 @@ def test_merge_ranks_one_process_each_and_aligned_time(tmp_path):
     # GPU streams become their own threads of the rank's process, device kept in args.
     assert kernels[1]["tid"] == 1_000_000_000 + 7 and kernels[1]["args"]["device"] == 0
     assert merged["goodhartProf"]["distributedInfo"]["1"]["rank"] == 1
+
+
+@pytest.mark.parametrize("first,last,expected", [(3, 4, {2, 3, 4, 5}), (0, 1, {0, 1, 2})])
+def test_throughput_leaves_out_warmup_traced_and_export_iterations(tmp_path, monkeypatch,
+                                                                    first, last, expected):
+    """train() hands the logger every iteration a profiler slows: the warm-up (none before
+    iteration 0), the traced ones, and the one after the window that writes the trace."""
+    from trainer import train as train_module
+    from trainer.config import build_config
+    from helpers import write_tiny_config
+
+    seen = []
+    real_logger = train_module.AsyncLogger
+
+    def recording_logger(*args, **kwargs):
+        seen.append(set(kwargs["exclude_from_rate"]))
+        return real_logger(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "AsyncLogger", recording_logger)
+    cfg = build_config(str(write_tiny_config(tmp_path)), total_iterations=7, device="cpu",
+                       output_dir=str(tmp_path / "out"), progress=False, warmup=False)
+    result = train_module.train(cfg, ProfSettings(True, first, last, "lite", tmp_path / "out"))
+    assert seen == [expected]
+    assert step_labels(read_trace(result.trace_path)["traceEvents"]) == \
+        [f"ProfilerStep#{i}" for i in range(first, last + 1)]
