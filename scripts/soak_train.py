@@ -174,8 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"one window: RSS {p['rss_before_window_mb']} MB before, peak {p['rss_window_peak_mb']} MB "
               f"around it; over the {p['after_window']} iterations after the trace was written "
               f"{p['rss_after_window_start_mb']} -> {p['rss_after_window_end_mb']} MB "
-              f"({p['growth']:+.1%}): {'ok' if p['ok'] else 'FAILS'} (limit {args.max_growth:.0%}; "
-              f"{p['vs_before_window']:+.1%} over the RSS before the window, not judged)")
+              f"({'?' if p['growth'] is None else format(p['growth'], '+.1%')}): "
+              f"{'ok' if p['ok'] else 'FAILS'} (limit {args.max_growth:.0%}; "
+              f"{'?' if p['vs_before_window'] is None else format(p['vs_before_window'], '+.1%')} over "
+              f"the RSS before the window, not judged)")
     result["ok"] = off["ok"] and result.get("profiled", {}).get("ok", True)
     print(json.dumps(result))
     return 0 if result["ok"] else 1
