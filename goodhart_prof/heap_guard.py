@@ -27,10 +27,11 @@ tunes glibc's allocator for the whole process, for good: mallopt freezes glibc's
 mmap/trim thresholds (glibc cannot turn that back on), and blocks stay reserved between windows.
 What it buys is bounded: ~15-30 MB of RSS that a CPU-only run keeps after a window (on a GPU
 run the training's tensors are not on this heap). And it costs time: the traced iterations ran
-lite 1.12-1.15x the no-hook loop with it, 1.09x without (scripts/bench_hooks.py, 2-core CPU).
+lite 1.12-1.15x the no-hook loop with it, 1.09x without (scripts/bench_hooks.py, 2-core CPU,
+2026-11-22).
 A long CPU run that profiles many windows and counts its megabytes turns it on; nobody else
-needs it. What matters to every run, the RSS staying flat after the window (no growth), holds
-without it (scripts/soak_train.py checks exactly that).
+needs it. What every run needs is that the RSS stops growing once the window is over, guard or
+not: scripts/soak_train.py checks that (guard off unless --heap-guard).
 
 What always runs, guard or not: `release_memory()` when a window closes (gc + malloc_trim),
 which hands the memory the profiler freed back to the OS.

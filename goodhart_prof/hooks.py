@@ -61,13 +61,16 @@ class ProfilerHooks:
     which count from 0 and would not equal the training iteration): the profiler is created and
     prepared (`prepare_trace`: Kineto/CUPTI set up, no RecordFunction callbacks) when iteration
     `first - 1` begins, and recording starts (`start_trace`) when iteration `first` begins. So the
-    start-up cost no longer lands in `ProfilerStep#first` (it ran ~1.4x the next traced iteration
-    on the CPU; CUPTI's start on a GPU costs more), and nothing of the warm-up iteration is in the
+    set-up no longer lands in `ProfilerStep#first` (issue 13: ~1.4x the next traced iteration on
+    the CPU; CUPTI's start on a GPU costs more), and nothing of the warm-up iteration is in the
     trace: no ProfilerStep label, no op, no phase (phases return the no-op context until
-    recording starts; Kineto drops device activity from before the start). What the warm-up
-    costs: the profiler's set-up, moved from iteration `first` into iteration `first - 1` (a few
-    ms on the CPU; scripts/bench_hooks.py reports it as `warmup_ratio`), so throughput leaves
-    that iteration out too (`ProfSettings.profiler_on`).
+    recording starts; the trace's own span opens at start_trace; tests/test_hooks.py checks this
+    on the CPU). Starting the profiler outright one iteration early would record that iteration.
+    What the warm-up costs: the set-up, moved into iteration `first - 1`, which records nothing:
+    measured 0.97x (lite) and 0.91x (full) an untraced iteration's median time, i.e. nothing
+    above the noise (scripts/bench_hooks.py `warmup_ratio`, 2-core CPU, one thread, spread 18%,
+    2026-11-23). Throughput leaves that iteration out all the same (`ProfSettings.profiler_on`),
+    since a profiler exists during it.
 
     No warm-up is possible when no iteration before `first` runs under these hooks: a window
     starting at iteration 0, or a resume that starts at `first` or inside the window. Then the
