@@ -12,10 +12,13 @@
 * off: `Trainer.run_iteration` with `make_hooks(ProfSettings(enabled=False))`, i.e. `NoHooks`,
   the production path when profiling is off.
 * lite / full: `ProfilerHooks` in that mode, tracing every iteration of the variant's block
-  (a window like the default 50-55). The profiler start is paid inside the first traced
-  iteration and counts; stopping the profiler and writing the trace happen when the window
-  closes and are taken out of the per-iteration time (the device is synchronized first, so
-  queued device work still counts) and reported separately.
+  (a window like the default 50-55). Each block first runs the window's warm-up iteration
+  (first - 1: the profiler is set up and records nothing), untimed for s/iter: the warm-up is
+  not a traced iteration. Its own time is reported apart, as `warmup_ratio` (warm-up iteration
+  / nohook's median s/iter). Recording starts inside the first traced iteration and counts;
+  stopping the profiler and writing the trace happen when the window closes and are taken out
+  of the per-iteration time (the device is synchronized first, so queued device work still
+  counts) and reported separately.
 
 A fifth variant, nohook2, runs the no-hook loop again as an A/A control: its ratio to nohook
 shows how far apart two identical variants land on this machine. "off" passes when it is no
@@ -222,18 +225,26 @@ def main(argv: list[str] | None = None) -> int:
     tmp_ctx = tempfile.TemporaryDirectory(prefix="bench_hooks-")
     trace_root = Path(args.keep_traces) if args.keep_traces else Path(tmp_ctx.name)
 
-    def block(variant: str, window: int) -> tuple[float, float, float, int | None]:
-        """Run one block of `window` iterations; (s/iteration, finish_s, export_s, trace bytes)."""
-        first = tr.iteration
-        last = first + window - 1
-        hooks = None
+    def block(variant: str, window: int) -> tuple[float, float, float, int | None, float | None]:
+        """Run one block of `window` iterations; (s/iteration, finish_s, export_s, trace bytes,
+        seconds of the warm-up iteration before it (lite/full only), untimed for s/iteration)."""
+        hooks, warmup = None, None
         if variant in ("lite", "full"):
-            settings = ProfSettings(enabled=True, first=first, last=last, mode=variant,
-                                    output_dir=trace_root / variant)
+            first = tr.iteration + 1  # tr.iteration is the warm-up iteration
+            settings = ProfSettings(enabled=True, first=first, last=first + window - 1,
+                                    mode=variant, output_dir=trace_root / variant)
             hooks = TimedProfilerHooks(settings, tr.rank, device.type)
+            tr.hooks = hooks
+            sync(device)
+            start = time.perf_counter()
+            tr.run_iteration(settings.warmup_iteration, None)
+            sync(device)
+            warmup = time.perf_counter() - start
         elif variant == "off":
             hooks = make_hooks(ProfSettings(enabled=False), tr.rank, device.type)
         tr.hooks = hooks
+        first = tr.iteration
+        last = first + window - 1
         n_export = len(export_timer.times)
         sync(device)
         start = time.perf_counter()
@@ -253,12 +264,13 @@ def main(argv: list[str] | None = None) -> int:
             size = hooks.trace_path.stat().st_size if hooks.trace_path.is_file() else None
         tr.hooks = make_hooks(ProfSettings(enabled=False))
         gc.collect()  # untimed, after every block alike: no variant inherits another's garbage
-        return (total - finish) / window, finish, export, size
+        return (total - finish) / window, finish, export, size, warmup
 
     per_it: dict[str, list[float]] = {v: [] for v in VARIANTS}
     finish_s: dict[str, list[float]] = {"lite": [], "full": []}
     export_s: dict[str, list[float]] = {"lite": [], "full": []}
     trace_bytes: dict[str, int | None] = {"lite": None, "full": None}
+    warmup_s: dict[str, list[float]] = {"lite": [], "full": []}
     with tmp_ctx, ExportTimer() as export_timer:
         for v in VARIANTS:  # untimed round: first profiler start in a process, allocator, caches
             block(v, 1)
@@ -267,12 +279,13 @@ def main(argv: list[str] | None = None) -> int:
             # Rotate the order every round so no variant always follows the same one.
             order = VARIANTS[rnd % len(VARIANTS):] + VARIANTS[:rnd % len(VARIANTS)]
             for v in order:
-                s, fin, exp, size = block(v, args.window)
+                s, fin, exp, size, warm = block(v, args.window)
                 per_it[v].append(s)
                 if v in finish_s:
                     finish_s[v].append(fin)
                     export_s[v].append(exp)
                     trace_bytes[v] = size
+                    warmup_s[v].append(warm)
             print(f"{rnd:<6} " + " ".join(f"{per_it[v][-1]:>11.4f}" for v in VARIANTS)
                   + "   " + ",".join(order), flush=True)
 
@@ -311,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{ratio[v]:>6.3f}x {format(min(p), '.3f') + '..' + format(max(p), '.3f'):>15}  {target}")
     print("-" * 106)
     stop_s = {v: [f - e for f, e in zip(finish_s[v], export_s[v])] for v in finish_s}
+    warmup_ratio = {v: statistics.median(w / base["median"] for w in warmup_s[v]) for v in warmup_s}
+    for v in ("lite", "full"):
+        print(f"{v} warm-up iteration (before the window, not in s/iter): median "
+              f"{statistics.median(warmup_s[v]):.4f} s = {warmup_ratio[v]:.3f}x nohook's s/iter")
     for v in ("lite", "full"):
         fin, exp, stop = (statistics.median(x[v]) for x in (finish_s, export_s, stop_s))
         size = trace_bytes[v]
@@ -354,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         "per_variant": {v: {k: r(x) for k, x in stats[v].items()} for v in VARIANTS},
         "stop_s": {v: r(statistics.median(stop_s[v]), 4) for v in stop_s},
         "export_s": {v: r(statistics.median(export_s[v]), 4) for v in export_s},
+        "warmup_s": {v: r(statistics.median(warmup_s[v]), 4) for v in warmup_s},
+        "warmup_ratio": {v: r(warmup_ratio[v], 4) for v in warmup_ratio},
         "trace_bytes": trace_bytes,
         "pass": verdict,
         "nohook_check": same,

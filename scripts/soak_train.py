@@ -8,10 +8,13 @@ metrics.jsonl):
 1. --iterations (default 1000) with profiling off. After the warm-up (the first 10% of the
    iterations) the memory must not grow: the median RSS of the last 10% of the iterations is
    within --max-growth (5%) of the median over iterations 10%-20%.
-2. --profiled-iterations (default 300) with profiling on for one window (--window, default
-   50-55, --mode lite). Once the window is closed and its trace written, the profiler must not
-   keep its memory: the median RSS over the last 20% of the iterations is within --max-growth of
-   the median over the iterations just before the window.
+2. One window profiled (--window, default 50-55, --mode lite), then --after-window (default
+   1000) more iterations once the trace is written (in the iteration after the window). What
+   users need is no growth after the window: the RSS must stay flat over those iterations, the
+   median over their last 10% within --max-growth (5%) of the median over their first 10%.
+   (Not the distance from the RSS before the window: the window's peak may leave the heap
+   somewhat larger, which costs a bounded few MB and stays put; GOODHART_HEAP_GUARD=1 narrows
+   it, goodhart_prof/heap_guard.py. It is printed, not judged. --heap-guard runs with it.)
 
 Prints a table of RSS by progress for each run and, as its last line, one JSON object with the
 figures and the verdicts. Exit code 1 when a verdict fails. Timings do not matter here, so a
@@ -101,8 +104,11 @@ def growth(before: float | None, after: float | None) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iterations", type=int, default=1000, help="Iterations of the unprofiled run.")
-    ap.add_argument("--profiled-iterations", type=int, default=300,
-                    help="Iterations of the run with one profiled window (0: skip it).")
+    ap.add_argument("--after-window", type=int, default=1000,
+                    help="Iterations after the one that writes the trace, over which the RSS must "
+                         "stay flat (0: skip the profiled run).")
+    ap.add_argument("--heap-guard", action="store_true",
+                    help="Run the profiled run with GOODHART_HEAP_GUARD=1.")
     ap.add_argument("--window", default="50-55", help="The profiled window (PROF_ITERATIONS).")
     ap.add_argument("--mode", default="lite", choices=["lite", "full"])
     ap.add_argument("--config", default=None, help="Trainer config (TOML); default: the CPU preset.")
@@ -128,22 +134,31 @@ def main(argv: list[str] | None = None) -> int:
         result["off"]["ok"] = result["off"]["growth"] is not None and \
             result["off"]["growth"] < args.max_growth
         lines += table(f"profiling off, {n} iterations", off, n)
-        if args.profiled_iterations:
-            m = args.profiled_iterations
-            if last >= 0.8 * m:
-                raise SystemExit("--window must end before the last 20% of --profiled-iterations")
+        if args.after_window:
+            written = last + 1  # the iteration after the window stops the profiler, writes the trace
+            m = written + 1 + args.after_window
             started = time.monotonic()
-            prof = run_sampled(m, Path(tmp) / "prof", args.config, args.interval,
-                               {"PROF_ENABLED": "1", "PROF_ITERATIONS": f"{first}-{last}",
-                                "PROF_MODE": args.mode}, args.threads)
+            env = {"PROF_ENABLED": "1", "PROF_ITERATIONS": f"{first}-{last}", "PROF_MODE": args.mode}
+            if args.heap_guard:
+                env["GOODHART_HEAP_GUARD"] = "1"
+            prof = run_sampled(m, Path(tmp) / "prof", args.config, args.interval, env, args.threads)
+            tenth = max(1, args.after_window // 10)
+            # A sample with r rows in metrics.jsonl was taken while iteration r ran (or later:
+            # the logger writes asynchronously), so r >= written + 1 means the trace is written.
+            lo = written + 1
             before = median_rss(prof, max(0, first - max(5, first // 2)), first)
-            during = round(max((s[2] for s in prof if first <= s[1] <= last + 1), default=0), 1)
-            after = median_rss(prof, 0.8 * m, m + 1)
+            during = round(max((s[2] for s in prof if first <= s[1] <= written), default=0), 1)
+            after_start = median_rss(prof, lo, lo + tenth)
+            after_end = median_rss(prof, m + 1 - tenth, m + 1)
             result["profiled"] = {"iterations": m, "window": [first, last], "mode": args.mode,
+                                  "heap_guard": args.heap_guard, "after_window": args.after_window,
                                   "seconds": round(time.monotonic() - started, 1),
                                   "samples": len(prof), "rss_before_window_mb": before,
-                                  "rss_window_peak_mb": during, "rss_well_after_mb": after,
-                                  "growth": growth(before, after)}
+                                  "rss_window_peak_mb": during,
+                                  "rss_after_window_start_mb": after_start,
+                                  "rss_after_window_end_mb": after_end,
+                                  "growth": growth(after_start, after_end),
+                                  "vs_before_window": growth(before, after_end)}
             result["profiled"]["ok"] = result["profiled"]["growth"] is not None and \
                 result["profiled"]["growth"] < args.max_growth
             lines += [""] + table(f"profiling window {first}-{last} ({args.mode}), {m} iterations",
@@ -157,8 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     if "profiled" in result:
         p = result["profiled"]
         print(f"one window: RSS {p['rss_before_window_mb']} MB before, peak {p['rss_window_peak_mb']} MB "
-              f"around it, {p['rss_well_after_mb']} MB well after ({p['growth']:+.1%}): "
-              f"{'ok' if p['ok'] else 'FAILS'}")
+              f"around it; over the {p['after_window']} iterations after the trace was written "
+              f"{p['rss_after_window_start_mb']} -> {p['rss_after_window_end_mb']} MB "
+              f"({'?' if p['growth'] is None else format(p['growth'], '+.1%')}): "
+              f"{'ok' if p['ok'] else 'FAILS'} (limit {args.max_growth:.0%}; "
+              f"{'?' if p['vs_before_window'] is None else format(p['vs_before_window'], '+.1%')} over "
+              f"the RSS before the window, not judged)")
     result["ok"] = off["ok"] and result.get("profiled", {}).get("ok", True)
     print(json.dumps(result))
     return 0 if result["ok"] else 1

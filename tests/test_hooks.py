@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 
 import pytest
 import torch
@@ -31,10 +32,10 @@ def test_settings_from_env_defaults_and_values(tmp_path):
     on = ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_ITERATIONS": "3-4", "PROF_MODE": "full",
                                 "PROF_OUTPUT_DIR": str(tmp_path)})
     assert (on.enabled, on.first, on.last, on.mode, on.output_dir) == (True, 3, 4, "full", tmp_path)
-    assert ProfSettings.from_env({"PROF_ENABLED": "true"}).enabled is False  # only "1" turns it on
+    assert ProfSettings.from_env({"PROF_ENABLED": "true"}).enabled is True  # tests/test_settings_env.py
     assert on.traced(3) and on.traced(4) and not on.traced(5) and not off.traced(52)
     with pytest.raises(SettingsError):
-        ProfSettings.from_env({"PROF_MODE": "heavy"})
+        ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_MODE": "heavy"})  # checked when on
 
 
 def test_off_means_no_profiler_object_and_shared_noop():
@@ -67,6 +68,73 @@ def test_window_labels_equal_iterations_and_phases(tmp_path):
     assert len(rollouts) == 3
 
 
+def _loop_seeing_warmups(monkeypatch, settings, iterations, slow_iteration=None):
+    """Run a traced loop; returns (trace path or None, iterations in which the profiler was
+    prepared). Iteration `slow_iteration` sleeps 50 ms and runs aten::relu, which no other does."""
+    prepared: list[int] = []
+    current = [None]
+    original = torch.profiler.profile.prepare_trace
+
+    def prepare_trace(prof):
+        prepared.append(current[0])
+        original(prof)
+
+    monkeypatch.setattr(torch.profiler.profile, "prepare_trace", prepare_trace)
+    hooks = ProfilerHooks(settings, rank=0)
+    x = torch.randn(32, 32)
+    for it in iterations:
+        current[0] = it
+        with hooks.iteration(it):
+            with hooks.phase("rollout"):
+                x = torch.tanh(x @ x) * 0.5
+            if it == slow_iteration:
+                time.sleep(0.05)
+                x = torch.relu(x)
+    hooks.close()
+    return (hooks.trace_path if hooks.trace_path.is_file() else None), prepared
+
+
+def test_warmup_iteration_is_recorded_nowhere(tmp_path, monkeypatch):
+    path, prepared = _loop_seeing_warmups(monkeypatch, ProfSettings(True, 4, 6, "lite", tmp_path),
+                                          range(9), slow_iteration=3)
+    assert prepared == [3]  # the profiler was set up during the iteration before the window
+    events = read_trace(path)["traceEvents"]
+    assert step_labels(events) == ["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
+    start = min(e["ts"] for e in events if e.get("name") == "ProfilerStep#4")
+    spans = [e for e in events if e.get("ph") == "X"]
+    # Only the profiler's own span of the trace (cat "Trace") may open before ProfilerStep#4,
+    # and only by the moment between start_trace and the label: not by the warm-up's 50 ms.
+    early = [e for e in spans if e["ts"] < start]
+    assert [e.get("cat") for e in early] in ([], ["Trace"])
+    assert all(start - e["ts"] < 5_000 for e in early)
+    assert not [e for e in spans if e["name"] == "aten::relu"]  # the warm-up's own op
+    assert len([e for e in spans if e["name"] == "rollout"]) == 3
+
+
+@pytest.mark.parametrize("first,last,iterations,warmup,labels", [
+    (0, 1, range(4), [0], [0, 1]),       # no iteration before 0: cold start in iteration 0
+    (4, 6, range(5, 9), [5], [5, 6]),    # resumed inside the window: cold start, labels as ever
+    (4, 6, range(4, 9), [4], [4, 5, 6]),  # resumed at first: cold start
+    (4, 6, range(3, 9), [3], [4, 5, 6]),  # resumed at first - 1: warm-up as usual
+])
+def test_window_without_room_for_warmup_starts_cold(tmp_path, monkeypatch, first, last, iterations,
+                                                    warmup, labels):
+    path, prepared = _loop_seeing_warmups(monkeypatch, ProfSettings(True, first, last, "lite",
+                                                                    tmp_path), iterations)
+    assert prepared == warmup
+    assert step_labels(read_trace(path)["traceEvents"]) == [f"ProfilerStep#{i}" for i in labels]
+
+
+def test_training_ending_in_the_warmup_writes_nothing(tmp_path, monkeypatch):
+    path, prepared = _loop_seeing_warmups(monkeypatch, ProfSettings(True, 4, 6, "lite", tmp_path),
+                                          range(4))
+    assert prepared == [3] and path is None and list(tmp_path.iterdir()) == []
+    assert not torch.autograd.profiler._is_profiler_enabled
+    later, _ = _loop_seeing_warmups(monkeypatch, ProfSettings(True, 1, 1, "lite", tmp_path / "b"),
+                                    range(3))  # the next profiler works normally
+    assert step_labels(read_trace(later)["traceEvents"]) == ["ProfilerStep#1"]
+
+
 def test_lite_has_no_shapes_or_stacks_full_has_both(tmp_path):
     lite = read_trace(_traced_loop(ProfSettings(True, 1, 1, "lite", tmp_path / "lite"), range(3)))
     full = read_trace(_traced_loop(ProfSettings(True, 1, 1, "full", tmp_path / "full"), range(3)))
@@ -81,14 +149,16 @@ def test_lite_has_no_shapes_or_stacks_full_has_both(tmp_path):
     assert has_shapes(full) and has_stacks(full)
 
 
-def test_exception_in_window_writes_no_trace(tmp_path):
+@pytest.mark.parametrize("stop_at", [0, 2])  # in the warm-up, in the window
+def test_exception_in_window_writes_no_trace(tmp_path, stop_at):
     hooks = ProfilerHooks(ProfSettings(True, 1, 3, "lite", tmp_path), rank=0)
     with pytest.raises(KeyboardInterrupt):
         for it in range(5):
             with hooks.iteration(it):
-                if it == 2:
+                if it == stop_at:
                     raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == []  # neither the trace nor a temporary file
+    assert not torch.autograd.profiler._is_profiler_enabled
 
 
 def test_atomic_path_keeps_old_file_when_writer_fails(tmp_path):
@@ -138,3 +208,28 @@ def test_merge_ranks_one_process_each_and_aligned_time(tmp_path):
     # GPU streams become their own threads of the rank's process, device kept in args.
     assert kernels[1]["tid"] == 1_000_000_000 + 7 and kernels[1]["args"]["device"] == 0
     assert merged["goodhartProf"]["distributedInfo"]["1"]["rank"] == 1
+
+
+@pytest.mark.parametrize("first,last,expected", [(3, 4, {2, 3, 4, 5}), (0, 1, {0, 1, 2})])
+def test_throughput_leaves_out_warmup_traced_and_export_iterations(tmp_path, monkeypatch,
+                                                                    first, last, expected):
+    """train() hands the logger every iteration a profiler slows: the warm-up (none before
+    iteration 0), the traced ones, and the one after the window that writes the trace."""
+    from trainer import train as train_module
+    from trainer.config import build_config
+    from helpers import write_tiny_config
+
+    seen = []
+    real_logger = train_module.AsyncLogger
+
+    def recording_logger(*args, **kwargs):
+        seen.append(set(kwargs["exclude_from_rate"]))
+        return real_logger(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "AsyncLogger", recording_logger)
+    cfg = build_config(str(write_tiny_config(tmp_path)), total_iterations=7, device="cpu",
+                       output_dir=str(tmp_path / "out"), progress=False, warmup=False)
+    result = train_module.train(cfg, ProfSettings(True, first, last, "lite", tmp_path / "out"))
+    assert seen == [expected]
+    assert step_labels(read_trace(result.trace_path)["traceEvents"]) == \
+        [f"ProfilerStep#{i}" for i in range(first, last + 1)]

@@ -1,6 +1,7 @@
 """`python -m trainer`: train the Goodhart grid world with PPO, honouring the PROF_* variables."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -23,7 +24,7 @@ from .train import checkpoint_path
 @run_options.trainer_side(to_dict(Config()))
 def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_every, resume, nproc,
          no_progress, inject):
-    """Train PPO on the Goodhart grid world. Profile with PROF_ENABLED=1 (see README)."""
+    """Train PPO on the Goodhart grid world. Profile with PROF_ENABLED=1 (or true/yes/on; see README)."""
     started = time.perf_counter()
     try:
         settings = ProfSettings.from_env()
@@ -38,8 +39,7 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     if not env_dir:
-        settings = ProfSettings(settings.enabled, settings.first, settings.last, settings.mode,
-                                Path(cfg.output_dir))
+        settings = dataclasses.replace(settings, output_dir=Path(cfg.output_dir))
     if settings.enabled and settings.first >= cfg.total_iterations:
         raise UserError(f"PROF_ITERATIONS {settings.first}-{settings.last} starts after the last "
                         f"training iteration ({cfg.total_iterations - 1}); raise --total-iterations")

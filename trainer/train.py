@@ -259,10 +259,11 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
         if on_warmup:
             on_warmup(seconds)
     main = rank == 0
-    # Traced iterations run slower, and the one after the window also pays for writing the trace:
-    # neither counts towards the measured throughput.
+    # Iterations with a profiler run slower (the warm-up one before the window sets it up, the
+    # traced ones record), and the one after the window also pays for writing the trace: none of
+    # them counts towards the measured throughput.
     traced = frozenset(i for i in range(trainer.iteration, cfg.total_iterations)
-                       if settings.traced(i) or settings.traced(i - 1))
+                       if settings.profiler_on(i) or settings.traced(i - 1))
     logger = AsyncLogger(METRIC_NAMES, out_dir / "metrics.jsonl" if main else None, trainer.device,
                          progress=main and cfg.progress, total=cfg.total_iterations,
                          initial=trainer.iteration, exclude_from_rate=traced)
