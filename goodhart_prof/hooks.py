@@ -13,6 +13,7 @@ the final name. The glibc heap guard (heap_guard.py) runs around the window only
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -134,7 +135,11 @@ class ProfilerHooks:
         if self._guard is not None:
             self._guard.window_starts()
         prof = self._new_profiler()
-        prof.prepare_trace()
+        with warnings.catch_warnings():
+            # torch 2.11 on CUDA warns that a second cycle would clear the first's events; the
+            # window is one cycle, so there is nothing to keep (seen on an H100, full mode).
+            warnings.filterwarnings("ignore", message=".*Profiler clears events")
+            prof.prepare_trace()
         return prof
 
     def _new_profiler(self) -> profile:
