@@ -20,7 +20,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, in_categories
 from .intervals import group_totals
 from .kernels import gpu_with_category, launching_ops
 from .links import gpu_launches
@@ -119,7 +119,7 @@ def kernel_precision(trace: Trace) -> pd.DataFrame:
 def _kernel_precision(trace: Trace) -> pd.DataFrame:
     gpu = trace.gpu
     cats = gpu_with_category(trace)["category"]  # the taxonomy, launching op included
-    pick = np.isin(cats.cat.codes.to_numpy(), np.flatnonzero(cats.cat.categories.isin(MATMUL_CATEGORIES)))
+    pick = in_categories(cats, MATMUL_CATEGORIES)
     if not pick.any():
         return pd.DataFrame({c: pd.Series(dtype=object if c != "dur" else float) for c in COLUMNS})
     # by name: once per distinct name, spread through the categorical codes

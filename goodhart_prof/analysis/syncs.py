@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, in_categories
 from .intervals import group_totals
 from .links import LAUNCH_CATS, gpu_launches
 from .sites import sites
@@ -102,8 +102,7 @@ def device_ranks(trace: Trace) -> set[int]:
 
 def _device_ranks(trace: Trace) -> set[int]:
     ev = trace.events
-    wanted = np.flatnonzero(ev["cat"].cat.categories.isin(LAUNCH_CATS))
-    on = np.isin(ev["cat"].cat.codes.to_numpy(), wanted) if len(wanted) else np.zeros(len(ev), bool)
+    on = in_categories(ev["cat"], LAUNCH_CATS)
     return (set(np.unique(ev["rank"].to_numpy()[on]).tolist())
             | set(np.unique(trace.gpu["rank"].to_numpy()).tolist()))
 
