@@ -360,15 +360,15 @@ def test_auto_reset_at_max_steps():
     assert torch.equal(drained_state.grid, res2.state.grid)
 
 
-TRUNCATED_7 = ["#######",
+OPEN_7 = ["#######",
                "#.....#",
                "#..A..#",
                "#.....#",
                "#.F.D.#",
                "#.....#",
                "#######"]
-# TRUNCATED_7 after a step DOWN: nothing is eaten, so the layout is known literally.
-TRUNCATED_7_DOWN = ["#######",
+# OPEN_7 (an open room: agent, one food, one decoy) after a step DOWN: nothing is eaten, so the layout is known literally.
+OPEN_7_DOWN = ["#######",
                     "#.....#",
                     "#.....#",
                     "#..A..#",
@@ -381,7 +381,7 @@ def test_truncation_reports_the_final_observation_before_the_reset():
     torch.manual_seed(8)
     max_steps = 5
     env = make_env(2, 7, view=5, max_steps=max_steps)
-    state = make_state(env, [TRUNCATED_7, TRUNCATED_7], t=[max_steps - 1, 1])
+    state = make_state(env, [OPEN_7, OPEN_7], t=[max_steps - 1, 1])
     res = env.step(state, torch.tensor([DOWN, DOWN]))
     # Env 0 hit the time limit: truncated, not terminated (this world has no terminal states).
     assert res.truncated.tolist() == [True, False]
@@ -389,12 +389,12 @@ def test_truncation_reports_the_final_observation_before_the_reset():
     assert res.done.tolist() == [True, False]
     # Its final observation is the window of the state the step reached, read off the layout;
     # the returned observation is already that of the next episode's fresh layout.
-    assert torch.equal(res.final_obs[0], expected_obs(TRUNCATED_7_DOWN, 5))
+    assert torch.equal(res.final_obs[0], expected_obs(OPEN_7_DOWN, 5))
     assert torch.equal(res.obs, env.observe(res.state.grid, res.state.pos))
     assert not torch.equal(res.obs[0], res.final_obs[0])
     assert res.state.t.tolist() == [0, 2]
     # An env that goes on has its final observation equal to its observation.
-    assert torch.equal(res.final_obs[1], expected_obs(TRUNCATED_7_DOWN, 5))
+    assert torch.equal(res.final_obs[1], expected_obs(OPEN_7_DOWN, 5))
     assert torch.equal(res.final_obs[1], res.obs[1])
 
 
@@ -473,14 +473,7 @@ def test_layout_bank_size_scales_with_resets_up_to_a_cap():
 def test_first_episode_started_mid_clock_is_not_counted():
     torch.manual_seed(4)
     env = make_env(2, 7, max_steps=4)
-    layout = ["#######",
-              "#.....#",
-              "#..A..#",
-              "#.....#",
-              "#.F.D.#",
-              "#.....#",
-              "#######"]
-    state = make_state(env, [layout, layout], t=[3, 3], ep_proxy=[PROXY, PROXY],
+    state = make_state(env, [OPEN_7, OPEN_7], t=[3, 3], ep_proxy=[PROXY, PROXY],
                        ep_true=[FOOD_TRUE, FOOD_TRUE])
     state = state._replace(whole=torch.tensor([False, True]))  # env 0 began mid-clock
     res = env.step(state, torch.tensor([STAY, STAY]))

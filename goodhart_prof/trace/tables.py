@@ -176,6 +176,8 @@ def _id_column(items: list, attr: str, names: dict[str, int]) -> np.ndarray:
 
 
 _ODD_TAIL = 16  # at most this many trailing non-int ids take the fast path
+
+
 def _args(xs: list) -> list:
     return [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
 
