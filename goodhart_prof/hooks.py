@@ -62,15 +62,14 @@ class ProfilerHooks:
     which count from 0 and would not equal the training iteration): the profiler is created and
     prepared (`prepare_trace`: Kineto/CUPTI set up, no RecordFunction callbacks) when iteration
     `first - 1` begins, and recording starts (`start_trace`) when iteration `first` begins. So the
-    set-up no longer lands in `ProfilerStep#first` (issue 13: ~1.4x the next traced iteration on
-    the CPU; CUPTI's start on a GPU costs more), and nothing of the warm-up iteration is in the
+    set-up no longer lands in `ProfilerStep#first` (it made that iteration ~1.4x the next traced
+    one on the CPU; CUPTI's start on a GPU costs more), and nothing of the warm-up iteration is in the
     trace: no ProfilerStep label, no op, no phase (phases return the no-op context until
     recording starts; the trace's own span opens at start_trace; tests/test_hooks.py checks this
     on the CPU). Starting the profiler outright one iteration early would record that iteration.
     What the warm-up costs: the set-up, moved into iteration `first - 1`, which records nothing:
-    measured 0.97x (lite) and 0.91x (full) an untraced iteration's median time, i.e. nothing
-    above the noise (scripts/bench_hooks.py `warmup_ratio`, 2-core CPU, one thread, spread 18%,
-    2026-11-23). Throughput leaves that iteration out all the same (`ProfSettings.profiler_on`),
+    that iteration took 0.91x to 1.19x an untraced iteration's median time (scripts/bench_hooks.py
+    `warmup_ratio`, 2-core CPU, one thread, three runs, 2026-11-23; 1.16x / 1.19x on an H100). Throughput leaves that iteration out all the same (`ProfSettings.profiler_on`),
     since a profiler exists during it.
 
     No warm-up is possible when no iteration before `first` runs under these hooks: a window
@@ -101,20 +100,14 @@ class ProfilerHooks:
                 self._prof = self._open()
             self._prof.start_trace()
             self._recording = True
-        if not self._recording:
-            try:
-                yield
-            except BaseException:
-                self._abandon()
-                raise
-            return
+        step = record_function(f"ProfilerStep#{it}") if self._recording else _NULL
         try:
-            with record_function(f"ProfilerStep#{it}"):
+            with step:
                 yield
         except BaseException:
             self._abandon()
             raise
-        if it == last:
+        if self._recording and it == last:
             self._finish()
 
     def close(self) -> None:
