@@ -122,20 +122,30 @@ def test_string_pids_and_tids_get_stable_ids(tmp_path):
     assert ev.loc["PyTorch Profiler (0)", "pid"] < 0 and ev.loc["PyTorch Profiler (0)", "tid"] < 0
 
 
-@pytest.mark.parametrize("odd", [None, 2.0, 2.5, "7"], ids=["ints", "integral-float", "float", "numeric-str"])
+@pytest.mark.parametrize("odd", [None, 2.0, 2.5, "7", " 12 ", "1_000", "99999999999999999999", "x"],
+                         ids=["ints", "integral-float", "float", "numeric-str", "spaced-str",
+                              "underscored-str", "str-beyond-int64", "name"])
 def test_id_columns_agree_with_the_row_by_row_definition(odd):
-    """pid/tid: all ints but a tail of string ids (Kineto's last event) take the C-level path;
-    a float or a numeric string among the ints takes the slower one; both give `_int_id`."""
-    from goodhart_prof.trace.decode import Complete
-    from goodhart_prof.trace.tables import _id_column, _int_id
+    """pid/tid through the real decoder: all ints but a tail of string ids (Kineto's last event)
+    take the C-level path; a float id makes the decoder fall back to its loose types, an odd
+    string the table builder to its slower path; every path gives `_int_id` of each value."""
+    from goodhart_prof.trace.decode import decode
+    from goodhart_prof.trace.tables import _int_id, events_table
     pids = [5, 1 << 40, 5, 9] + ([odd] if odd is not None else []) + [3, "Spans", "Spans", "x"]
-    xs = [Complete(cat="cpu_op", name="a", pid=p, tid=0, ts=float(i), dur=1.0) for i, p in enumerate(pids)]
+    doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": p, "tid": 0, "ts": float(i),
+                            "dur": 1.0} for i, p in enumerate(pids)]}
+    decoded, skipped = decode(json.dumps(doc).encode())
+    assert skipped == 0 and decoded.int_or_str_ids == (not isinstance(odd, float))
     names: dict = {}
     expected = [_int_id(p, names) for p in pids]
-    got = _id_column(xs, "pid", {}).tolist()
+    got = events_table(decoded)[0]["pid"].tolist()
     assert got == expected
     assert got[-3] == got[-2] < 0 and got[-1] < 0 and got[-1] != got[-2]
-    if odd in (2.0, 2.5):  # a float id is a name of its own (not the int it equals)
+    if isinstance(odd, float):  # a float id is a name of its own (not the int it equals)
+        assert got[4] < 0
+    if odd in ("7", " 12 ", "1_000"):  # numeric strings are read as int() reads them
+        assert got[4] == int(odd)
+    if odd == "99999999999999999999":  # beyond int64: a name
         assert got[4] < 0
 
 

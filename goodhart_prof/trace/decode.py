@@ -11,7 +11,7 @@ import mmap
 import os
 import re
 import zlib
-from typing import Any, Iterator, Union
+from typing import Any, ClassVar, Iterator, Union
 
 import msgspec
 
@@ -37,13 +37,19 @@ class Args(msgspec.Struct, frozen=True, gc=False):
 NO_ARGS = Args()
 
 
+# pid and tid: ints, or a string (Kineto's `Trace` span has pid "Spans"). A float or bool id
+# fails this decode and the document is decoded again with `LooseComplete`: the table builder can
+# then convert the ids of a strict document at C speed, with no per-value type check.
+Id = Union[int, str, None]
+
+
 class Complete(msgspec.Struct, tag_field="ph", tag="X", frozen=True, gc=False):
     """A complete event: the only kind the events table keeps."""
 
     cat: Scalar = None
     name: Scalar = None
-    pid: Scalar = None
-    tid: Scalar = None
+    pid: Id = None
+    tid: Id = None
     ts: Union[int, float, None] = None
     dur: Union[int, float, None] = None
     args: Union[Args, None] = None
@@ -64,7 +70,16 @@ def _skipped(tag: str) -> type:
 
 SKIPPED_PHASES = "BEbeinstfCPONDRTIcv"
 _KNOWN = set("XM" + SKIPPED_PHASES)
-Event = Union[(Complete, Metadata) + tuple(_skipped(t) for t in SKIPPED_PHASES)]
+class LooseComplete(Complete, tag="X"):
+    """A complete event whose pid or tid may also be a float (a `Complete` for every reader)."""
+
+    pid: Scalar = None
+    tid: Scalar = None
+
+
+_SKIPPED = tuple(_skipped(t) for t in SKIPPED_PHASES)
+Event = Union[(Complete, Metadata) + _SKIPPED]
+LooseEvent = Union[(LooseComplete, Metadata) + _SKIPPED]
 
 
 class DistributedInfo(msgspec.Struct, frozen=True):
@@ -79,6 +94,13 @@ class TraceDoc(msgspec.Struct, frozen=True):
     distributedInfo: Union[DistributedInfo, None] = None
     baseTimeNanoseconds: Union[int, None] = None
     goodhartProf: Union[dict[str, Any], None] = None
+    # Every complete event's pid and tid is an int, a str or None (no float, no bool).
+    int_or_str_ids: ClassVar[bool] = True
+
+
+class LooseTraceDoc(TraceDoc, frozen=True):
+    traceEvents: list[LooseEvent]
+    int_or_str_ids: ClassVar[bool] = False
 
 
 class DecodeError(ValueError):
@@ -86,6 +108,7 @@ class DecodeError(ValueError):
 
 
 _decoder = msgspec.json.Decoder(TraceDoc)
+_loose_decoder = msgspec.json.Decoder(LooseTraceDoc)
 GZIP_MAGIC = b"\x1f\x8b"
 
 try:  # ISA-L's gunzip is about twice as fast as zlib's; same format, same API
@@ -194,9 +217,15 @@ def decode(raw: bytes) -> tuple[TraceDoc, int]:
         raise DecodeError(f"not valid JSON ({_short(exc)})") from None
     except RecursionError:
         raise DecodeError(TOO_DEEP) from None
+    if _FLOAT_ID.search(str(strict_error)):  # a float pid or tid: the loose types take it
+        try:
+            return _loose_decoder.decode(raw), 0
+        except (msgspec.ValidationError, UnicodeDecodeError) as exc:
+            strict_error = exc
     return _decode_lenient(raw, strict_error)
 
 
+_FLOAT_ID = re.compile(r"got `float` - at `\$\.traceEvents\[\d+\]\.[pt]id`$")
 TOO_DEEP = "nested too deeply (arrays or objects inside each other beyond the decoder's limit)"
 _NONSTANDARD = re.compile(rb"NaN|Infinity")
 _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
@@ -250,7 +279,7 @@ class _Phase(msgspec.Struct):
     ph: Any = None
 
 
-_event_decoder = msgspec.json.Decoder(Event)
+_event_decoder = msgspec.json.Decoder(LooseEvent)
 _phase_decoder = msgspec.json.Decoder(_Phase)
 _HEADER_DECODERS = {name: msgspec.json.Decoder(Union[kind, None]) for name, kind in (
     ("deviceProperties", list[dict[str, Any]]), ("distributedInfo", DistributedInfo),
@@ -294,7 +323,7 @@ def _decode_lenient(raw, strict_error: Exception) -> tuple[TraceDoc, int]:
             header[name] = decoder.decode(top[name]) if name in top else None
         except (msgspec.ValidationError, UnicodeDecodeError):
             header[name] = None
-    return TraceDoc(traceEvents=good, **header), skipped
+    return LooseTraceDoc(traceEvents=good, **header), skipped
 
 
 def _unknown_phase(ev: msgspec.Raw) -> bool:

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import math
+from typing import Iterable
 import re
-from itertools import compress, islice, repeat
+from itertools import compress, count, islice, repeat
 from operator import attrgetter, eq, is_not, not_
 
 import msgspec
@@ -40,8 +41,13 @@ def _int_id(value, names: dict[str, int]) -> int:
     if value is None:
         return -1
     text = str(value)
-    if text.lstrip("-").isdigit() and len(text) < 19:
-        return int(text)
+    if value.__class__ is str:  # read as int() reads it (as numpy does in `_id_column`)
+        try:
+            number = int(text)
+        except ValueError:
+            number = None
+        if number is not None and INT64_MIN <= number <= INT64_MAX:
+            return number
     return names.setdefault(text, -2 - len(names))
 
 
@@ -85,11 +91,14 @@ def _float_or_nan(v) -> float:
     return float(v) if _number(v) else np.nan
 
 
-def _interned(values: list) -> pd.Categorical:
-    """Strings -> categorical (names are interned once, rows hold codes). A dict does it: the
-    hash of each str is computed once and kept on the object, 3x faster than pd.factorize."""
+def _interned(values: Iterable, n: int) -> pd.Categorical:
+    """`n` strings -> categorical (names are interned once, rows hold codes), categories in
+    order of first appearance. A dict does it at C speed: each value maps to the row where it
+    first appeared (`setdefault` with a running count), and those rows, increasing, are turned
+    into dense codes by one searchsorted; 3x faster than pd.factorize on str objects."""
     index: dict = {}
-    codes = np.fromiter([index.setdefault(v, len(index)) for v in values], np.int32, len(values))
+    first = np.fromiter(map(index.setdefault, values, count()), np.int64, n)
+    codes = np.searchsorted(np.fromiter(index.values(), np.int64, len(index)), first).astype(np.int32)
     labels = [u if u.__class__ is str else ("" if u is None else str(u)) for u in index]
     if len(set(labels)) != len(labels):  # e.g. the name 7 and the name "7": merge them
         return pd.Categorical(labels, categories=sorted(set(labels)))[codes]
@@ -113,15 +122,15 @@ def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, Frames, int]:
     Rows are picked with C-level loops (filter, map, compress): a Python loop over a million
     events costs more than building a column."""
     xs = list(filter(_IS_COMPLETE, doc.traceEvents))
-    cats = list(map(_CAT, xs))
+    cats = _interned(map(_CAT, xs), len(xs))
     frames, skipped_frames = Frames.empty(), 0
-    if PYTHON_CAT in cats:
-        is_py = list(map(eq, cats, repeat(PYTHON_CAT)))
-        frames, skipped_frames = _frames(list(compress(xs, is_py)))
+    if PYTHON_CAT in cats.categories:
+        is_py = list(map(eq, map(_CAT, xs), repeat(PYTHON_CAT)))
+        frames, skipped_frames = _frames(list(compress(xs, is_py)), doc.int_or_str_ids)
         if len(frames):
-            keep = list(map(not_, is_py))
-            xs, cats = list(compress(xs, keep)), list(compress(cats, keep))
-    table, skipped = _complete_table(xs, cats)
+            xs = list(compress(xs, map(not_, is_py)))
+            cats = _interned(map(_CAT, xs), len(xs))
+    table, skipped = _complete_table(xs, cats, doc.int_or_str_ids)
     return table, frames, skipped + skipped_frames
 
 
@@ -149,17 +158,29 @@ def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int, "list[bool] | 
     return xs, ts, dur, skipped, keep
 
 
-def _id_column(items: list, attr: str, names: dict[str, int]) -> np.ndarray:
+def _id_column(items: list, attr: str, names: dict[str, int], int_or_str: bool = False) -> np.ndarray:
     """pid or tid as int64 (`_int_id`). Kineto writes ints everywhere but in its `Trace` span,
-    the last complete event (pid "Spans"): a run of ints is checked with one C-level `sum`
-    (a float in it makes the sum a float; a string or None raises) and converted at C speed,
-    and only the odd tail goes through `_int_id`. Otherwise the few distinct values are mapped
-    once through a dict instead of checking every row in Python."""
-    values = list(map(attrgetter(attr), items))
-    n = len(values)
+    the last complete event (pid "Spans"): the run of values before that odd tail is converted
+    at C speed, and only the tail goes through `_int_id`. When the decoder guarantees ints,
+    strings or None (`int_or_str`), numpy's conversion of the run agrees with `_int_id` whenever
+    it succeeds (it reads strings as int() does, and refuses None and numbers beyond int64);
+    otherwise the run is first checked with one C-level `sum` (a float in it makes the sum a
+    float; a string or None raises). Failing both, the few distinct values are mapped once
+    through a dict instead of checking every row in Python."""
+    get = attrgetter(attr)
+    n = len(items)
     head = n
-    while head and n - head < _ODD_TAIL and values[head - 1].__class__ is not int:
+    while head and n - head < _ODD_TAIL and get(items[head - 1]).__class__ is not int:
         head -= 1
+    if int_or_str:
+        try:
+            out = np.empty(n, dtype=np.int64)
+            out[:head] = np.fromiter(map(get, islice(items, head)), np.int64, head)
+            out[head:] = [_int_id(get(e), names) for e in items[head:]]
+            return out
+        except (TypeError, ValueError, OverflowError):  # odd values inside the run
+            pass
+    values = list(map(get, items))
     try:
         if sum(islice(values, head)).__class__ is int:
             out = np.empty(n, dtype=np.int64)
@@ -182,7 +203,7 @@ def _args(xs: list) -> list:
     return [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
 
 
-def _frames(xs: list) -> tuple[Frames, int]:
+def _frames(xs: list, int_or_str_ids: bool) -> tuple[Frames, int]:
     names = list(map(attrgetter("name"), xs))
     try:
         xs = [e for e, n in zip(xs, names) if not n.startswith(NEVER_USER_FRAMES)]
@@ -198,26 +219,25 @@ def _frames(xs: list) -> tuple[Frames, int]:
     name[:] = list(map(attrgetter("name"), xs))  # str as Kineto writes them; readers str() the odd one
     return Frames({
         "rank": np.zeros(n, dtype=np.int32),
-        "pid": _id_column(xs, "pid", ids),
-        "tid": _id_column(xs, "tid", ids),
+        "pid": _id_column(xs, "pid", ids, int_or_str_ids),
+        "tid": _id_column(xs, "tid", ids, int_or_str_ids),
         "ts": ts, "dur": dur, "end": ts + dur, "name": name,
         "python_id": _int_column(args, "python_id"),
         "python_parent_id": _int_column(args, "python_parent_id"),
     }), skipped
 
 
-def _complete_table(xs: list, cats: list) -> tuple[pd.DataFrame, int]:
+def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) -> tuple[pd.DataFrame, int]:
     xs, ts, dur, skipped, keep = _timing(xs)
-    if keep is not None:
-        cats = list(compress(cats, keep))
+    if keep is not None:  # categories in order of first appearance among the rows kept
+        raw_cats = _interned(map(_CAT, xs), len(xs))
     n = len(xs)
     ids: dict[str, int] = {}
-    pid = _id_column(xs, "pid", ids)
-    tid = _id_column(xs, "tid", ids)
-    raw_cats = _interned(cats)
+    pid = _id_column(xs, "pid", ids, int_or_str_ids)
+    tid = _id_column(xs, "tid", ids, int_or_str_ids)
     cat = raw_cats.rename_categories([CATEGORY_ALIASES.get(c, c) for c in raw_cats.categories]) \
         if any(c in CATEGORY_ALIASES for c in raw_cats.categories) else raw_cats
-    name = _interned(list(map(attrgetter("name"), xs)))
+    name = _interned(map(attrgetter("name"), xs), n)
     args = _args(xs)
     external = _int_column(args, "external_id")
     lacking = np.flatnonzero(external < 0)
