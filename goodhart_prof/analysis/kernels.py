@@ -348,7 +348,8 @@ def gpu_with_category(trace: Trace) -> pd.DataFrame:
 
 def _gpu_with_category(trace: Trace) -> pd.DataFrame:
     gpu = trace.gpu
-    ops = launching_ops(trace) if not gpu.empty else pd.DataFrame({"op": [], "top_op": []})
+    ops = launching_ops(trace) if not gpu.empty else pd.DataFrame(
+        {"op": pd.Categorical([]), "top_op": pd.Categorical([])})
     category, library = classify_codes(gpu["name"], gpu["cat"], ops["op"])
     return pd.DataFrame(
         {"name": gpu["name"].cat.remove_unused_categories(),
@@ -356,7 +357,8 @@ def _gpu_with_category(trace: Trace) -> pd.DataFrame:
          "category": pd.Categorical.from_codes(category, categories=CATEGORIES),
          "library": pd.Categorical.from_codes(library, categories=LIBRARIES),
          "dur": gpu["dur"].to_numpy(),
-         "op": ops["op"].to_numpy(), "top_op": ops["top_op"].to_numpy()}, index=gpu.index)
+         # launching ops as categoricals over the tree's names (a code per row, no strings)
+         "op": ops["op"].array, "top_op": ops["top_op"].array}, index=gpu.index)
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:

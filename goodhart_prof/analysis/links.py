@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..trace.model import GPU_ACTIVITY_CATS, Trace
+from ..trace.model import GPU_ACTIVITY_CATS, Trace, in_categories
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 
@@ -22,9 +22,9 @@ def gpu_launches(trace: Trace) -> pd.DataFrame:
 def _gpu_launches(trace: Trace) -> pd.DataFrame:
     ev = trace.events
     cat = ev["cat"]
-    gpu_rows = np.flatnonzero(cat.isin(GPU_ACTIVITY_CATS).to_numpy())
+    gpu_rows = np.flatnonzero(in_categories(cat, GPU_ACTIVITY_CATS))
     corr = ev["correlation"].to_numpy()
-    rt_rows = np.flatnonzero(cat.isin(LAUNCH_CATS).to_numpy() & (corr >= 0))
+    rt_rows = np.flatnonzero(in_categories(cat, LAUNCH_CATS) & (corr >= 0))
     rank = ev["rank"].to_numpy()
     col = {c: ev[c].to_numpy() for c in ("ts", "end", "pid", "tid")}
     # One launch per (rank, correlation); a duplicate would be a broken trace, keep the first.

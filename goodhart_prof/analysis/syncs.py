@@ -103,8 +103,8 @@ def device_ranks(trace: Trace) -> set[int]:
 def _device_ranks(trace: Trace) -> set[int]:
     ev = trace.events
     on = in_categories(ev["cat"], LAUNCH_CATS)
-    return (set(np.unique(ev["rank"].to_numpy()[on]).tolist())
-            | set(np.unique(trace.gpu["rank"].to_numpy()).tolist()))
+    return (set(pd.unique(ev["rank"].to_numpy()[on]).tolist())  # hashed: no sort of every row
+            | set(pd.unique(trace.gpu["rank"].to_numpy()).tolist()))
 
 
 def split_host_reads(trace: Trace, points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -130,7 +130,7 @@ def _by_name(ev: pd.DataFrame, table: dict[str, Any], cats: tuple[str, ...]) -> 
     wanted = np.flatnonzero(names.isin(list(table)))
     if len(wanted) == 0:
         return ev.iloc[:0]
-    mask = np.isin(ev["name"].cat.codes.to_numpy(), wanted) & ev["cat"].isin(cats).to_numpy()
+    mask = np.isin(ev["name"].cat.codes.to_numpy(), wanted) & in_categories(ev["cat"], cats)
     return ev[mask]
 
 
@@ -156,7 +156,7 @@ def _candidate_calls(ev: pd.DataFrame) -> pd.DataFrame:
     syncs = _by_name(ev, _CUDA_SYNC, ("cuda_sync",))
     if syncs.empty:
         return out
-    rt = ev[ev["cat"].isin(LAUNCH_CATS).to_numpy() & (ev["correlation"] >= 0).to_numpy()]
+    rt = ev[in_categories(ev["cat"], LAUNCH_CATS) & (ev["correlation"].to_numpy() >= 0)]
     link = pd.DataFrame({"rank": syncs["rank"].to_numpy(),
                          "correlation": syncs["correlation"].to_numpy(),
                          "sync_row": syncs.index.to_numpy(np.int64),
@@ -206,7 +206,7 @@ def _waits_on_device(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     keep = np.ones(len(ops), dtype=bool)
     if ops.empty:
         return keep
-    rt = ev[ev["cat"].isin(LAUNCH_CATS).to_numpy()]
+    rt = ev[in_categories(ev["cat"], LAUNCH_CATS)]
     on_gpu_rank = ops["rank"].isin(rt["rank"].unique()).to_numpy()
     (calls,) = sums_inside(ops, rt, "ts", [None])
     return ~on_gpu_rank | (calls > 0)

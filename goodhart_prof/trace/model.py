@@ -96,8 +96,15 @@ class Frames:
 def in_categories(column: pd.Series, values) -> np.ndarray:
     """Rows of a categorical column whose value is one of `values`, as a boolean mask: the few
     categories are tested, the rows are then picked by code (cheaper than Series.isin)."""
-    wanted = np.flatnonzero(column.cat.categories.isin(list(values)))
-    return np.isin(column.cat.codes.to_numpy(), wanted)
+    wanted = column.cat.categories.isin(list(values))
+    codes = column.cat.codes.to_numpy()
+    picked = np.flatnonzero(wanted)
+    if len(picked) <= 4:  # a few codes: one comparison each (cheaper than any lookup per row)
+        out = np.zeros(len(codes), dtype=bool)
+        for code in picked.tolist():
+            out |= codes == code
+        return out
+    return np.append(wanted, False)[codes]  # code -1 (a missing value): False
 
 
 def name_codes(events: pd.DataFrame, pattern: "re.Pattern[str]", search: bool = False) -> np.ndarray:
@@ -173,7 +180,7 @@ class Trace:
         if rank is not None:
             mask &= (self.events["rank"] == rank).to_numpy()
         if device is not None:
-            is_gpu = self.events["cat"].isin(GPU_ACTIVITY_CATS).to_numpy()
+            is_gpu = in_categories(self.events["cat"], GPU_ACTIVITY_CATS)
             mask &= ~is_gpu | (self.events["device"] == device).to_numpy()
         events = self.events[mask].reset_index(drop=True)
         ranks = [r for r in self.ranks if rank is None or r == rank]

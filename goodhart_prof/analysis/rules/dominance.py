@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
+from ...trace.model import in_categories
 from ..kernels import gpu_with_category
 from .base import Context, Finding, Need, Rule, Threshold
 
@@ -26,21 +28,19 @@ _EAGER_ATTENTION_OPS = ("aten::bmm", "aten::baddbmm", "aten::matmul")
 def _dominant_kernel(ctx: Context) -> Finding | None:
     g = gpu_with_category(ctx.trace)
     total = float(g["dur"].sum())
-    work = g[~g["category"].isin(_NOT_WORK).to_numpy()]
+    work = g[~in_categories(g["category"], _NOT_WORK)]
     if work.empty or total <= 0:
         return None
     limit = DOMINANT_KERNEL.limit("share")
-    by_name = work.groupby("name", observed=True, sort=False)["dur"].sum().sort_values(
-        ascending=False, kind="stable")
-    ops = work["op"].astype(object).where(work["op"].notna(), None)
-    by_op = work.groupby(ops.to_numpy(), dropna=True, sort=False)["dur"].sum().sort_values(
-        ascending=False, kind="stable")
+    dur = work["dur"].to_numpy()
+    name_codes, op_codes = work["name"].cat.codes.to_numpy(), work["op"].cat.codes.to_numpy()
+    by_name, by_op = _sums_by_code(name_codes, dur), _sums_by_code(op_codes, dur)
     name_share = float(by_name.iloc[0]) / total
     op_share = float(by_op.iloc[0]) / total if len(by_op) else 0.0
     if name_share >= limit:
-        subject, rows = "kernel", (work["name"] == by_name.index[0]).to_numpy()
+        subject, rows = "kernel", name_codes == by_name.index[0]
     elif op_share >= limit:
-        subject, rows = "op", (ops == by_op.index[0]).to_numpy()
+        subject, rows = "op", op_codes == by_op.index[0]
     else:
         return None
     mine = work[rows]
@@ -56,7 +56,7 @@ def _dominant_kernel(ctx: Context) -> Finding | None:
         "launching_ops": launchers,
         "top_ops": _top_ops(kern, total)}
     if subject == "op":
-        evidence["op"] = str(by_op.index[0])
+        evidence["op"] = str(work["op"].cat.categories[by_op.index[0]])
         evidence["op_kernels"] = int(len(mine))
     fix, path = _faster_path(ctx, g, kern, mine)
     evidence["faster_path"] = path
@@ -68,6 +68,14 @@ def _dominant_kernel(ctx: Context) -> Finding | None:
         "dominant_kernel", "medium" if path else "low",
         f"{what} take{'s' if subject == 'kernel' else ''} {share:.0%} of GPU time{by}",
         evidence, fix)
+
+
+def _sums_by_code(codes: np.ndarray, dur: np.ndarray) -> pd.Series:
+    """Total duration per categorical code (code -1, a missing value, left out), most first;
+    groups in order of first appearance, so ties keep that order (as a groupby by value)."""
+    known = codes >= 0
+    return pd.Series(dur[known]).groupby(codes[known], sort=False).sum().sort_values(
+        ascending=False, kind="stable")
 
 
 def _launchers(kern: pd.DataFrame, total: float, top: int = 3) -> list[dict]:
