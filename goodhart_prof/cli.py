@@ -37,7 +37,7 @@ def _iterations(ctx, param, value):
               help="Training iterations to trace, 0-based, inclusive "
                    f"(default: PROF_ITERATIONS or {DEFAULT_WINDOW}).")
 @click.option("--mode", type=click.Choice(MODES), default=None,
-              help="lite: CPU+CUDA activity and phases; full: adds shapes, stacks, memory, FLOPs "
+              help="lite: CPU+CUDA activity and phases; full: adds shapes, stacks, memory "
                    f"(default: PROF_MODE or {DEFAULT_MODE}).")
 @run_options.run_side()
 def run(iterations, mode, **trainer_values):

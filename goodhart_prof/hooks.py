@@ -140,8 +140,11 @@ class ProfilerHooks:
         if self.device_type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         full = self.settings.mode == "full"
+        # No with_flops: the profiler's FLOP estimate costs about 1 us per recorded op (half of
+        # full mode's per-op cost, measured on the CPU) for a figure that the shapes full mode
+        # records give anyway (FLOPs of GEMM/conv ops are computed from `Input Dims`).
         kwargs: dict[str, Any] = dict(activities=activities, record_shapes=full,
-                                      with_stack=full, profile_memory=full, with_flops=full)
+                                      with_stack=full, profile_memory=full)
         if full and self.device_type == "cuda":
             try:  # CUDA sync events (cudaStreamSynchronize & co.) where this torch has them
                 kwargs["experimental_config"] = torch.profiler._ExperimentalConfig(

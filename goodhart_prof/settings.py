@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-PHASES = ("rollout", "env_step", "policy_act", "bootstrap_value", "store", "gae", "ppo_update",
+PHASES = ("rollout", "env_step", "policy_act", "store", "gae", "ppo_update",
           "minibatch", "optimizer_step", "logging")
 MODES = ("lite", "full")
 # The PROF_* defaults, here only: ProfSettings, `goodhart-prof run` and both help texts use these.

@@ -57,7 +57,7 @@ from trainer.ppo import N_UPDATE_STATS, Minibatch, clip_grad_norm_no_sync
 from trainer.train import Trainer, sum_across_ranks
 
 VARIANTS = ("nohook", "nohook2", "off", "lite", "full")  # nohook2: A/A control, same code
-TARGETS = {"lite": 1.25, "full": 3.0}
+TARGETS = {"lite": 1.10, "full": 1.30}  # issue 13: the profiled iteration within 10% / 30%
 
 
 # -- the iteration without any hook code ------------------------------------------------------
@@ -73,7 +73,7 @@ def ppo_update_nohook(loss_fn, params, optimizer, buf, advantages, returns, epoc
         order = torch.randperm(batch, device=advantages.device)
         for k in range(minibatches):
             idx = order[k * size:(k + 1) * size]
-            mb = Minibatch(*(t[idx] for t in flat))
+            mb = Minibatch(*(t.index_select(0, idx) for t in flat))
             loss, stats = loss_fn(mb)
             loss.backward()
             clip_grad_norm_no_sync(params, max_grad_norm)
@@ -87,12 +87,13 @@ def run_iteration_nohook(tr: Trainer, it: int, logger=None) -> None:
     """Trainer.run_iteration without the `with hooks.iteration/phase(...)` lines."""
     cfg, buf = tr.cfg, tr.buf
     for t in range(cfg.rollout_steps):
-        out = tr.act_fn(tr.obs)
+        out, final_values = tr.act_fn(tr.obs, tr.final_obs)
         res = tr.env_step(tr.state, out.action)
-        final_value = tr.final_value_fn(res.final_obs, res.truncated)
-        tr.store_step(t, out, res, final_value)
+        tr.store_step(t, out, res, final_values)
         tr.state, tr.obs = res.state, res.obs
-    last_value = tr.act_fn(tr.obs).value
+    out, final_values = tr.act_fn(tr.obs, tr.final_obs)
+    last_value = out.value
+    tr.finish_rollout(final_values)
     advantages, returns = tr.gae_fn(buf.rewards, buf.values, buf.terminated, buf.truncated,
                                     buf.final_values, last_value)
     tr.policy.value_head.update_stats(returns, sum_across_ranks)

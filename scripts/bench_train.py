@@ -6,11 +6,12 @@ variant alike (medians are reported, with min-max):
 
 * naive rollout: N separate `GoodhartGridWorld(n_envs=1)` built from the same config, stepped
   one after another in a Python loop; per env and step one batch-1 forward + sample of the SAME
-  policy (the eager trainer's `act_fn`, same `ActorCritic` instance and weights), then that env's
-  own step. No buffers, no extra syncs, no extra copies.
-* rollout: the same two lines over the whole batch: `trainer.act_fn(obs)`, `trainer.env_step(...)`
-  (eager, and compiled when `torch.compile` works here). No buffer writes either, so the two
-  rollout numbers do identical work per env step.
+  policy (`policy.act` on the eager trainer's `ActorCritic`, same instance and weights), then
+  that env's own step. No buffers, no extra syncs, no extra copies.
+* rollout: the same two lines over the whole batch: `trainer.act_fn(obs, final_obs)` (the
+  trainer's forward, which also values the few final observations of truncated episodes),
+  `trainer.env_step(...)` (eager, and compiled when `torch.compile` works here). No buffer
+  writes either, so the two rollout numbers do the same work per env step but that valuing.
 * end to end: `Trainer.run_iteration(it, logger=None)` after `warm_up()`, one iteration timed
   at a time (device synchronized before each clock read), eager and compiled alternating.
 * per phase: extra iterations run with a hooks object that synchronizes the device and reads
@@ -35,6 +36,7 @@ import sys
 import time
 import traceback
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,6 +45,7 @@ import torch
 from benchlib import ForeignLoad, device_name, sync
 from trainer.config import ConfigError, build_config, to_dict
 from trainer.env import GoodhartGridWorld
+from trainer.policy import act
 from trainer.train import Trainer
 
 TOP_PHASES = ("rollout", "gae", "ppo_update", "logging")
@@ -119,7 +122,7 @@ def vector_rollout(trainer: Trainer, steps: int) -> None:
     act_fn, env_step = trainer.act_fn, trainer.env_step
     state, obs = trainer.state, trainer.obs
     for _ in range(steps):
-        out = act_fn(obs)
+        out, _ = act_fn(obs, trainer.final_obs)
         res = env_step(state, out.action)
         state, obs = res.state, res.obs
     trainer.state, trainer.obs = state, obs
@@ -206,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc(limit=3, file=sys.stderr)
             compiled = None
     envs, states, obs = make_naive(cfg, eager, n_naive)
-    naive_steps(eager.act_fn, envs, states, obs, 1)   # warm the batch-1 path
+    naive_act = partial(act, eager.policy)
+    naive_steps(naive_act, envs, states, obs, 1)   # warm the batch-1 path
     vector_rollout(eager, 2)
     sync(device)
 
@@ -227,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     roll_sps: list[float] = []
     croll_sps: list[float] = []
     for _ in range(args.rounds):
-        dt = timed(device, lambda: naive_steps(eager.act_fn, envs, states, obs, args.naive_steps))
+        dt = timed(device, lambda: naive_steps(naive_act, envs, states, obs, args.naive_steps))
         naive_sps.append(n_naive * args.naive_steps / dt)
         dt = timed(device, lambda: vector_rollout(eager, cfg.rollout_steps))
         roll_sps.append(steps_per_it / dt)

@@ -68,8 +68,9 @@ def test_trainer_trace_phases(tmp_path):
     points = sync_points(trace)
     table = phases(trace, points)
     rows = {r["name"]: r for r in table.to_dict("records")}
-    # policy_act: 8 steps and the last-value forward; store and bootstrap_value: once per step
-    per_iteration = {"rollout": 1, "env_step": 8, "policy_act": 9, "store": 8, "bootstrap_value": 8,
+    # policy_act: 8 steps and the last-value forward; store: once per step, and the last step's
+    # final values after the last-value forward
+    per_iteration = {"rollout": 1, "env_step": 8, "policy_act": 9, "store": 9,
                      "gae": 1, "ppo_update": 1, "minibatch": 2, "optimizer_step": 2, "logging": 1}
     for name, n in per_iteration.items():
         assert rows[name]["count"] == 2 * n, name

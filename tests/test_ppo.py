@@ -8,9 +8,9 @@ import torch
 from torch.distributions import Categorical
 from torch.profiler import ProfilerActivity, profile
 
-from trainer.policy import ActorCritic, PopArtValueHead, ValueHead, sample_actions
+from trainer.policy import ActorCritic, PopArtValueHead, ValueHead, act, act_and_value, sample_actions
 from trainer.ppo import (Minibatch, N_UPDATE_STATS, clip_grad_norm_no_sync, compute_gae, ppo_loss,
-                         truncation_values)
+                         truncation_rows)
 
 SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
 
@@ -112,18 +112,28 @@ def test_compute_gae_hand_computed_termination_and_truncation():
     assert torch.allclose(ret, torch.tensor([[2.5, 3.75], [2.0, 7.0], [12.0, 12.0]]))
 
 
-@pytest.mark.parametrize("max_truncated", [2, 3, 6])
-def test_truncation_values_are_the_final_states_values(max_truncated):
+@pytest.mark.parametrize("max_truncated", [2, 3, 6, 9])
+def test_final_values_come_from_the_next_forward(max_truncated):
+    """truncation_rows picks every truncated env (and fills up to a fixed k); act_and_value
+    values those rows in the policy forward of the next step, which acts exactly as `act`."""
     policy = small_policy("plain")
-    final_obs = torch.rand(6, *OBS_SHAPE, generator=torch.Generator().manual_seed(3))
+    gen = torch.Generator().manual_seed(3)
+    final_obs, obs = torch.rand(6, *OBS_SHAPE, generator=gen), torch.rand(6, *OBS_SHAPE, generator=gen)
     truncated = torch.tensor([False, True, False, False, True, False])
-    got = truncation_values(policy, final_obs, truncated, max_truncated)
+    rows = truncation_rows(truncated, max_truncated)
+    assert rows.shape == (min(max_truncated, 6),) and {1, 4} <= set(rows.tolist())
+    torch.manual_seed(7)
+    out, values = act_and_value(policy, obs, final_obs[rows])
+    torch.manual_seed(7)
+    alone = act(policy, obs)
+    assert torch.equal(out.action, alone.action)
+    assert torch.allclose(out.logprob, alone.logprob, atol=1e-6)
+    assert torch.allclose(out.value, alone.value, atol=1e-6)
+    stored = torch.full((6,), 99.0).index_copy_(0, rows, values)
     with torch.no_grad():
         full = policy(final_obs)[1]
-    # The values of envs 1 and 4 (computed on max_truncated rows or all 6), 0 for the others.
-    expected = torch.tensor([0.0, float(full[1]), 0.0, 0.0, float(full[4]), 0.0])
-    assert torch.allclose(got, expected, atol=1e-6)
-    assert not got.requires_grad
+    assert torch.allclose(stored[truncated], full[truncated], atol=1e-6)  # envs 1 and 4
+    assert not values.requires_grad
 
 
 # -- PPO loss ------------------------------------------------------------------------------------

@@ -37,9 +37,9 @@ STEPS, MINIBATCHES = 8, 2
 EXPECTED = {
     "item_logging": (STEPS, ".item()"),                      # one read per env step
     "cpu_alloc": (STEPS, "torch.zeros(n_envs).to(device)"),  # one buffer per env step
-    # 3 checks per forward: per step act + V(final state) of the truncated envs, the last value,
-    # one per minibatch
-    "nan_checks": (3 * (2 * STEPS + 1 + MINIBATCHES), "torch.where("),
+    # 3 checks per forward: one per step (acting, and valuing the previous step's truncated
+    # final states in the same batch), the last value, one per minibatch
+    "nan_checks": (3 * (STEPS + 1 + MINIBATCHES), "torch.where("),
     "sync_grad_clip": (MINIBATCHES, "total_norm.item()"),    # one read per optimizer step
     "branchy_value_head": (MINIBATCHES, "if returns.std() > 0"),  # one branch per minibatch
     "pageable_htod": (STEPS, "torch.from_numpy(obs).to("),   # one host-built obs per env step

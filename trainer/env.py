@@ -110,9 +110,26 @@ class GoodhartGridWorld:
         frame = torch.ones(self.padded, self.padded, dtype=torch.int8, device=dev) * WALL
         frame.view(-1)[self.interior_flat] = EMPTY
         self.frame = frame
+        # Flat addressing (cell = row * P + col) lets a step read and write cells with gather and
+        # scatter: a few ops each, where indexing by (env, row, col) records several per access.
+        self.flat_deltas = self.deltas[:, 0] * self.padded + self.deltas[:, 1]
+        self.view_flat = (self.view_rows * self.padded + self.view_cols).view(1, -1)  # (1, V*V)
+        self.ones = torch.ones(n_envs, device=dev)
+        # 0-d constants: an op with a Python number records a conversion of it too (where, eq
+        # and masked_fill with a scalar take 4-6 recorded ops, with a 0-d tensor 1-2).
+        def const(value, dtype=torch.float32):
+            return torch.tensor(value, dtype=dtype, device=dev)
+        self.cells = {c: const(c, torch.int8) for c in (EMPTY, WALL, FOOD, DECOY)}
+        self.zero, self.minus_one = const(0.0), const(-1.0)
+        self.rewards = (const(proxy_reward), const(food_true_reward), const(decoy_true_reward))
+        self.t_zero, self.t_limit = const(0, torch.int32), const(max_episode_steps, torch.int32)
         if bank_size is None:
             bank_size = layout_bank_size(n_envs, max_episode_steps)
         self.bank_grid, self.bank_pos = self._generate_layouts(bank_size)
+        # Per layout also its agent's flat cell and its first observation: a reset then gathers
+        # these instead of computing them again.
+        self.bank_here = self._flat_cell(self.bank_pos)
+        self.bank_obs = self._observe_flat(self.bank_grid.view(bank_size, -1), self.bank_here)
 
     @property
     def obs_shape(self) -> tuple[int, int, int]:
@@ -138,15 +155,17 @@ class GoodhartGridWorld:
         pos = torch.stack((agent // self.padded, agent % self.padded), dim=1)
         return grid.view(n, self.padded, self.padded), pos
 
-    def _draw_layouts(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """One layout from the bank for every env, drawn uniformly (callers pick which to use).
+    def _draw_layouts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One layout from the bank for every env, drawn uniformly (callers pick which to use):
+        grids (n, P, P), positions (n, 2), flat agent cells (n,) and first observations.
 
         A gather of n layouts by random index: far cheaper than generating n new ones (a random
         score and a top-k over every interior cell of every env), which a step needs for only
         the ~n/max_episode_steps envs that reset.
         """
         idx = torch.randint(0, self.bank_grid.shape[0], (self.n_envs,), device=self.device)
-        return self.bank_grid[idx], self.bank_pos[idx]
+        return (self.bank_grid.index_select(0, idx), self.bank_pos.index_select(0, idx),
+                self.bank_here.index_select(0, idx), self.bank_obs.index_select(0, idx))
 
     @property
     def max_truncations_per_step(self) -> int:
@@ -162,7 +181,7 @@ class GoodhartGridWorld:
         return -(-self.n_envs // self.max_steps)
 
     def reset(self) -> tuple[EnvState, torch.Tensor]:
-        grid, pos = self._draw_layouts()
+        grid, pos, _, obs = self._draw_layouts()
         n, dev = self.n_envs, self.device
         # Stagger episode clocks evenly (each value held by n/max_steps envs, in random envs) so
         # resets spread over time instead of hitting all envs at once, and no step truncates more
@@ -172,57 +191,69 @@ class GoodhartGridWorld:
         zeros = torch.zeros(n, device=dev)
         state = EnvState(grid, pos, t, zeros, zeros.clone(), torch.zeros(N_STATS, device=dev),
                          t == 0)
-        return state, self.observe(grid, pos)
+        return state, obs
 
     # -- dynamics ------------------------------------------------------------------------------
     def observe(self, grid: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        rows = pos[:, 0].view(-1, 1, 1) + self.view_rows
-        cols = pos[:, 1].view(-1, 1, 1) + self.view_cols
-        patch = grid[self.env_idx.view(-1, 1, 1), rows, cols]       # (n, V, V) int8
-        return (patch.unsqueeze(1) == self.channel_types).to(self.obs_dtype)
+        """The (n, C, V, V) observations of agents at `pos` (n, 2) on grids (n, P, P)."""
+        return self._observe_flat(grid.reshape(grid.shape[0], -1), self._flat_cell(pos))
+
+    def _flat_cell(self, pos: torch.Tensor) -> torch.Tensor:
+        return pos[:, 0] * self.padded + pos[:, 1]
+
+    def _observe_flat(self, flat: torch.Tensor, here: torch.Tensor) -> torch.Tensor:
+        """Observations from flat grids (m, P*P) and flat agent cells (m,)."""
+        patch = flat.gather(1, here.view(-1, 1) + self.view_flat)      # (m, V*V) int8
+        patch = patch.view(-1, 1, self.view, self.view)
+        return (patch == self.channel_types).to(self.obs_dtype)
 
     def step(self, state: EnvState, actions: torch.Tensor) -> StepResult:
+        """One step of every env. Cells are read and written through flat indices (gather and
+        scatter), and the per-step work is kept to few ops: the profiler records each one, and
+        on a GPU each is a kernel launch."""
         grid, pos, t, ep_proxy, ep_true, stats, whole = state
-        n, idx = self.n_envs, self.env_idx
-        target = pos + self.deltas[actions]
-        blocked = grid[idx, target[:, 0], target[:, 1]] == WALL
-        pos = torch.where(blocked.unsqueeze(1), pos, target)
-        cell = grid[idx, pos[:, 0], pos[:, 1]]
-        ate_food, ate_decoy = cell == FOOD, cell == DECOY
-        ate = ate_food | ate_decoy
-        proxy = ate.float() * self.proxy_value
-        true = ate_food.float() * self.food_value + ate_decoy.float() * self.decoy_value
-
+        n, size, cells, zero = self.n_envs, self.padded, self.cells, self.zero
+        proxy_value, food_value, decoy_value = self.rewards
         flat = grid.view(n, -1).clone()
-        here = pos[:, 0] * self.padded + pos[:, 1]
-        flat[idx, here] = torch.where(ate, EMPTY, cell).to(torch.int8)
+        here = self._flat_cell(pos)
+        target = here + self.flat_deltas.index_select(0, actions)
+        blocked = flat.gather(1, target.view(n, 1)).view(n) == cells[WALL]
+        here = torch.where(blocked, here, target)
+        pos = torch.stack((here // size, here % size), dim=1)
+        at = here.view(n, 1)
+        cell = flat.gather(1, at).view(n)
+        ate_food, ate_decoy = cell == cells[FOOD], cell == cells[DECOY]
+        ate = ate_food | ate_decoy
+        proxy = torch.where(ate, proxy_value, zero)
+        true = torch.where(ate_food, food_value, torch.where(ate_decoy, decoy_value, zero))
+
+        flat.scatter_(1, at, torch.where(ate, cells[EMPTY], cell).view(n, 1))
         # Respawn the eaten item on a random empty cell that the agent is not on.
-        inside = flat[:, self.interior_flat]
-        score = torch.rand(inside.shape, device=self.device).masked_fill(inside != EMPTY, -1.0)
-        score = score.masked_fill(self.interior_flat == here.unsqueeze(1), -1.0)
-        spot = self.interior_flat[score.argmax(dim=1)]
-        flat[idx, spot] = torch.where(ate, cell, flat[idx, spot])
-        grid = flat.view_as(grid)
+        inside = flat.index_select(1, self.interior_flat)
+        score = torch.rand(inside.shape, device=self.device)
+        score = torch.where((inside != cells[EMPTY]) | (self.interior_flat == at), self.minus_one, score)
+        spot = self.interior_flat.index_select(0, score.argmax(dim=1)).view(n, 1)
+        flat.scatter_(1, spot, torch.where(ate.view(n, 1), cell.view(n, 1), flat.gather(1, spot)))
 
         t = t + 1
         ep_proxy, ep_true = ep_proxy + proxy, ep_true + true
-        truncated = t >= self.max_steps
+        truncated = t >= self.t_limit
         terminated = torch.zeros_like(truncated)  # no terminal states in this world
-        done = terminated | truncated
-        donef = (done & whole).float()
-        stats = stats + torch.stack((donef.sum(), (ep_proxy * donef).sum(),
-                                     (ep_true * donef).sum(), (t.float() * donef).sum()))
-        final_obs = self.observe(grid, pos)
-        fresh_grid, fresh_pos = self._draw_layouts()
-        grid = torch.where(done.view(-1, 1, 1), fresh_grid, grid)
-        pos = torch.where(done.unsqueeze(1), fresh_pos, pos)
-        t = torch.where(done, 0, t)
-        ep_proxy = torch.where(done, 0.0, ep_proxy)
-        ep_true = torch.where(done, 0.0, ep_true)
+        done = truncated  # terminated | truncated, and nothing terminates
+        # Finished whole episodes: count, proxy and true returns, lengths (one product).
+        counted = (done & whole).float()
+        stats = stats + torch.mv(torch.stack((self.ones, ep_proxy, ep_true, t.float())), counted)
+        final_obs = self._observe_flat(flat, here)
+        fresh_grid, fresh_pos, _, fresh_obs = self._draw_layouts()
+        grid = torch.where(done.view(n, 1, 1), fresh_grid, flat.view_as(grid))
+        pos = torch.where(done.view(n, 1), fresh_pos, pos)
+        t = torch.where(done, self.t_zero, t)
+        ep_proxy = torch.where(done, zero, ep_proxy)
+        ep_true = torch.where(done, zero, ep_true)
         whole = whole | done
+        obs = torch.where(done.view(n, 1, 1, 1), fresh_obs, final_obs)
         new_state = EnvState(grid, pos, t, ep_proxy, ep_true, stats, whole)
-        return StepResult(new_state, self.observe(grid, pos), proxy, true, terminated, truncated,
-                          final_obs)
+        return StepResult(new_state, obs, proxy, true, terminated, truncated, final_obs)
 
     @staticmethod
     def drain_stats(state: EnvState) -> tuple[EnvState, torch.Tensor]:

@@ -148,6 +148,19 @@ def act(policy: ActorCritic, obs: torch.Tensor) -> ActOutput:
         return ActOutput(action, logprob, policy.value_head.denormalize(value.float()))
 
 
+def act_and_value(policy: ActorCritic, obs: torch.Tensor, extra_obs: torch.Tensor
+                  ) -> tuple[ActOutput, torch.Tensor]:
+    """`act` on `obs`, and in the same forward the raw values of `extra_obs` (no grad): one
+    batch of n + k rows instead of a second forward for k rows (the rollout values the final
+    states of truncated episodes this way, ppo.truncation_rows)."""
+    n = obs.shape[0]
+    with torch.no_grad():
+        logits, value = policy(torch.cat((obs, extra_obs)))
+        action, logprob = sample_actions(logits[:n])
+        value = policy.value_head.denormalize(value.float())
+        return ActOutput(action, logprob, value[:n]), value[n:]
+
+
 def evaluate(policy: nn.Module, obs: torch.Tensor, actions: torch.Tensor
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probs of taken actions, entropy, and values in training units (with grad)."""

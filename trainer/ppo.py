@@ -31,7 +31,7 @@ class RolloutBuffer:
     true_rewards: torch.Tensor
     terminated: torch.Tensor    # the episode reached a terminal state with this step
     truncated: torch.Tensor     # the episode was cut off by the time limit with this step
-    final_values: torch.Tensor  # V(final state) where truncated (anything elsewhere)
+    final_values: torch.Tensor  # V(final state) where truncated (anything elsewhere: never read)
 
     @classmethod
     def allocate(cls, steps: int, n_envs: int, obs_shape: tuple[int, ...], obs_dtype: torch.dtype,
@@ -58,44 +58,33 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, terminated: torch.T
     to the next episode. Returns are advantages + values (the lambda-returns).
     """
     steps = rewards.shape[0]
+    # Everything but the recursion at once, over (T, n): a few ops in all, not per step.
+    next_values = torch.cat((values[1:], last_value.unsqueeze(0)))
+    bootstrap = torch.where(truncated, final_values, next_values)
+    bootstrap = torch.where(terminated, 0.0, bootstrap)
+    deltas = rewards + gamma * bootstrap - values
+    decay = gamma * lam * (1.0 - (terminated | truncated).float())
     advantages = torch.empty_like(rewards)
     next_adv = torch.zeros_like(last_value)
-    next_value = last_value
     for t in range(steps - 1, -1, -1):
-        ended = (terminated[t] | truncated[t]).float()
-        bootstrap = torch.where(truncated[t], final_values[t], next_value)
-        bootstrap = torch.where(terminated[t], 0.0, bootstrap)
-        delta = rewards[t] + gamma * bootstrap - values[t]
-        next_adv = delta + gamma * lam * (1.0 - ended) * next_adv
+        next_adv = deltas[t] + decay[t] * next_adv
         advantages[t] = next_adv
-        next_value = values[t]
     return advantages, advantages + values
 
 
-def truncation_values(policy: nn.Module, final_obs: torch.Tensor, truncated: torch.Tensor,
-                      max_truncated: int) -> torch.Tensor:
-    """V(s_final) for the envs `truncated` marks, 0 for the others: (n,) raw values, no grad.
+def truncation_rows(truncated: torch.Tensor, max_truncated: int) -> torch.Tensor:
+    """Indices of `max_truncated` envs that include every env `truncated` marks: (k,) int64.
 
     `max_truncated` is the most envs one step can truncate (the env's
-    `max_truncations_per_step`). The cheapest exact way: the forward runs on that many final
-    observations only, gathered by a top-k over the truncation mask (a fixed shape, so no host
-    sync and one static graph for torch.compile), and the values are scattered back. With every
+    `max_truncations_per_step`). The rollout values the final observations of these rows only
+    (a top-k over the truncation mask: a fixed shape, so no host sync and one static graph for
+    torch.compile), inside the next step's policy forward (policy.act_and_value). With every
     episode exactly max_episode_steps long and the clocks staggered evenly, that is
     ceil(n / max_episode_steps) rows (2 of 128 in the CPU preset, 128 of 8192 on CUDA) instead of
-    a second full-batch forward per step. Rows the top-k picks beyond the truncated envs are
-    computed and masked out. With `max_truncated` >= n it is a plain batched forward.
+    a second full-batch forward per step. Rows picked beyond the truncated envs are valued too,
+    and never read (GAE reads final values only where an episode was truncated).
     """
-    n = truncated.shape[0]
-    with torch.no_grad():
-        if max_truncated >= n:
-            rows, obs = None, final_obs
-        else:
-            rows = truncated.float().topk(max_truncated).indices
-            obs = final_obs[rows]
-        value = policy.value_head.denormalize(policy(obs)[1].float())
-        if rows is not None:
-            value = torch.zeros(n, device=value.device).index_copy(0, rows, value)
-        return torch.where(truncated, value, 0.0)
+    return truncated.float().topk(min(max_truncated, truncated.shape[0])).indices
 
 
 class Minibatch(NamedTuple):
@@ -152,7 +141,7 @@ def ppo_update(loss_fn: LossFn, params: list[torch.Tensor], optimizer: torch.opt
         for k in range(minibatches):
             with phase("minibatch"):
                 idx = order[k * size:(k + 1) * size]
-                mb = Minibatch(*(t[idx] for t in flat))
+                mb = Minibatch(*(t.index_select(0, idx) for t in flat))
                 loss, stats = loss_fn(mb)
                 loss.backward()
                 clip_grads(params, max_grad_norm)

@@ -18,9 +18,9 @@ from . import antipatterns
 from .config import Config
 from .env import N_ACTIONS, EnvState, GoodhartGridWorld, StepResult
 from .logger import AsyncLogger
-from .policy import ActorCritic, ActOutput, act
+from .policy import ActorCritic, ActOutput, act_and_value
 from .ppo import (UPDATE_STAT_NAMES, RolloutBuffer, clip_grad_norm_no_sync, compute_gae, ppo_loss,
-                  ppo_update, truncation_values)
+                  ppo_update, truncation_rows)
 
 METRIC_NAMES = ("episodes", "proxy_return", "true_return", "episode_length", "proxy_per_step",
                 "true_per_step") + UPDATE_STAT_NAMES
@@ -72,6 +72,14 @@ class Trainer:
         self.optimizer = self._make_optimizer()
         self.buf = RolloutBuffer.allocate(cfg.rollout_steps, cfg.n_envs, self.env.obs_shape,
                                           obs_dtype, self.device)
+        # The final observations of the last step's truncated envs (and a few more rows: a fixed
+        # shape), valued by the next policy forward; at a rollout's start they are already valued.
+        self.max_truncated = min(self.env.max_truncations_per_step, cfg.n_envs)
+        self.final_rows = torch.arange(self.max_truncated, device=self.device)
+        self.final_obs = torch.zeros((self.max_truncated, *self.env.obs_shape), dtype=obs_dtype,
+                                     device=self.device)
+        self._steps: list[tuple] = []   # the rollout's steps until finish_rollout stores them
+        self._final: list[tuple] = []   # (rows, final values) of each step, in step order
         self._build_step_functions()
         self.iteration = 0  # next iteration to run
 
@@ -79,11 +87,11 @@ class Trainer:
     def _make_optimizer(self) -> torch.optim.Optimizer:
         if "unfused_adam" in self.inject:
             return antipatterns.unfused_adam(self.params, self.cfg.lr)
-        if self.device.type == "cuda":
-            # Fused Adam keeps the whole step on the GPU; a tensor lr never needs a host read.
-            lr = torch.tensor(self.cfg.lr, device=self.device)
-            return torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
-        return torch.optim.Adam(self.params, lr=self.cfg.lr, eps=1e-5, foreach=True)
+        # Fused Adam: one kernel per step for all parameters (the foreach path records ~280 ops
+        # per step, a tenth of an iteration's ops on the CPU preset, and reads each step count
+        # back with .item()). On CUDA a tensor lr never needs a host read.
+        lr = torch.tensor(self.cfg.lr, device=self.device) if self.device.type == "cuda" else self.cfg.lr
+        return torch.optim.Adam(self.params, lr=lr, eps=1e-5, fused=True)
 
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
@@ -91,15 +99,9 @@ class Trainer:
     def _build_step_functions(self) -> None:
         cfg = self.cfg
 
-        def act_fn(obs):
+        def act_fn(obs, final_obs):
             with self._autocast():
-                return act(self.policy, obs)
-
-        max_truncated = self.env.max_truncations_per_step
-
-        def final_value_fn(final_obs, truncated):
-            with self._autocast():
-                return truncation_values(self.policy, final_obs, truncated, max_truncated)
+                return act_and_value(self.policy, obs, final_obs)
 
         def loss_fn(mb):
             with self._autocast():
@@ -110,11 +112,9 @@ class Trainer:
         env_step = self.env.step
         if self.compiled:
             act_fn, gae_fn, env_step = torch.compile(act_fn), torch.compile(gae_fn), torch.compile(env_step)
-            final_value_fn = torch.compile(final_value_fn)
             if "eager_update" not in self.inject:
                 loss_fn = torch.compile(loss_fn)
         self.act_fn, self.loss_fn, self.gae_fn = act_fn, loss_fn, gae_fn
-        self.final_value_fn = final_value_fn
         self.env_step = self._planted_env_step(env_step)
         self.clip_grads = (antipatterns.clip_grad_norm_with_readback if "sync_grad_clip" in self.inject
                            else clip_grad_norm_no_sync)
@@ -136,16 +136,17 @@ class Trainer:
             with phase("rollout"):
                 for t in range(cfg.rollout_steps):
                     with phase("policy_act"):
-                        out = self.act_fn(self.obs)
+                        out, final_values = self.act_fn(self.obs, self.final_obs)
                     with phase("env_step"):
                         res = self.env_step(self.state, out.action)
-                    with phase("bootstrap_value"):
-                        final_value = self.final_value_fn(res.final_obs, res.truncated)
                     with phase("store"):
-                        self.store_step(t, out, res, final_value)
+                        self.store_step(t, out, res, final_values)
                     self.state, self.obs = res.state, res.obs
                 with phase("policy_act"):
-                    last_value = self.act_fn(self.obs).value
+                    out, final_values = self.act_fn(self.obs, self.final_obs)
+                    last_value = out.value
+                with phase("store"):
+                    self.finish_rollout(final_values)
             with phase("gae"):
                 # The agent is trained on the proxy reward: that is the Goodhart setting.
                 advantages, returns = self.gae_fn(buf.rewards, buf.values, buf.terminated,
@@ -161,18 +162,37 @@ class Trainer:
                     logger.submit(it, self.steps_per_iteration, self._metrics(episode, update_stats))
         self.iteration = it + 1
 
-    def store_step(self, t: int, out: ActOutput, res: StepResult, final_value: torch.Tensor) -> None:
-        """Copy step t of the rollout into the buffer (the observation the policy acted on)."""
-        buf = self.buf
-        buf.obs[t].copy_(self.obs)
-        buf.actions[t].copy_(out.action)
-        buf.logprobs[t].copy_(out.logprob)
-        buf.values[t].copy_(out.value)
-        buf.rewards[t].copy_(res.proxy_reward)
-        buf.true_rewards[t].copy_(res.true_reward)
-        buf.terminated[t].copy_(res.terminated)
-        buf.truncated[t].copy_(res.truncated)
-        buf.final_values[t].copy_(final_value)
+    def store_step(self, t: int, out: ActOutput, res: StepResult, final_values: torch.Tensor) -> None:
+        """Keep step t of the rollout (the observation the policy acted on) and step t-1's final
+        values (`final_values`: this step's forward valued them) for `finish_rollout`; keep the
+        final observations of this step's truncated envs for the next forward.
+
+        Nothing is copied per step: the buffer is filled once per rollout (a stack per field),
+        since every per-step copy is a few more ops for the profiler and, on a GPU, launches."""
+        if t == 0:
+            self._steps, self._final = [], []
+        else:
+            self._final.append((self.final_rows, final_values))
+        self._steps.append((self.obs, out.action, out.logprob, out.value, res.proxy_reward,
+                            res.true_reward, res.terminated, res.truncated))
+        self.final_rows = truncation_rows(res.truncated, self.max_truncated)
+        self.final_obs = res.final_obs.index_select(0, self.final_rows)
+
+    def finish_rollout(self, final_values: torch.Tensor) -> None:
+        """Fill the buffer from the kept steps; `final_values` values the last step's final
+        observations (the last-value forward did)."""
+        buf, steps = self.buf, self._steps
+        self._final.append((self.final_rows, final_values))
+        fields = (buf.obs, buf.actions, buf.logprobs, buf.values, buf.rewards, buf.true_rewards,
+                  buf.terminated, buf.truncated)
+        for i, field in enumerate(fields):
+            torch.stack([step[i] for step in steps], out=field)
+        # V(final state) of each step's valued rows, scattered into (T, n) at once.
+        rows, values = zip(*self._final)
+        offsets = torch.arange(0, len(rows) * self.cfg.n_envs, self.cfg.n_envs, device=self.device)
+        flat_rows = (torch.stack(rows) + offsets.view(-1, 1)).view(-1)
+        buf.final_values.view(-1).index_copy_(0, flat_rows, torch.stack(values).view(-1))
+        self._steps, self._final = [], []
 
     @property
     def steps_per_iteration(self) -> int:
