@@ -32,6 +32,13 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     # not a list of strings): most rows repeat a few values, which tables.py decodes once each.
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     process_name: Scalar = msgspec.field(default=None, name="name")  # metadata events only
+    # What a collective moves (record_param_comms ops; newer Kineto also writes them on NCCL
+    # kernels). Rare keys, typed Any: an odd value is dropped by tables.py, never the event.
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    comm_dtype: Any = msgspec.field(default=None, name="dtype")
 
 
 NO_ARGS = Args()

@@ -261,9 +261,11 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
         stream[gpu_rows] = gpu_stream
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
     type_codes, type_labels = _input_types(args, np.flatnonzero(np.asarray(cat == "cpu_op")))
+    comm_codes, comm_labels = _comm_args(args, _comm_rows(name, cat))
     columns = {"pid": pid, "tid": tid, "ts": ts, "dur": dur, "name": name, "cat": cat,
                "device": device, "stream": stream, "correlation": _int_column(args, "correlation"),
-               "external_id": external, "bytes": nbytes, "input_types": type_codes}
+               "external_id": external, "bytes": nbytes, "input_types": type_codes,
+               "comm_args": comm_codes}
     if n > 1 and not (ts[1:] >= ts[:-1]).all():  # by start (Kineto writes GPU events last)
         order = np.argsort(ts, kind="stable")
         columns = {k: v[order] for k, v in columns.items()}
@@ -274,8 +276,55 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
         "device": c["device"], "stream": c["stream"], "correlation": c["correlation"],
         "external_id": c["external_id"], "bytes": c["bytes"],
         "input_types": pd.Categorical.from_codes(c["input_types"], categories=type_labels,
-                                                 validate=False)})
+                                                 validate=False),
+        "comm_args": pd.Categorical.from_codes(c["comm_args"], categories=comm_labels,
+                                               validate=False)})
     return table, skipped
+
+
+_COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+COMM_OP = "record_param_comms"
+_COMM_GETTERS = tuple(attrgetter(f) for f in
+                      ("collective", "in_nelems", "out_nelems", "group_size", "comm_dtype"))
+
+
+def _comm_rows(name: pd.Categorical, cat: pd.Categorical) -> np.ndarray:
+    """The rows that may carry collective args: record_param_comms cpu ops and NCCL/RCCL
+    kernels (each distinct name tested once)."""
+    labels = name.categories
+    op_codes = np.flatnonzero(labels == COMM_OP)
+    kernel_codes = np.array([i for i, n in enumerate(labels) if _COMM_KERNEL.search(n)], dtype=np.int64)
+    codes = np.asarray(name.codes)
+    is_op = np.isin(codes, op_codes) & np.asarray(cat == "cpu_op")
+    is_kernel = np.isin(codes, kernel_codes) & np.asarray(cat == "kernel")
+    return np.flatnonzero(is_op | is_kernel)
+
+
+def _comm_args(args: list, rows: np.ndarray) -> tuple[np.ndarray, pd.Index]:
+    """The collective args of `rows` as codes into labels (model.COMM_ARG_FIELDS joined by
+    `|`, a blank for an absent or unusable value); -1 where a row has none."""
+    codes = np.full(len(args), -1, dtype=np.int32)
+    if not len(rows):
+        return codes, pd.Index([], dtype=object)
+    picked = [args[i] for i in rows.tolist()]
+    fields = [list(map(get, picked)) for get in _COMM_GETTERS]
+    text = [_comm_text(fields[0]), _comm_count(fields[1]), _comm_count(fields[2]),
+            _comm_count(fields[3]), _comm_text(fields[4])]
+    joined = ["|".join(parts) for parts in zip(*text)]
+    labels: dict[str, int] = {}
+    given = np.array([j != "||||" for j in joined], dtype=bool)
+    codes[rows[given]] = [labels.setdefault(j, len(labels)) for j, g in zip(joined, given) if g]
+    return codes, pd.Index(list(labels), dtype=object)
+
+
+def _comm_text(values: list) -> list[str]:
+    return [v if v.__class__ is str and "|" not in v else "" for v in values]
+
+
+def _comm_count(values: list) -> list[str]:
+    """A count (an int, or an integral float, at least 0) as decimal text; blank otherwise."""
+    return [str(int(v)) if _number(v) and v >= 0 and float(v).is_integer()
+            else "" for v in values]
 
 
 _INPUT_TYPES = attrgetter("input_types")
@@ -344,7 +393,7 @@ def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame
         out = tables[0]
     else:
         from pandas.api.types import union_categoricals
-        interned = ("name", "cat", "input_types")
+        interned = ("name", "cat", "input_types", "comm_args")
         cats = {c: union_categoricals([t[c] for t in tables]) for c in interned}
         out = pd.concat([t.drop(columns=list(interned)) for t in tables], ignore_index=True)
         for c, values in cats.items():

@@ -1,0 +1,265 @@
+"""Communication per rank: the collectives each device ran (NCCL/RCCL kernels), their time, what
+they moved where the trace records it, and how much of their time compute kernels overlapped.
+
+A communication kernel is a kernel of category `communication` (kernels.py). Its **kind** is the
+collective the host called, read from the ops around its launch call: the `Collective name` of
+the enclosing `record_param_comms` (or of the kernel itself, newer Kineto), else the name of the
+enclosing `c10d::*` op or `nccl:*` annotation (NCCL runs an all_to_all as SendRecv kernels: the op
+says all_to_all); failing both, the kernel's own name (`ncclKernel_AllReduce_*`); else `other`.
+
+**Message size** S (bytes) = max(`In msg nelems`, `Out msg nelems`) x the element size of
+`dtype`, from the kernel's args, else from its `record_param_comms` when that op launched this one
+communication kernel only. The larger of the two counts is nccl-tests' S for every kind (all_gather:
+the gathered output; reduce_scatter: the full input; the others move as much as they take).
+Where a size, its dtype or the group size is not recorded, the figures that need it are null.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace, comm_arg_table
+from .intervals import covered_before, group_totals, merge_intervals, thread_groups
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv", "other")
+
+# The collective the host called (`Collective name`, a c10d op, an nccl: annotation), in order.
+_CALLED = (("reduce_scatter", r"reduce_?scatter"), ("all_gather", r"all_?gather"),
+           ("all_reduce", r"all_?reduce"), ("all_to_all", r"all_?to_?all"),
+           ("broadcast", r"broadcast"), ("send_recv", r"^(c10d::|nccl:)?_?(send|recv)"))
+# NCCL/RCCL kernel names: ncclKernel_<Primitive>_..., ncclDevKernel_<Primitive>_...
+_KERNEL = (("reduce_scatter", r"reducescatter"), ("all_gather", r"allgather"),
+           ("all_reduce", r"allreduce"), ("all_to_all", r"alltoall"), ("broadcast", r"broadcast"),
+           ("send_recv", r"sendrecv|kernel_send|kernel_recv"))
+_COLLECTIVE_OP = re.compile(r"^(?:c10d::|nccl:)")
+COMM_OP = "record_param_comms"
+
+# Bytes per element of the `dtype` names record_param_comms writes (c10 ScalarType names).
+ELEMENT_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
+                 "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1,
+                 "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+                 "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8}
+
+COLLECTIVE_COLUMNS = ["rank", "device", "kind", "count", "total_us", "sized_count", "bytes",
+                      "algbw_gbps", "busbw_gbps"]
+OVERLAP_COLUMNS = ["rank", "device", "comm_us", "overlapped_us", "exposed_us", "overlap"]
+
+
+def bus_factor(kind: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """busbw / algbw per kernel, nccl-tests' factors
+    (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): all_reduce 2(n-1)/n;
+    all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast, send_recv 1. NaN for `other`, and
+    where the group size n is unknown and the factor needs it."""
+    n = np.asarray(n, dtype=float)
+    ring = (n - 1) / np.where(n > 0, n, np.nan)
+    return np.select([kind == "all_reduce", np.isin(kind, ["all_gather", "reduce_scatter", "all_to_all"]),
+                      np.isin(kind, ["broadcast", "send_recv"])], [2 * ring, ring, 1.0], np.nan)
+
+
+@dataclass
+class Communication:
+    """`collectives`: one row per (rank, device, kind), COLLECTIVE_COLUMNS; `overlap`: one row
+    per (rank, device) that ran communication, OVERLAP_COLUMNS. Both empty without any."""
+
+    collectives: pd.DataFrame
+    overlap: pd.DataFrame
+
+    @property
+    def sizes_recorded(self) -> bool:
+        return bool(len(self.collectives)) and bool((self.collectives["sized_count"] > 0).any())
+
+    def to_json(self) -> list[dict[str, Any]]:
+        out = []
+        for o in self.overlap.to_dict("records"):
+            mine = self.collectives[(self.collectives["rank"] == o["rank"])
+                                    & (self.collectives["device"] == o["device"])]
+            rows = mine.drop(columns=["rank", "device"]).to_dict("records")
+            out.append(dict(o, collectives=rows))
+        return out
+
+
+def communication(trace: Trace) -> Communication:
+    """The collectives table and the overlap table of a trace (both empty without any
+    communication kernel)."""
+    if trace.gpu.empty or not _comm_mask(trace).any():
+        return Communication(pd.DataFrame(columns=COLLECTIVE_COLUMNS),
+                             pd.DataFrame(columns=OVERLAP_COLUMNS))
+    return Communication(collective_table(comm_kernels(trace)), overlap_table(trace))
+
+
+def _first_match(texts: pd.Index, rules) -> np.ndarray:
+    """For each distinct text, the kind of the first rule that matches it (None: none)."""
+    compiled = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in rules]
+    return np.array([next((k for k, p in compiled if p.search(str(t))), None) for t in texts],
+                    dtype=object)
+
+
+def _kinds_of(values: pd.Series, rules) -> np.ndarray:
+    """_first_match of each value, tested once per distinct value (None where missing)."""
+    codes, uniques = pd.factorize(values.astype(object))
+    kinds = np.append(_first_match(pd.Index(uniques), rules), None)
+    return kinds[codes].astype(object)  # code -1 (missing): the appended None
+
+
+def _comm_mask(trace: Trace) -> np.ndarray:
+    """Which rows of trace.gpu are communication kernels."""
+    from .kernels import gpu_with_category
+    gpu = gpu_with_category(trace)
+    return (gpu["category"] == "communication").to_numpy() & (trace.gpu["cat"] == "kernel").to_numpy()
+
+
+def comm_kernels(trace: Trace) -> pd.DataFrame:
+    """One row per communication kernel: rank, device, ts, end, dur, kind, bytes (S; NaN when
+    unknown), group_size (NaN when unknown)."""
+    mask = _comm_mask(trace)
+    gpu = trace.gpu.iloc[np.flatnonzero(mask)]
+    nodes = _launch_nodes(trace, mask)
+    args = _kernel_args(trace, mask, nodes)
+    called = _called_kind(trace, nodes)
+    own = _kinds_of(gpu["name"], _KERNEL)
+    from_args = _kinds_of(args["collective"], _CALLED)
+    kind = np.where(pd.notna(from_args), from_args, np.where(pd.notna(called), called, own))
+    kind = np.where(pd.notna(kind), kind, "other").astype(object)
+    size = _element_bytes(args["dtype"]) * np.fmax(args["in_nelems"].to_numpy(),
+                                                   args["out_nelems"].to_numpy())
+    return pd.DataFrame({"rank": gpu["rank"].to_numpy(), "device": gpu["device"].to_numpy(),
+                         "ts": gpu["ts"].to_numpy(), "end": gpu["end"].to_numpy(),
+                         "dur": gpu["dur"].to_numpy(), "kind": kind, "bytes": size,
+                         "group_size": args["group_size"].to_numpy()})
+
+
+def _element_bytes(dtype: pd.Series) -> np.ndarray:
+    return dtype.map(ELEMENT_BYTES).to_numpy(dtype=float, na_value=np.nan)
+
+
+def _launch_nodes(trace: Trace, mask: np.ndarray) -> np.ndarray:
+    """The host tree node holding each communication kernel's launch call (-1: none)."""
+    from .links import gpu_launches
+    from .tree import host_tree
+    links = gpu_launches(trace).iloc[np.flatnonzero(mask)]
+    node = np.full(len(links), -1, dtype=np.int64)
+    has = links["launch_row"].to_numpy() >= 0
+    tree = host_tree(trace)
+    if has.any() and len(tree):
+        node[has] = tree.enclosing(*(links[c].to_numpy()[has] for c in
+                                     ("rank", "pid", "tid", "launch_ts", "launch_end")))
+    return node
+
+
+def _climb(parent: np.ndarray, nodes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Each node if `wanted`, else its nearest wanted ancestor (-1: none). A few steps: the
+    launch call sits a level or two under the collective's ops."""
+    out = nodes.copy()
+    up = (out >= 0) & ~wanted[np.maximum(out, 0)]
+    while up.any():
+        out[up] = parent[out[up]]
+        up = (out >= 0) & ~wanted[np.maximum(out, 0)]
+    return out
+
+
+def _called_kind(trace: Trace, nodes: np.ndarray) -> np.ndarray:
+    """The kind named by the innermost c10d:: op or nccl: annotation around each launch."""
+    from .tree import host_tree
+    if not (nodes >= 0).any():
+        return np.full(len(nodes), None, dtype=object)
+    tree = host_tree(trace)
+    names = pd.Index([str(n) for n in tree.names])
+    is_collective = np.asarray(names.str.contains(_COLLECTIVE_OP), dtype=bool)[tree.name]
+    op = _climb(tree.parent, nodes, is_collective)
+    kinds = _first_match(names, _CALLED)
+    return np.where(op >= 0, kinds[tree.name[np.maximum(op, 0)]], None)
+
+
+def _kernel_args(trace: Trace, mask: np.ndarray, nodes: np.ndarray) -> pd.DataFrame:
+    """comm_arg_table columns for each communication kernel: its own args, else those of the
+    record_param_comms holding its launch when that op launched no other communication kernel."""
+    ev = trace.events
+    codes = ev["comm_args"].cat.codes.to_numpy()
+    table = comm_arg_table(ev["comm_args"].cat.categories)
+    own = codes[ev.index.get_indexer(trace.gpu.index[mask])]
+    from_op = _op_arg_codes(trace, nodes)
+    pick = np.where(own >= 0, own, from_op)
+    out = table.reindex(np.where(pick >= 0, pick, len(table))).reset_index(drop=True)
+    return out
+
+
+def _op_arg_codes(trace: Trace, nodes: np.ndarray) -> np.ndarray:
+    """The comm_args code of the record_param_comms holding each launch node, when that op
+    launched only this one communication kernel (its size is then this kernel's); -1 otherwise."""
+    from .tree import host_tree
+    out = np.full(len(nodes), -1, dtype=np.int64)
+    if not (nodes >= 0).any():
+        return out
+    tree = host_tree(trace)
+    is_op = (pd.Index([str(n) for n in tree.names]) == COMM_OP)[tree.name]
+    op = _climb(tree.parent, nodes, is_op)
+    found = op >= 0
+    alone = found & (pd.Series(op).map(pd.Series(op[found]).value_counts()).to_numpy() == 1)
+    ev = trace.events
+    rows = ev.index.get_indexer(tree.row[op[alone]])
+    out[alone] = ev["comm_args"].cat.codes.to_numpy()[rows]
+    return out
+
+
+def collective_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, device, kind): count and total_us of all its kernels; sized_count, bytes,
+    algbw_gbps = S/t and busbw_gbps over the kernels whose size is known (time-weighted:
+    sum of S / sum of t); null where none is."""
+    if kernels.empty:
+        return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
+    k = kernels.assign(kind=pd.Categorical(kernels["kind"], categories=KINDS))
+    out = group_totals(k, ["rank", "device", "kind"])
+    sized = k["bytes"].notna().to_numpy()
+    bus = k["bytes"].to_numpy() * bus_factor(k["kind"].astype(str).to_numpy(), k["group_size"])
+    k = k.assign(sized=sized, sized_dur=np.where(sized, k["dur"], 0.0),
+                 bus_bytes=np.where(sized & np.isfinite(bus), bus, 0.0),
+                 bus_dur=np.where(sized & np.isfinite(bus), k["dur"], 0.0),
+                 b=np.where(sized, k["bytes"], 0.0))
+    sums = k.groupby(["rank", "device", "kind"], observed=True)[
+        ["sized", "b", "sized_dur", "bus_bytes", "bus_dur"]].sum().reset_index()
+    out = out.merge(sums, on=["rank", "device", "kind"], how="left")
+    out["sized_count"] = out["sized"].astype(np.int64)
+    out["bytes"] = out["b"].where(out["sized_count"] > 0)
+    # bytes per us -> GB/s: x 1e6 / 1e9
+    out["algbw_gbps"] = (out["b"] / out["sized_dur"] / 1e3).where(out["sized_dur"] > 0)
+    out["busbw_gbps"] = (out["bus_bytes"] / out["bus_dur"] / 1e3).where(out["bus_dur"] > 0)
+    out["kind"] = out["kind"].astype(str)
+    return out.sort_values(["rank", "device", "total_us"], ascending=[True, True, False],
+                           ignore_index=True)[COLLECTIVE_COLUMNS]
+
+
+def overlap_table(trace: Trace) -> pd.DataFrame:
+    """Per (rank, device) with communication: comm_us (union of its communication kernels),
+    overlapped_us (the part of it during which a compute kernel, any other kernel, runs on the
+    same device), exposed_us = comm_us - overlapped_us, overlap = overlapped_us / comm_us."""
+    mask = _comm_mask(trace)
+    gpu = trace.gpu
+    is_kernel = (gpu["cat"] == "kernel").to_numpy()
+    ts, end = gpu["ts"].to_numpy(float), gpu["end"].to_numpy(float)
+    rows = []
+    for (rank, device), at in thread_groups(gpu, ("rank", "device")).items():
+        comm = at[mask[at]]
+        if not len(comm):
+            continue
+        compute = at[is_kernel[at] & ~mask[at]]
+        cs, ce = merge_intervals(ts[comm], end[comm])
+        ks, ke = merge_intervals(ts[compute], end[compute])
+        comm_us = float((ce - cs).sum())
+        overlapped = _covered_length(cs, ce, ks, ke)
+        rows.append({"rank": rank, "device": device, "comm_us": comm_us, "overlapped_us": overlapped,
+                     "exposed_us": comm_us - overlapped,
+                     "overlap": overlapped / comm_us if comm_us > 0 else None})
+    return pd.DataFrame(rows, columns=OVERLAP_COLUMNS)
+
+
+def _covered_length(starts: np.ndarray, ends: np.ndarray, block_starts: np.ndarray,
+                    block_ends: np.ndarray) -> float:
+    """Length of the disjoint intervals [starts, ends) that the disjoint blocks cover."""
+    if not len(block_starts):
+        return 0.0
+    inside = covered_before(block_starts, block_ends, ends) - covered_before(block_starts, block_ends, starts)
+    return float(inside.sum())
