@@ -234,17 +234,18 @@ def test_odd_collective_args_load_blank(tmp_path):
     events = [
         {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
          "args": {"Collective name": ["allreduce"], "In msg nelems": "12", "Out msg nelems": 12.0,
-                  "Group size": -3, "dtype": "Float"}},
+                  "Group size": -3, "dtype": "Float", "Process Group Name": 7}},
         {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Generic", "pid": 0, "tid": 7, "ts": 2, "dur": 4,
-         "args": {"device": 0, "stream": 7, "correlation": 1, "In msg nelems": 5, "Group size": 2}},
+         "args": {"device": 0, "stream": 7, "correlation": 1, "In msg nelems": 5, "Group size": 2,
+                  "Process Group Name": "tp"}},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 1,
          "args": {"In msg nelems": 99}}]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     ev = load(path, progress=False).events.set_index("name")
     assert len(ev) == 3
-    assert ev.loc["record_param_comms", "comm_args"] == "||12||Float"
-    assert ev.loc["ncclDevKernel_Generic", "comm_args"] == "|5||2|"
+    assert ev.loc["record_param_comms", "comm_args"] == "||12||Float|"
+    assert ev.loc["ncclDevKernel_Generic", "comm_args"] == "|5||2||tp"
     assert ev["comm_args"].isna()["aten::mm"]  # only collective ops and NCCL kernels keep them
 
 

@@ -13,10 +13,10 @@ RULES_DIR = Path(__file__).resolve().parents[1] / "goodhart_prof" / "analysis" /
 
 
 def test_every_rule_is_declared_with_reasons():
-    assert len(BY_ID) == len(RULES) == 13
+    assert len(BY_ID) == len(RULES) == 15
     assert set(ZOO_RULES) <= set(BY_ID)
     families = {r.family for r in RULES}
-    assert families == {"syncs", "copies", "precision", "compile", "utilization", "dominance"}
+    assert families == {"syncs", "copies", "precision", "compile", "utilization", "dominance", "ranks"}
     for rule in RULES:
         assert rule.thresholds, rule.id
         for name, threshold in rule.thresholds.items():
@@ -34,7 +34,8 @@ def test_a_cpu_only_trace_skips_the_gpu_rules_and_says_why(tmp_path):
     skipped = {n.rule: n.reason for n in a.not_judged}
     gpu_rules = {r.id for r in RULES if Need.GPU in r.needs}
     assert gpu_rules == {"unfused_adam", "no_amp", "tiny_batch", "low_utilization",
-                         "dominant_scatter_gather", "eager_update", "dominant_kernel"}
+                         "dominant_scatter_gather", "eager_update", "dominant_kernel",
+                         "straggler_rank", "exposed_communication"}
     training = {"sync_grad_clip", "branchy_value_head"}  # advice about an update: training only
     assert set(skipped) == gpu_rules | training
     assert all("no GPU activity" in skipped[r] for r in gpu_rules - {"unfused_adam", "eager_update"})
@@ -57,8 +58,10 @@ def test_a_gpu_only_trace_skips_the_host_rules(tmp_path):
 
 def test_a_training_trace_is_judged_by_every_rule():
     a = analyze(load(DATA / "hta" / "v100_ddp_rank1.json.gz", progress=False))
-    assert a.not_judged == []
-    assert {f.rule for f in a.findings} >= {"unfused_adam"}
+    # one rank of a DDP job: every rule is judged but the one comparing ranks, which says why
+    assert [n.rule for n in a.not_judged] == ["straggler_rank"]
+    assert a.not_judged[0].reason.startswith("one rank traced")
+    assert {f.rule for f in a.findings} >= {"unfused_adam", "exposed_communication"}
 
 
 def test_launch_rt_helper_still_links(tmp_path):
@@ -67,7 +70,8 @@ def test_launch_rt_helper_still_links(tmp_path):
               kernel("elementwise_kernel", 130, 5, 1)]
     a = analyze(load_events(tmp_path, events))
     assert {n.rule for n in a.not_judged} == {"eager_update", "unfused_adam", "sync_grad_clip",
-                                              "branchy_value_head"}  # inference: no backward
+                                              "branchy_value_head",  # inference: no backward
+                                              "straggler_rank", "exposed_communication"}  # no NCCL
 
 
 def test_event_query_polls_and_is_never_a_sync(tmp_path):

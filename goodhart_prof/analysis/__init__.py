@@ -9,6 +9,7 @@ from ..trace.model import Trace
 from .burstiness import DeviceBurstiness
 from .comm import Communication
 from .rules.base import Finding, NotJudged
+from .stragglers import Ranks
 from .syncs import SyncSummary
 
 
@@ -31,15 +32,17 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)
     not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
     communication: Communication | None = None  # comm.communication (None: not computed)
+    ranks: Ranks | None = None  # stragglers.rank_tables: ranks side by side (None: not computed)
 
 
 def analyze(trace: Trace) -> Analysis:
     from . import rules
     from .burstiness import burstiness
-    from .comm import communication
+    from .comm import comm_kernels, communication
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
     from .phases import phases
+    from .stragglers import empty_ranks, rank_tables
     from .syncs import split_host_reads, sync_points, sync_summary
 
     points, reads = split_host_reads(trace, sync_points(trace))
@@ -48,5 +51,7 @@ def analyze(trace: Trace) -> Analysis:
                       syncs=sync_summary(points), burstiness=burstiness(trace),
                       phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
                       libraries=library_table(trace), communication=communication(trace))
+    result.ranks = (rank_tables(trace, comm_kernels(trace)) if len(result.communication.overlap)
+                    else empty_ranks("the trace has no communication kernels"))
     result.findings, result.not_judged = rules.run(result)
     return result

@@ -16,7 +16,7 @@ Where a size, its dtype or the group size is not recorded, the figures that need
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,7 @@ ELEMENT_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "
 COLLECTIVE_COLUMNS = ["rank", "device", "kind", "count", "total_us", "sized_count", "bytes",
                       "algbw_gbps", "busbw_gbps"]
 OVERLAP_COLUMNS = ["rank", "device", "comm_us", "overlapped_us", "exposed_us", "overlap"]
+SITE_COLUMNS = ["kind", "site", "count", "total_us"]
 
 
 def bus_factor(kind: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -63,10 +64,12 @@ def bus_factor(kind: np.ndarray, n: np.ndarray) -> np.ndarray:
 @dataclass
 class Communication:
     """`collectives`: one row per (rank, device, kind), COLLECTIVE_COLUMNS; `overlap`: one row
-    per (rank, device) that ran communication, OVERLAP_COLUMNS. Both empty without any."""
+    per (rank, device) that ran communication, OVERLAP_COLUMNS; `sites`: where the host called
+    them, SITE_COLUMNS (all ranks together, most kernel time first). All empty without any."""
 
     collectives: pd.DataFrame
     overlap: pd.DataFrame
+    sites: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SITE_COLUMNS))
 
     @property
     def sizes_recorded(self) -> bool:
@@ -85,10 +88,11 @@ class Communication:
 def communication(trace: Trace) -> Communication:
     """The collectives table and the overlap table of a trace (both empty without any
     communication kernel)."""
-    if trace.gpu.empty or not _comm_mask(trace).any():
+    if trace.gpu.empty or not comm_mask(trace).any():
         return Communication(pd.DataFrame(columns=COLLECTIVE_COLUMNS),
                              pd.DataFrame(columns=OVERLAP_COLUMNS))
-    return Communication(collective_table(comm_kernels(trace)), overlap_table(trace))
+    kernels = comm_kernels(trace)
+    return Communication(collective_table(kernels), overlap_table(trace), site_table(trace, kernels))
 
 
 def _first_match(texts: pd.Index, rules) -> np.ndarray:
@@ -105,7 +109,7 @@ def _kinds_of(values: pd.Series, rules) -> np.ndarray:
     return kinds[codes].astype(object)  # code -1 (missing): the appended None
 
 
-def _comm_mask(trace: Trace) -> np.ndarray:
+def comm_mask(trace: Trace) -> np.ndarray:
     """Which rows of trace.gpu are communication kernels."""
     from .kernels import gpu_with_category
     gpu = gpu_with_category(trace)
@@ -113,10 +117,26 @@ def _comm_mask(trace: Trace) -> np.ndarray:
 
 
 def comm_kernels(trace: Trace) -> pd.DataFrame:
+    """_comm_kernels of the trace, built once and cached on it (communication and the rank
+    tables both read it)."""
+    return trace.derived("comm_kernels", _comm_kernels)
+
+
+def _comm_kernels(trace: Trace) -> pd.DataFrame:
     """One row per communication kernel: rank, device, ts, end, dur, kind, bytes (S; NaN when
-    unknown), group_size (NaN when unknown)."""
-    mask = _comm_mask(trace)
+    unknown), group_size (NaN when unknown), process_group (its `Process Group Name`, None when
+    not recorded), launch_ts (its launch call's start; NaN without one) and iteration (N of the
+    `ProfilerStep#N` holding that launch call; -1: none), launch_node (the host tree node holding
+    the launch call; -1: none)."""
+    from .links import gpu_launches
+    from .tree import iterations
+    mask = comm_mask(trace)
     gpu = trace.gpu.iloc[np.flatnonzero(mask)]
+    links = gpu_launches(trace).iloc[np.flatnonzero(mask)]
+    launched = links["launch_row"].to_numpy() >= 0
+    launch_ts = np.where(launched, links["launch_ts"].to_numpy(float), np.nan)
+    iteration = np.full(len(links), -1, dtype=np.int64)
+    iteration[launched] = iterations(trace, links["rank"].to_numpy()[launched], launch_ts[launched])
     nodes = _launch_nodes(trace, mask)
     args = _kernel_args(trace, mask, nodes)
     called = _called_kind(trace, nodes)
@@ -129,7 +149,9 @@ def comm_kernels(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame({"rank": gpu["rank"].to_numpy(), "device": gpu["device"].to_numpy(),
                          "ts": gpu["ts"].to_numpy(), "end": gpu["end"].to_numpy(),
                          "dur": gpu["dur"].to_numpy(), "kind": kind, "bytes": size,
-                         "group_size": args["group_size"].to_numpy()})
+                         "group_size": args["group_size"].to_numpy(),
+                         "process_group": args["process_group"].to_numpy(dtype=object),
+                         "launch_ts": launch_ts, "iteration": iteration, "launch_node": nodes})
 
 
 def _element_bytes(dtype: pd.Series) -> np.ndarray:
@@ -232,11 +254,38 @@ def collective_table(kernels: pd.DataFrame) -> pd.DataFrame:
                            ignore_index=True)[COLLECTIVE_COLUMNS]
 
 
+def site_table(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per (kind, site): the communication kernels launched there (count, total_us), over all
+    ranks; the site (sites.op_sites) of the host op holding the launch call, `(no host call)`
+    when the trace has none."""
+    from .sites import op_sites
+    from .tree import host_tree
+    node = kernels["launch_node"].to_numpy()
+    site = np.full(len(kernels), "(no host call)", dtype=object)
+    has = node >= 0
+    if has.any():
+        uniq, inverse = np.unique(node[has], return_inverse=True)
+        site[has] = np.asarray(op_sites(trace, host_tree(trace).row[uniq]), dtype=object)[inverse]
+    k = pd.DataFrame({"kind": kernels["kind"].to_numpy(), "site": [_trim(x) for x in site],
+                      "dur": kernels["dur"].to_numpy()})
+    out = k.groupby(["kind", "site"], as_index=False).agg(count=("dur", "size"), total_us=("dur", "sum"))
+    return out.sort_values("total_us", ascending=False, ignore_index=True)[SITE_COLUMNS]
+
+
+def _trim(site: str) -> str:
+    """A site without its tail of c10d's own recording scopes (`record_param_comms`, `nccl:*`),
+    which every collective has: the site ends at the c10d op the code called."""
+    parts = site.split(" > ")
+    while len(parts) > 1 and (parts[-1] == COMM_OP or parts[-1].startswith("nccl:")):
+        parts.pop()
+    return " > ".join(parts)
+
+
 def overlap_table(trace: Trace) -> pd.DataFrame:
     """Per (rank, device) with communication: comm_us (union of its communication kernels),
     overlapped_us (the part of it during which a compute kernel, any other kernel, runs on the
     same device), exposed_us = comm_us - overlapped_us, overlap = overlapped_us / comm_us."""
-    mask = _comm_mask(trace)
+    mask = comm_mask(trace)
     gpu = trace.gpu
     is_kernel = (gpu["cat"] == "kernel").to_numpy()
     ts, end = gpu["ts"].to_numpy(float), gpu["end"].to_numpy(float)

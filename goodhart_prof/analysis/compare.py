@@ -10,18 +10,19 @@ Tables (`Comparison` attributes):
 
 | table | key | quantities |
 | --- | --- | --- |
-| summary | metric (one row each, columns a, b, delta, ratio, better) | GPU busy/span/utilization/kernel time over all devices, sync points and their host wait, traced iterations, iteration time (mean `ProfilerStep#N` cpu_us), GPU time and syncs per iteration |
+| summary | metric (one row each, columns a, b, delta, ratio, better) | GPU busy/span/utilization/kernel time over all devices, sync points and their host wait, traced iterations, iteration time (mean `ProfilerStep#N` cpu_us), GPU time and syncs per iteration, communication kernel time, exposed communication per iteration (mean over ranks), the others' wait for the slowest rank per iteration |
 | categories | category | count, total_us |
 | kernels | name (with category) | count, total_us |
 | sync_kinds | kind (all of DESIGN.md's kinds) | count, total_us (host wait) |
 | sync_sites | kind, site | count, total_us |
 | devices | (rank, device); when the ids differ but each side has one device, that pair | span_us, busy_us, idle_us, utilization, kernel_us, util_cv, burstiness_B, gap_count, gap_p50_us, gap_p90_us, gap_p99_us, gap_max_us, gap_total_us, host_wait_us |
 | phases | annotation name | count, cpu_us, gpu_us, gpu_kernels, syncs |
+| communication | collective kind (all ranks together) | count, total_us (kernel time), bytes (where sizes are recorded) |
 
 The headline ("what got better and what got worse") is one row per changed item, `verdict`
 `better` or `worse`, better ones first, each group by `impact_us` (largest first). Better means:
 less time (iteration time, a kernel category, a kernel, an annotation phase's CPU time), fewer
-sync points of a kind, higher utilization of a device. `impact_us` is what the change is worth
+sync points of a kind, higher utilization of a device, less kernel time of a collective kind. `impact_us` is what the change is worth
 in microseconds over the traced window: |delta| for times; the change in host wait for a sync
 kind; |delta mean iteration time| x the mean number of traced iterations for the iteration
 time; |delta utilization| x the mean span for a device. Items overlap (a kernel is inside its
@@ -45,7 +46,8 @@ SUMMARY_METRICS = (  # (metric, better when): the summary table's rows, in order
     ("gpu_busy_us", "lower"), ("gpu_span_us", None), ("gpu_utilization", "higher"),
     ("kernel_us", "lower"), ("sync_points", "lower"), ("sync_wait_us", "lower"),
     ("iterations", None), ("iteration_us", "lower"), ("iteration_gpu_us", "lower"),
-    ("syncs_per_iteration", "lower"),
+    ("syncs_per_iteration", "lower"), ("comm_us", "lower"), ("exposed_comm_per_iteration_us", "lower"),
+    ("straggler_wait_per_iteration_us", "lower"),
 )
 DEVICE_QUANTITIES = ("span_us", "busy_us", "idle_us", "utilization", "kernel_us", "util_cv",
                      "burstiness_B", "gap_count", "gap_p50_us", "gap_p90_us", "gap_p99_us",
@@ -68,6 +70,7 @@ class Comparison:
     devices: pd.DataFrame
     phases: pd.DataFrame
     headline: pd.DataFrame
+    communication: pd.DataFrame
 
     @property
     def better(self) -> pd.DataFrame:
@@ -87,6 +90,8 @@ def compare(a: Analysis, b: Analysis) -> Comparison:
     phases = _paired(_annotations(a.phases), _annotations(b.phases), ["name"], list(PHASE_QUANTITIES))
     devices = _devices(a, b)
     summary = _summary(a, b)
+    communication = _by_size(_paired(_comm_table(a), _comm_table(b), ["kind"],
+                                     ["count", "total_us", "bytes"]), "total_us", ["kind"])
     return Comparison(
         a=a, b=b, summary=summary,
         categories=_by_size(categories, "total_us", ["category"]),
@@ -94,7 +99,8 @@ def compare(a: Analysis, b: Analysis) -> Comparison:
         sync_kinds=sync_kinds.set_index("kind").reindex(list(KINDS)).reset_index(),
         sync_sites=_by_size(sync_sites, "count", ["kind", "site"]),
         devices=devices, phases=_by_size(phases, "cpu_us", ["name"]),
-        headline=_headline(summary, categories, kernels, sync_kinds, devices, phases))
+        headline=_headline(summary, categories, kernels, sync_kinds, devices, phases, communication),
+        communication=communication)
 
 
 # -- pairing ---------------------------------------------------------------------------------------
@@ -164,6 +170,33 @@ def _kind_table(a: Analysis) -> pd.DataFrame:
     wait = points.groupby("kind")["dur"].sum() if len(points) else pd.Series(dtype=float)
     return pd.DataFrame({"kind": list(KINDS), "count": counts.to_numpy(np.int64),
                          "total_us": wait.reindex(list(KINDS), fill_value=0.0).to_numpy(float)})
+
+
+def _comm_table(a: Analysis) -> pd.DataFrame:
+    """Communication per collective kind, all ranks together (bytes: NaN-free sum of the sized)."""
+    columns = ["kind", "count", "total_us", "bytes"]
+    comm = a.communication
+    if comm is None or comm.collectives.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "kind" else float) for c in columns})
+    out = comm.collectives.groupby("kind", as_index=False).agg(
+        count=("count", "sum"), total_us=("total_us", "sum"), bytes=("bytes", "sum"))
+    return out.astype({"count": np.int64})[columns]
+
+
+def rank_figures(a: Analysis) -> dict[str, float]:
+    """Exposed communication per iteration (mean over ranks and traced iterations) and the
+    others' wait for the slowest rank per iteration (mean over iterations); NaN where the trace
+    cannot give them."""
+    ranks = a.ranks
+    out = {"exposed_comm_per_iteration_us": float("nan"), "straggler_wait_per_iteration_us": float("nan")}
+    if ranks is None or ranks.ranks.empty:
+        return out
+    stepped = ranks.ranks[ranks.ranks["step_us"].notna()]
+    if not stepped.empty:
+        out["exposed_comm_per_iteration_us"] = float(stepped["exposed_us"].mean())
+    if ranks.judged:
+        out["straggler_wait_per_iteration_us"] = float(ranks.iterations["caused_wait_us"].mean())
+    return out
 
 
 def _annotations(phases: pd.DataFrame) -> pd.DataFrame:
@@ -248,6 +281,9 @@ def summary_values(a: Analysis) -> dict[str, float]:
         "iteration_us": mean_iteration_us(a.phases),
         "iteration_gpu_us": float(steps["gpu_us"].sum()) / n if n else float("nan"),
         "syncs_per_iteration": syncs_per_iteration(a.phases),
+        "comm_us": float(a.communication.collectives["total_us"].sum())
+        if a.communication is not None and not a.communication.collectives.empty else 0.0,
+        **rank_figures(a),
     }
 
 
@@ -276,7 +312,8 @@ def _items(kind: str, item, metric: str, a, b, impact, higher_is_better: bool = 
 
 
 def _headline(summary: pd.DataFrame, categories: pd.DataFrame, kernels: pd.DataFrame,
-              sync_kinds: pd.DataFrame, devices: pd.DataFrame, phases: pd.DataFrame) -> pd.DataFrame:
+              sync_kinds: pd.DataFrame, devices: pd.DataFrame, phases: pd.DataFrame,
+              communication: pd.DataFrame) -> pd.DataFrame:
     s = summary.set_index("metric")
     it_a, it_b = s.at["iteration_us", "a"], s.at["iteration_us", "b"]
     n_it = (s.at["iterations", "a"] + s.at["iterations", "b"]) / 2
@@ -294,6 +331,8 @@ def _headline(summary: pd.DataFrame, categories: pd.DataFrame, kernels: pd.DataF
                sync_kinds["total_us_delta"]),
         _items("phase", phases["name"], "time_us", phases["cpu_us_a"], phases["cpu_us_b"],
                phases["cpu_us_delta"]),
+        _items("communication", communication["kind"], "time_us", communication["total_us_a"],
+               communication["total_us_b"], communication["total_us_delta"]),
     ]
     out = pd.concat([p for p in parts if len(p)] or [parts[0]], ignore_index=True)
     rank = (out["verdict"] != "better").astype(int)

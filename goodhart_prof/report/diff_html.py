@@ -1,6 +1,7 @@
 """`goodhart-prof diff --html FILE`: one self-contained page (plotly.js inlined) of a `Comparison`.
 
-Grouped A-vs-B bars for kernel categories, top kernels, sync points by kind and annotation phases,
+Grouped A-vs-B bars for kernel categories, top kernels, sync points by kind, annotation phases and
+collectives,
 after the summary and the better/worse headline as tables. The page is written to a temporary file
 and renamed; an existing file is kept unless `force`.
 """
@@ -68,6 +69,10 @@ def figures(c, top: int = 15) -> list:
         names = ph["name"].astype(str).tolist()
         figs.append(_bars("Phases: CPU time per annotation", [_label(n, 40) for n in names],
                           ph["cpu_us_a"].tolist(), ph["cpu_us_b"].tolist(), "us", names, horizontal=True))
+    comm = c.communication
+    if not comm.empty:
+        figs.append(_bars("Communication: kernel time per collective (all ranks)", comm["kind"].tolist(),
+                          comm["total_us_a"].tolist(), comm["total_us_b"].tolist(), "us"))
     return figs
 
 

@@ -39,6 +39,8 @@ def _summary_value(metric: str, value: float, signed: bool = False) -> str:
         if not _num(value):
             return "-"
         return f"{100 * value:+.1f} pt" if signed else percent(value)
+    if metric in ("exposed_comm_per_iteration_us", "straggler_wait_per_iteration_us") and not _num(value):
+        return "-"
     if metric == "syncs_per_iteration":
         return "-" if not _num(value) else (f"{value:+,.2f}" if signed else f"{value:,.2f}")
     return _signed_count(value) if signed else _count(value)
@@ -56,6 +58,7 @@ def render(c, console: Console, top: int = 15) -> None:
     _syncs(c, console, top)
     _devices(c, console)
     _phases(c, console, top)
+    _communication(c, console)
 
 
 def _summary(c, console: Console) -> None:
@@ -163,4 +166,17 @@ def _phases(c, console: Console, top: int) -> None:
         table.add_row(short(r.name, 60), duration(r.cpu_us_a), duration(r.cpu_us_b), _signed_us(r.cpu_us_delta),
                       _ratio(r.cpu_us_ratio, r.cpu_us_a), duration(r.gpu_us_a), duration(r.gpu_us_b),
                       _count(r.syncs_a), _count(r.syncs_b))
+    console.print(table)
+
+
+def _communication(c, console: Console) -> None:
+    comm = c.communication
+    if comm.empty:
+        return
+    console.print()
+    table = make_table("Communication by collective (kernel time, all ranks)", "collective", "A", "B",
+                       "delta", "ratio", "count A", "count B", right=(1, 2, 3, 4, 5, 6))
+    for r in comm.itertuples():
+        table.add_row(r.kind, duration(r.total_us_a), duration(r.total_us_b), _signed_us(r.total_us_delta),
+                      _ratio(r.total_us_ratio, r.total_us_a), _count(r.count_a), _count(r.count_b))
     console.print(table)

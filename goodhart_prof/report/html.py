@@ -12,9 +12,7 @@ tags such as `<b>` in labels and decodes entities, so `&lt;` shows as `<`).
 """
 from __future__ import annotations
 
-import html
 import math
-import textwrap
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -22,7 +20,14 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from .common import duration, percent, refuse_overwrite, short, short_tail
+from .common import percent, refuse_overwrite, short, short_tail
+from .html_common import LAYOUT as _LAYOUT
+from .html_common import duration_sig
+from .html_common import esc as _esc
+from .html_common import go as _go
+from .html_common import label as _label
+from .html_common import wrap as _wrap
+from . import html_ranks
 
 
 TOP_KERNELS = 20
@@ -39,6 +44,7 @@ SECTIONS = {
     "idle": "Why the GPU idles",
     "syncs": "Sync points",
     "phases": "Phases",
+    html_ranks.KEY: html_ranks.TITLE,
     "findings": "Findings",
 }
 
@@ -61,14 +67,7 @@ SYNC_COLORS = {
 }
 SEVERITY_COLORS = {"high": "#c62828", "medium": "#ef6c00", "low": "#0277bd"}
 PHASE_COLORS = {"cpu": "#546e7a", "gpu": "#43a047"}
-_LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=40, b=40),
-               font=dict(size=12), hoverlabel=dict(align="left"))
 _CONFIG = {"displaylogo": False, "responsive": True}
-
-
-def duration_sig(us: Any) -> str:
-    """Durations on the page: three significant digits."""
-    return duration(us, significant=True)
 
 
 # -- entry point ------------------------------------------------------------------------------
@@ -105,6 +104,7 @@ def render_html(a) -> str:
     page.add_section("phases", [page.figure(phase_figure(a), "phases")],
                      "No phases: the trace has no annotations (record_function) and no "
                      "ProfilerStep#N.", note=_phase_note(a))
+    page.sections.append(html_ranks.ranks_section(a, page.figure))
     page.sections.append(_findings_section(a))
     return page.render(_header(a))
 
@@ -511,11 +511,6 @@ def _phase_note(a) -> str:
 
 
 # -- small helpers ----------------------------------------------------------------------------
-def _go():
-    import plotly.graph_objects as go
-    return go
-
-
 def _subplots():
     from plotly.subplots import make_subplots
     return make_subplots
@@ -586,19 +581,6 @@ def _alpha(hex_color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _label(text: str) -> str:
-    """Text for a plotly label: entities for &, <, > so plotly.js shows them instead of tags."""
-    return html.escape(str(text), quote=False)
-
-
-def _wrap(text: str, width: int = 100) -> str:
-    """A long name for a hover box: escaped, cut into lines."""
-    return "<br>".join(_label(part) for part in textwrap.wrap(str(text), width, break_long_words=True,
-                                                               break_on_hyphens=False)[:8])
 
 
 def _plain_name(name: str) -> str:

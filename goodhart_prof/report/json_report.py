@@ -62,6 +62,9 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "burstiness": {device_key(b.rank, b.device): plain(b.to_json()) for b in a.burstiness},
         "phases": plain(_phases_json(a.phases)),
         "communication": plain(a.communication.to_json()) if a.communication is not None else [],
+        "communication_sites": records(a.communication.sites, ["kind", "site", "count", "total_us"])
+        if a.communication is not None else [],
+        "ranks": plain(a.ranks.to_json()) if a.ranks is not None else None,
         "findings": [plain(f.to_json()) for f in a.findings],
         "not_judged": [n.to_json() for n in a.not_judged],
     }

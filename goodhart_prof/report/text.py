@@ -5,6 +5,7 @@ import pandas as pd
 from rich.console import Console
 
 from .common import duration, make_table, percent, short
+from .text_comm import communication_section, ranks_section
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -22,7 +23,8 @@ def render(a, console: Console, top: int = 15) -> None:
     _syncs(a, console, top)
     _burstiness(a, console)
     _phases(a, console, top)
-    _communication(a, console)
+    communication_section(a, console)
+    ranks_section(a, console)
     _findings(a, console)
 
 
@@ -152,39 +154,6 @@ def _phases(a, console: Console, top: int) -> None:
             table.add_row(short(r.name, 60), f"{r.count:,}", duration(r.cpu_us), duration(r.gpu_us),
                           f"{int(r.syncs):,}" if has_syncs else "-")
     console.print(table)
-
-
-def _communication(a, console: Console) -> None:
-    """Collectives per rank (analysis/comm.py); absent when the trace has no communication kernel."""
-    comm = a.communication
-    if comm is None or comm.overlap.empty:
-        return
-    console.print()
-    table = make_table("Communication (NCCL/RCCL kernels)", "rank/device", "collective", "count",
-                       "kernel time", "bytes", "algbw", "busbw", right=(2, 3, 4, 5, 6))
-    for r in comm.collectives.itertuples():
-        table.add_row(f"rank {r.rank} / gpu {r.device}", r.kind, f"{r.count:,}", duration(r.total_us),
-                      _size(r.bytes, r.sized_count, r.count), _rate(r.algbw_gbps), _rate(r.busbw_gbps))
-    console.print(table)
-    if not comm.sizes_recorded:
-        console.print("message sizes: not recorded in this trace (no bytes, no bandwidth)")
-    overlap = make_table("Communication overlapped by compute", "rank/device", "communication",
-                         "overlapped", "exposed", "overlap", right=(1, 2, 3, 4))
-    for r in comm.overlap.itertuples():
-        overlap.add_row(f"rank {r.rank} / gpu {r.device}", duration(r.comm_us), duration(r.overlapped_us),
-                        duration(r.exposed_us), percent(r.overlap))
-    console.print(overlap)
-
-
-def _size(nbytes: float, sized: int, count: int) -> str:
-    if not sized or pd.isna(nbytes):
-        return "-"
-    text = f"{nbytes / 2**20:,.1f} MiB"
-    return text if sized == count else f"{text} ({sized} of {count})"
-
-
-def _rate(gbps: float) -> str:
-    return "-" if gbps is None or pd.isna(gbps) else f"{gbps:,.2f} GB/s"
 
 
 def _findings(a, console: Console) -> None:

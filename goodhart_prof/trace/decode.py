@@ -39,6 +39,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
     group_size: Any = msgspec.field(default=None, name="Group size")
     comm_dtype: Any = msgspec.field(default=None, name="dtype")
+    process_group: Any = msgspec.field(default=None, name="Process Group Name")
 
 
 NO_ARGS = Args()

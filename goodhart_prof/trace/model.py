@@ -15,7 +15,7 @@
 | external_id | int64 | op <-> launch link (`External id`); -1 when absent |
 | bytes | float64 | bytes moved by a memcpy/memset; NaN when absent |
 | input_types | category | a cpu op's `Input type` (record_shapes): the list joined by `, ` (`c10::BFloat16, c10::BFloat16, , Scalar`; a non-string entry is blank); NaN when absent, not a list or string, or not a cpu op |
-| comm_args | category | what a collective moves, on `record_param_comms` cpu ops and NCCL/RCCL kernels that record it: `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype` joined by `|` (`allreduce|2873320|2873320|8|BFloat16`; an absent or unusable value is blank; `comm_arg_table` splits them); NaN elsewhere |
+| comm_args | category | what a collective moves, on `record_param_comms` cpu ops and NCCL/RCCL kernels that record it: `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype`, `Process Group Name` joined by `|` (`allreduce|2873320|2873320|8|BFloat16|0`; an absent or unusable value is blank; `comm_arg_table` splits them); NaN elsewhere |
 
 Python stack frames (`python_function` events of `with_stack` traces) are usually most of a
 trace's events but matter only around sync points, so they live apart in `Trace.frames`: plain
@@ -94,19 +94,20 @@ class Frames:
         return out
 
 
-COMM_ARG_FIELDS = ("collective", "in_nelems", "out_nelems", "group_size", "dtype")
+COMM_ARG_FIELDS = ("collective", "in_nelems", "out_nelems", "group_size", "dtype", "process_group")
+COMM_TEXT_FIELDS = ("collective", "dtype", "process_group")
 
 
 def comm_arg_table(labels: pd.Index) -> pd.DataFrame:
     """The `comm_args` categories split into columns (one row per label, in label order):
-    `collective` and `dtype` (str, None when blank), `in_nelems`, `out_nelems`, `group_size`
+    `collective`, `dtype` and `process_group` (str, None when blank), `in_nelems`, `out_nelems`, `group_size`
     (float, NaN when blank)."""
     parts = [str(label).split("|") for label in labels]
     parts = [p if len(p) == len(COMM_ARG_FIELDS) else [""] * len(COMM_ARG_FIELDS) for p in parts]
     cols = list(zip(*parts)) if parts else [()] * len(COMM_ARG_FIELDS)
     out = {}
     for field_name, values in zip(COMM_ARG_FIELDS, cols):
-        if field_name in ("collective", "dtype"):
+        if field_name in COMM_TEXT_FIELDS:
             out[field_name] = pd.Series([v or None for v in values], dtype=object)
         else:
             out[field_name] = pd.Series([float(v) if v else np.nan for v in values], dtype=float)

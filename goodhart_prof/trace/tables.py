@@ -285,7 +285,8 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 COMM_OP = "record_param_comms"
 _COMM_GETTERS = tuple(attrgetter(f) for f in
-                      ("collective", "in_nelems", "out_nelems", "group_size", "comm_dtype"))
+                      ("collective", "in_nelems", "out_nelems", "group_size", "comm_dtype",
+                       "process_group"))
 
 
 def _comm_rows(name: pd.Categorical, cat: pd.Categorical) -> np.ndarray:
@@ -309,10 +310,11 @@ def _comm_args(args: list, rows: np.ndarray) -> tuple[np.ndarray, pd.Index]:
     picked = [args[i] for i in rows.tolist()]
     fields = [list(map(get, picked)) for get in _COMM_GETTERS]
     text = [_comm_text(fields[0]), _comm_count(fields[1]), _comm_count(fields[2]),
-            _comm_count(fields[3]), _comm_text(fields[4])]
+            _comm_count(fields[3]), _comm_text(fields[4]), _comm_text(fields[5])]
     joined = ["|".join(parts) for parts in zip(*text)]
     labels: dict[str, int] = {}
-    given = np.array([j != "||||" for j in joined], dtype=bool)
+    blank = "|" * (len(text) - 1)
+    given = np.array([j != blank for j in joined], dtype=bool)
     codes[rows[given]] = [labels.setdefault(j, len(labels)) for j, g in zip(joined, given) if g]
     return codes, pd.Index(list(labels), dtype=object)
 

@@ -1,14 +1,15 @@
 """Findings: rules that turn the analyses into advice, each fired only on evidence in the trace.
 
 Rules are declared units (rules/base.py `Rule`): id, family, what they need, thresholds with
-reasons, a judge. They live by family: syncs, copies, precision, compilation (fusion and torch.compile), utilization. `run`
+reasons, a judge. They live by family: syncs, copies, precision, compilation (fusion and torch.compile), utilization,
+dominance, ranks (stragglers and exposed communication). `run`
 judges each rule whose needs the trace meets and records why the others stayed silent.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import compilation, copies, dominance, precision, syncs, utilization
+from . import compilation, copies, dominance, precision, ranks, syncs, utilization
 from .base import SEVERITIES, Context, Finding, Need, NotJudged, Rule, Threshold
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 # The order findings of one severity are listed in.
 RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,
                            *utilization.RULES, compilation.EAGER_UPDATE,
-                           *dominance.RULES)
+                           *dominance.RULES, *ranks.RULES)
 # The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
 # rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
 ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",
@@ -34,7 +35,7 @@ def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
     for rule in RULES:
         missing = [n for n in rule.needs if not present.setdefault(n, n.present(ctx))]
         if missing:
-            silent.append(NotJudged(rule.id, missing[0].absent))
+            silent.append(NotJudged(rule.id, missing[0].why(ctx)))
             continue
         finding = rule.judge(ctx)
         if finding is not None:

@@ -66,9 +66,16 @@ class Need(enum.Enum):
     GPU = "GPU activity"
     BACKWARD = "a backward pass"
     ITERATIONS = "iterations"
+    COMMUNICATION = "communication"
+    RANKS = "ranks side by side"
 
     def present(self, ctx: "Context") -> bool:
         ev = ctx.trace.events
+        a = ctx.analysis
+        if self is Need.COMMUNICATION:
+            return a.communication is not None and not a.communication.overlap.empty
+        if self is Need.RANKS:
+            return a.ranks is not None and a.ranks.judged
         if self is Need.GPU:
             return not ctx.trace.gpu.empty
         if self is Need.ITERATIONS:
@@ -83,6 +90,13 @@ class Need(enum.Enum):
         names = ev["name"].cat.categories[host].astype(str)
         return bool(names.str.contains(BACKWARD).any())
 
+    def why(self, ctx: "Context") -> str:
+        """Why the trace lacks it: `absent`, or for RANKS what the rank tables said."""
+        ranks = ctx.analysis.ranks
+        if self is Need.RANKS and ranks is not None and ranks.reason:
+            return ranks.reason
+        return self.absent
+
     @property
     def absent(self) -> str:
         return {Need.HOST_OPS: "the trace has no host ops or annotations (a GPU-only trace)",
@@ -91,6 +105,8 @@ class Need(enum.Enum):
                                "training), and the rule's advice is about training",
                 Need.ITERATIONS: "the trace marks no iterations (no ProfilerStep#N), so rates per "
                                  "iteration cannot be judged",
+                Need.COMMUNICATION: "the trace has no communication kernels (NCCL/RCCL)",
+                Need.RANKS: "no collective could be matched across two or more ranks",
                 }[self]
 
 

@@ -1,0 +1,88 @@
+"""The terminal report's communication and ranks sections (analysis/comm.py, analysis/stragglers.py)."""
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+
+from .common import duration, make_table, percent, short
+
+TOP_SITES = 5
+TOP_ITERATIONS = 5
+
+
+def communication_section(a, console: Console) -> None:
+    """Collectives per rank and where they are called from; absent when the trace has no
+    communication kernel. (Their overlap with compute is in the ranks section.)"""
+    comm = a.communication
+    if comm is None or comm.overlap.empty:
+        return
+    console.print()
+    table = make_table("Communication (NCCL/RCCL kernels)", "rank/device", "collective", "count",
+                       "kernel time", "bytes", "algbw", "busbw", right=(2, 3, 4, 5, 6))
+    for r in comm.collectives.itertuples():
+        table.add_row(f"rank {r.rank} / gpu {r.device}", r.kind, f"{r.count:,}", duration(r.total_us),
+                      size(r.bytes, r.sized_count, r.count), rate(r.algbw_gbps), rate(r.busbw_gbps))
+    console.print(table)
+    if not comm.sizes_recorded:
+        console.print("message sizes: not recorded in this trace (no bytes, no bandwidth)")
+    if not comm.sites.empty:
+        sites = make_table("Called from (all ranks)", "collective", "count", "kernel time", "site",
+                           right=(1, 2))
+        for r in comm.sites.head(TOP_SITES).itertuples():
+            sites.add_row(r.kind, f"{r.count:,}", duration(r.total_us), short(r.site, 100))
+        console.print(sites)
+
+
+def ranks_section(a, console: Console) -> None:
+    """Ranks side by side per traced iteration: step, compute, communication, exposed and waiting
+    time (means over the iterations; overlapped: the share of communication time a compute
+    kernel ran alongside), then who the others waited for in each iteration."""
+    ranks = a.ranks
+    if ranks is None or ranks.ranks.empty:
+        return
+    table = ranks.ranks
+    stepped = table[table["step_us"].notna()] if table["step_us"].notna().any() else table
+    n_it = stepped["iteration"].nunique()
+    means = stepped.groupby("rank").agg(step_us=("step_us", "mean"), compute_us=("compute_us", "mean"),
+                                        comm_us=("comm_us", "mean"), exposed_us=("exposed_us", "mean"),
+                                        wait_us=("wait_us", "mean"), last_count=("last_count", "sum"))
+    console.print()
+    title = (f"Ranks (mean per traced iteration, {n_it} iteration{'s' if n_it != 1 else ''})"
+             if table["step_us"].notna().any() else "Ranks (whole trace: no ProfilerStep#N)")
+    out = make_table(title, "rank", "step", "compute", "communication", "overlapped", "exposed",
+                     "waiting", "arrived last", right=(1, 2, 3, 4, 5, 6, 7))
+    judged = ranks.reason is None
+    for rank, r in means.iterrows():
+        overlapped = 1 - r.exposed_us / r.comm_us if r.comm_us > 0 else None
+        out.add_row(str(rank), duration(r.step_us), duration(r.compute_us), duration(r.comm_us),
+                    percent(overlapped), duration(r.exposed_us), duration(r.wait_us) if judged else "-",
+                    f"{int(r.last_count):,}" if judged else "-")
+    console.print(out)
+    if not judged:
+        console.print(f"arrivals at collectives: not judged: {ranks.reason}", highlight=False)
+        return
+    if ranks.offsets_us:
+        shown = ", ".join(f"rank {k} {v / 1e3:+.3f} ms" for k, v in ranks.offsets_us.items())
+        console.print(f"clock offsets removed (aligned on collective ends): {shown}", highlight=False)
+    worst = ranks.iterations.sort_values("caused_wait_us", ascending=False).head(TOP_ITERATIONS)
+    for r in worst.sort_values("iteration").itertuples():
+        label = f"iteration {r.iteration}" if r.iteration >= 0 else "whole trace"
+        console.print(
+            f"{label}: rank {r.slowest_rank} arrived last at {r.last_count} of {r.collectives} "
+            f"collectives; the others waited {duration(r.caused_wait_us)} for it (worst: "
+            f"{r.worst_kind} #{r.worst_seq}, {duration(r.worst_wait_us)}); compute imbalance "
+            f"{r.compute_imbalance:.2f}x", highlight=False)
+    if ranks.unmatched:
+        console.print(f"{ranks.unmatched:,} communication kernels were not matched across ranks "
+                      f"(their group ran a different number of times on each rank)", highlight=False)
+
+
+def size(nbytes: float, sized: int, count: int) -> str:
+    if not sized or pd.isna(nbytes):
+        return "-"
+    text = f"{nbytes / 2**20:,.1f} MiB"
+    return text if sized == count else f"{text} ({sized} of {count})"
+
+
+def rate(gbps: float) -> str:
+    return "-" if gbps is None or pd.isna(gbps) else f"{gbps:,.2f} GB/s"
