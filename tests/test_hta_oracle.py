@@ -154,3 +154,39 @@ def test_kernel_breakdown_matches(hta, cut):
     for kind in ("COMPUTATION", "COMMUNICATION", "MEMORY"):
         assert only[kind] == total - busy(gpu, hta_type != kind)
     assert only.sum() == total
+
+
+# -- the 8 DLRM ranks: communication overlap and straggler candidates --------------------------
+DLRM = Path(__file__).parent / "data" / "param" / "dlrm_8rank"
+
+
+@pytest.fixture(scope="module")
+def hta_dlrm(tmp_path_factory) -> TraceAnalysis:
+    folder = tmp_path_factory.mktemp("hta_dlrm")
+    for path in DLRM.glob("*.json.gz"):
+        shutil.copy(path, folder / path.name)
+    return TraceAnalysis(trace_dir=str(folder))
+
+
+@pytest.fixture(scope="module")
+def dlrm_analysis():
+    from goodhart_prof.analysis import analyze
+    return analyze(load(DLRM, progress=False))
+
+
+def test_dlrm_overlap_per_rank_matches_hta(hta_dlrm, dlrm_analysis):
+    """HTA's comp_comm_overlap_pctg is our overlap (communication time a compute kernel runs
+    alongside), in percent rounded to 2 decimals."""
+    theirs = hta_dlrm.get_comm_comp_overlap(visualize=False).set_index("rank")["comp_comm_overlap_pctg"]
+    ours = dlrm_analysis.communication.overlap.set_index("rank")["overlap"]
+    assert sorted(theirs.index) == sorted(ours.index) == list(range(8))
+    for rank in theirs.index:
+        assert 100 * ours[rank] == pytest.approx(theirs[rank], abs=0.006)
+
+
+def test_dlrm_slowest_rank_is_among_htas_straggler_candidates(hta_dlrm, dlrm_analysis):
+    """HTA ranks candidates by the normalized start of the most variable communication kernel
+    (two by default); ours is the rank whose late arrivals cost the others the most waiting."""
+    candidates = hta_dlrm.get_potential_stragglers(num_candidates=2)
+    (it,) = dlrm_analysis.ranks.iterations.itertuples()
+    assert candidates == [2, 7] and it.slowest_rank == 7
