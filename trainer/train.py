@@ -53,6 +53,7 @@ class Trainer:
         # Planted anti-patterns (empty for a clean run): looked up here, once, never per step.
         self.inject = antipatterns.parse(cfg.inject)
         self.reward_log: list[float] = []  # filled by the item_logging pattern only
+        self.loss_history: list[torch.Tensor] = []  # filled by the memory_growth pattern only
         torch.manual_seed(cfg.seed + rank)
         if cuda:
             torch.set_float32_matmul_precision("high")
@@ -114,6 +115,9 @@ class Trainer:
             act_fn, gae_fn, env_step = torch.compile(act_fn), torch.compile(gae_fn), torch.compile(env_step)
             if "eager_update" not in self.inject:
                 loss_fn = torch.compile(loss_fn)
+        if "memory_growth" in self.inject:
+            gae_fn = antipatterns.value_loss_history_gae(gae_fn, self.policy, self.buf.obs,
+                                                         self.loss_history)
         self.act_fn, self.loss_fn, self.gae_fn = act_fn, loss_fn, gae_fn
         self.env_step = self._planted_env_step(env_step)
         self.clip_grads = (antipatterns.clip_grad_norm_with_readback if "sync_grad_clip" in self.inject

@@ -8,6 +8,7 @@ import pandas as pd
 from ..trace.model import Trace
 from .burstiness import DeviceBurstiness
 from .comm import Communication
+from .memory import Memory
 from .rules.base import Finding, NotJudged
 from .syncs import SyncSummary
 
@@ -31,6 +32,7 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)
     not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
     communication: Communication | None = None  # comm.communication (None: not computed)
+    memory: Memory | None = None  # memory.memory (None: not computed)
 
 
 def analyze(trace: Trace) -> Analysis:
@@ -39,6 +41,7 @@ def analyze(trace: Trace) -> Analysis:
     from .comm import communication
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
+    from .memory import memory
     from .phases import phases
     from .syncs import split_host_reads, sync_points, sync_summary
 
@@ -47,6 +50,7 @@ def analyze(trace: Trace) -> Analysis:
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
                       phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
-                      libraries=library_table(trace), communication=communication(trace))
+                      libraries=library_table(trace), communication=communication(trace),
+                      memory=memory(trace))
     result.findings, result.not_judged = rules.run(result)
     return result

@@ -66,11 +66,14 @@ class Need(enum.Enum):
     GPU = "GPU activity"
     BACKWARD = "a backward pass"
     ITERATIONS = "iterations"
+    MEMORY = "memory events"
 
     def present(self, ctx: "Context") -> bool:
         ev = ctx.trace.events
         if self is Need.GPU:
             return not ctx.trace.gpu.empty
+        if self is Need.MEMORY:
+            return len(ctx.trace.memory) > 0
         if self is Need.ITERATIONS:
             ph = ctx.analysis.phases
             return ph is not None and not ph.empty and bool((ph["kind"] == "iteration").any())
@@ -91,6 +94,8 @@ class Need(enum.Enum):
                                "training), and the rule's advice is about training",
                 Need.ITERATIONS: "the trace marks no iterations (no ProfilerStep#N), so rates per "
                                  "iteration cannot be judged",
+                Need.MEMORY: "the trace has no memory events (record with profile_memory=True: "
+                             "goodhart-prof run --mode full)",
                 }[self]
 
 
@@ -98,7 +103,9 @@ class Need(enum.Enum):
 class Rule:
     id: str
     family: str
-    judge: Callable[["Context"], Finding | None] = field(repr=False)
+    # A judge that can look but cannot decide (too few iterations, no totals recorded) returns
+    # a NotJudged saying why; None means it judged and found nothing.
+    judge: Callable[["Context"], "Finding | NotJudged | None"] = field(repr=False)
     needs: tuple[Need, ...] = ()
     thresholds: Mapping[str, Threshold] = field(default_factory=dict)
 
