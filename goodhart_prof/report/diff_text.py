@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .common import duration, make_table, percent, short
+from .common import bytes_text, duration, make_table, percent, short
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
 
@@ -56,6 +56,7 @@ def render(c, console: Console, top: int = 15) -> None:
     _syncs(c, console, top)
     _devices(c, console)
     _phases(c, console, top)
+    _memory(c, console)
 
 
 def _summary(c, console: Console) -> None:
@@ -163,4 +164,21 @@ def _phases(c, console: Console, top: int) -> None:
         table.add_row(short(r.name, 60), duration(r.cpu_us_a), duration(r.cpu_us_b), _signed_us(r.cpu_us_delta),
                       _ratio(r.cpu_us_ratio, r.cpu_us_a), duration(r.gpu_us_a), duration(r.gpu_us_b),
                       _count(r.syncs_a), _count(r.syncs_b))
+    console.print(table)
+
+
+def _memory(c, console: Console) -> None:
+    """Peak allocated/reserved and allocations per iteration per device (analysis/memory.py)."""
+    if c.memory is None or c.memory.empty:
+        return
+    console.print()
+    table = make_table("Memory", "device", "peak alloc A", "peak alloc B", "peak reserved A",
+                       "peak reserved B", "allocs/it A", "allocs/it B", "growth/it A", "growth/it B",
+                       right=tuple(range(1, 9)))
+    for r in c.memory.itertuples():
+        table.add_row(r.label, bytes_text(r.peak_allocated_a), bytes_text(r.peak_allocated_b),
+                      bytes_text(r.peak_reserved_a), bytes_text(r.peak_reserved_b),
+                      _count(r.allocations_per_iteration_a), _count(r.allocations_per_iteration_b),
+                      bytes_text(r.growth_per_iteration_a, signed=True),
+                      bytes_text(r.growth_per_iteration_b, signed=True))
     console.print(table)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..errors import UserError
 from .common import duration, percent, refuse_overwrite, short, short_tail
+from .html_memory import MEMORY_TITLE, memory_empty, memory_figure, memory_table_html
 
 
 TOP_KERNELS = 20
@@ -39,6 +40,7 @@ SECTIONS = {
     "idle": "Why the GPU idles",
     "syncs": "Sync points",
     "phases": "Phases",
+    "memory": MEMORY_TITLE,
     "findings": "Findings",
 }
 
@@ -105,6 +107,7 @@ def render_html(a) -> str:
     page.add_section("phases", [page.figure(phase_figure(a), "phases")],
                      "No phases: the trace has no annotations (record_function) and no "
                      "ProfilerStep#N.", note=_phase_note(a))
+    page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))
     page.sections.append(_findings_section(a))
     return page.render(_header(a))
 

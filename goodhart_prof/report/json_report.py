@@ -62,6 +62,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "burstiness": {device_key(b.rank, b.device): plain(b.to_json()) for b in a.burstiness},
         "phases": plain(_phases_json(a.phases)),
         "communication": plain(a.communication.to_json()) if a.communication is not None else [],
+        "memory": plain(a.memory.to_json()) if a.memory is not None else {},
         "findings": [plain(f.to_json()) for f in a.findings],
         "not_judged": [n.to_json() for n in a.not_judged],
     }

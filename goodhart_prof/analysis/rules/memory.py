@@ -16,8 +16,11 @@ GIB = 2**30
 
 
 def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:,.2f} GB" if nbytes >= 1e9 else f"{nbytes / 1e6:,.1f} MB" \
-        if nbytes >= 1e6 else f"{nbytes / 1e3:,.1f} kB"
+    """Binary units, as the reports print bytes."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:,.1f} {unit}"
+    return f"{nbytes:,.0f} B"
 
 
 def _mem(ctx: Context) -> Memory:
