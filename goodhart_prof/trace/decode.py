@@ -87,8 +87,8 @@ class Instant(msgspec.Struct, tag_field="ph", tag="i", frozen=True, gc=False):
     to an empty MemoryArgs: only the memory keys are read)."""
 
     name: Scalar = None
-    pid: Scalar = None
-    tid: Scalar = None
+    pid: Id = None  # typed as a complete event's ids: the table converts them at C speed
+    tid: Id = None
     ts: Union[int, float, None] = None
     args: Union[MemoryArgs, None] = None
 
@@ -111,9 +111,16 @@ class LooseComplete(Complete, tag="X"):
     tid: Scalar = None
 
 
+class LooseInstant(Instant, tag="i"):
+    """An instant whose pid or tid may also be a float (an `Instant` for every reader)."""
+
+    pid: Scalar = None
+    tid: Scalar = None
+
+
 _SKIPPED = tuple(_skipped(t) for t in SKIPPED_PHASES)
 Event = Union[(Complete, Metadata, Instant) + _SKIPPED]
-LooseEvent = Union[(LooseComplete, Metadata, Instant) + _SKIPPED]
+LooseEvent = Union[(LooseComplete, Metadata, LooseInstant) + _SKIPPED]
 
 
 class DistributedInfo(msgspec.Struct, frozen=True):
@@ -128,7 +135,7 @@ class TraceDoc(msgspec.Struct, frozen=True):
     distributedInfo: Union[DistributedInfo, None] = None
     baseTimeNanoseconds: Union[int, None] = None
     goodhartProf: Union[dict[str, Any], None] = None
-    # Every complete event's pid and tid is an int, a str or None (no float, no bool).
+    # Every complete and instant event's pid and tid is an int, a str or None (no float, no bool).
     int_or_str_ids: ClassVar[bool] = True
 
 
