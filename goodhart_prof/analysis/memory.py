@@ -144,20 +144,27 @@ def iteration_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
 
 
 def device_table(events: pd.DataFrame, its: pd.DataFrame) -> pd.DataFrame:
-    """One row per device (DEVICE_COLUMNS; the module docstring defines each figure)."""
+    """One row per device (DEVICE_COLUMNS; the module docstring defines each figure). Devices
+    are a handful: numpy per device, no groupby."""
     b = events["bytes"].to_numpy()
-    host = (events["device_type"] == HOST).to_numpy()
-    reserved = np.where(host, np.nan, events["total_reserved"].to_numpy())
-    e = events.assign(alloc=b > 0, free=b < 0, alloc_bytes=np.where(b > 0, b, 0.0), reserved=reserved)
-    out = e.groupby(KEYS, as_index=False).agg(
-        absolute=("absolute", "all"), events=("ts", "size"), allocations=("alloc", "sum"),
-        frees=("free", "sum"), alloc_bytes=("alloc_bytes", "sum"),
-        peak_allocated=("allocated", "max"), peak_reserved=("reserved", "max"))
+    allocated = events["allocated"].to_numpy()
+    reserved = events["total_reserved"].to_numpy()
+    absolute = events["absolute"].to_numpy()
+    rows = []
+    for (rank, device_type, device), pos in thread_groups(events, tuple(KEYS)).items():
+        bp = b[pos]
+        host = device_type == HOST
+        res = reserved[pos]
+        peak_reserved = np.nan if host or np.isnan(res).all() else float(np.nanmax(res))
+        rows.append({"rank": rank, "device_type": device_type, "device": device,
+                     "label": device_label(rank, device_type, device), "absolute": bool(absolute[pos[0]]),
+                     "events": len(pos), "allocations": int((bp > 0).sum()), "frees": int((bp < 0).sum()),
+                     "alloc_bytes": float(bp[bp > 0].sum()), "peak_allocated": float(np.nanmax(allocated[pos])),
+                     "peak_reserved": peak_reserved})
+    out = pd.DataFrame(rows)
     out["reserved_ratio"] = out["peak_reserved"] / out["peak_allocated"].where(out["peak_allocated"] > 0)
     out["cached_bytes"] = out["peak_reserved"] - out["peak_allocated"]
-    out["label"] = [device_label(*k) for k in out[KEYS].itertuples(index=False)]
-    per = _growth(its)
-    out = out.merge(per, on=KEYS, how="left")
+    out = out.merge(_growth(its), on=KEYS, how="left")
     out["iterations"] = out["iterations"].fillna(0).astype(np.int64)
     out["growing_steps"] = out["growing_steps"].fillna(0).astype(np.int64)
     return out[DEVICE_COLUMNS].sort_values(KEYS, ignore_index=True)
