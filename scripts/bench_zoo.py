@@ -46,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--config", default=None, help="trainer TOML (default: the device's preset)")
-    p.add_argument("--iterations", default="20-21", help="traced window (default 20-21)")
+    p.add_argument("--iterations", default="20-22",
+                   help="traced window (default 20-22: memory_growth needs three iterations)")
     p.add_argument("--total-iterations", type=int, default=32,
                    help="iterations per run; throughput counts the untraced ones (default 32)")
     p.add_argument("--mode", choices=["lite", "full"], default="full")
@@ -108,12 +109,16 @@ def evidence_text(ev: dict) -> str:
     parts = []
     if "per_iteration" in ev:
         parts.append(f"{ev['per_iteration']}/it")
-    for key in ("kernels_per_step", "median_kernel_us", "low_precision_us", "backward_ops"):
+    for key in ("kernels_per_step", "median_kernel_us", "low_precision_us", "backward_ops",
+                "growth_per_iteration"):
         if key in ev:
             parts.append(f"{key}={ev[key]}")
     sites = ev.get("sites") or []
-    if sites:
+    if sites and "site" in sites[0]:
         parts.append(str(sites[0]["site"]))
+    kept = ev.get("kept_by") or []
+    if kept:
+        parts.append(f"kept by {kept[0]['phase']} / {kept[0]['op']}")
     return " ".join(parts)
 
 

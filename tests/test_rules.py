@@ -13,10 +13,11 @@ RULES_DIR = Path(__file__).resolve().parents[1] / "goodhart_prof" / "analysis" /
 
 
 def test_every_rule_is_declared_with_reasons():
-    assert len(BY_ID) == len(RULES) == 15
+    assert len(BY_ID) == len(RULES) == 18
     assert set(ZOO_RULES) <= set(BY_ID)
     families = {r.family for r in RULES}
-    assert families == {"syncs", "copies", "precision", "compile", "utilization", "dominance", "ranks"}
+    assert families == {"syncs", "copies", "precision", "compile", "utilization", "dominance", "ranks",
+                        "memory"}
     for rule in RULES:
         assert rule.thresholds, rule.id
         for name, threshold in rule.thresholds.items():
@@ -37,7 +38,10 @@ def test_a_cpu_only_trace_skips_the_gpu_rules_and_says_why(tmp_path):
                          "dominant_scatter_gather", "eager_update", "dominant_kernel",
                          "straggler_rank", "exposed_communication"}
     training = {"sync_grad_clip", "branchy_value_head"}  # advice about an update: training only
-    assert set(skipped) == gpu_rules | training
+    memory = {r.id for r in RULES if Need.MEMORY in r.needs}
+    assert memory == {"allocator_waste", "memory_growth", "alloc_churn"}
+    assert set(skipped) == gpu_rules | training | memory
+    assert all("no memory events" in skipped[r] for r in memory)
     assert all("no GPU activity" in skipped[r] for r in gpu_rules - {"unfused_adam", "eager_update"})
     assert all("no backward pass" in skipped[r] for r in training)
     assert a.findings == []
@@ -71,7 +75,8 @@ def test_launch_rt_helper_still_links(tmp_path):
     a = analyze(load_events(tmp_path, events))
     assert {n.rule for n in a.not_judged} == {"eager_update", "unfused_adam", "sync_grad_clip",
                                               "branchy_value_head",  # inference: no backward
-                                              "straggler_rank", "exposed_communication"}  # no NCCL
+                                              "straggler_rank", "exposed_communication",  # no NCCL
+                                              "allocator_waste", "memory_growth", "alloc_churn"}  # no memory events
 
 
 def test_event_query_polls_and_is_never_a_sync(tmp_path):

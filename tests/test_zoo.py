@@ -44,7 +44,11 @@ EXPECTED = {
     "branchy_value_head": (MINIBATCHES, "if returns.std() > 0"),  # one branch per minibatch
     "pageable_htod": (STEPS, "torch.from_numpy(obs).to("),   # one host-built obs per env step
 }
-assert set(EXPECTED) == antipatterns.CPU_DETECTABLE
+# memory_growth's evidence is growth across iterations, not a count per iteration at a site: its
+# run traces three iterations (the rule needs them), and test_planted_memory_growth checks it.
+GROWTH = "memory_growth"
+assert set(EXPECTED) | {GROWTH} == antipatterns.CPU_DETECTABLE
+WINDOW = {"clean": "2-4", GROWTH: "2-4"}  # the clean run is judged by memory_growth too
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +58,9 @@ def recorded(tmp_path_factory) -> dict[str, Path]:
     cfg = write_tiny_config(root)
     env = clean_env(OMP_NUM_THREADS="1")
     procs = {}
-    for name in ("clean", *EXPECTED):
+    for name in ("clean", *EXPECTED, GROWTH):
         out = root / name
-        argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--iterations", "2-3", "--mode",
+        argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--iterations", WINDOW.get(name, "2-3"), "--mode",
                 "full", "--config", str(cfg), "--output-dir", str(out), "--no-progress"]
         argv += [] if name == "clean" else ["--inject", name]
         procs[name] = (out, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
@@ -104,9 +108,26 @@ def test_planted_pattern_fires_its_rule_with_evidence(recorded, name):
 
 
 @pytest.mark.slow
+def test_planted_memory_growth(recorded):
+    found = zoo_findings(recorded[GROWTH])
+    assert set(found) == {GROWTH}, sorted(found)
+    ev = found[GROWTH].evidence
+    assert ev["iterations"] == 3 and list(ev["allocated_end"]) == [2, 3, 4]
+    ends = list(ev["allocated_end"].values())
+    assert all(b - a >= BY_ID[GROWTH].limit("per_iteration_bytes") for a, b in zip(ends, ends[1:]))
+    # The kept graphs were allocated by the value forward inside the planted GAE wrapper.
+    assert ev["kept_by"][0]["phase"] == "gae" and ev["kept_by"][0]["live_bytes"] >= ev["growth"]
+    assert "gae_and_keep_loss" in PLANTED.read_text()
+    record = json.loads((recorded[GROWTH] / "run.json").read_text())
+    assert record["config"]["inject"] == GROWTH
+
+
+@pytest.mark.slow
 def test_clean_run_fires_no_zoo_rule(recorded):
     # Torch's own reads (foreach Adam's CPU step counters, aten::std's scalar) are not ours.
     assert zoo_findings(recorded["clean"]) == {}
+    judged = {n.rule for n in analyze(load(recorded["clean"])).not_judged}
+    assert GROWTH not in judged  # three traced iterations with memory events: judged, silent
     record = json.loads((recorded["clean"] / "run.json").read_text())
     assert record["config"]["inject"] == ""
 

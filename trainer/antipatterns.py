@@ -56,6 +56,10 @@ ZOO: tuple[AntiPattern, ...] = (
     AntiPattern("unfused_adam", True, False, "Adam without fused=True (CUDA only)"),
     AntiPattern("no_amp", True, False, "bf16 autocast off (CUDA only)"),
     AntiPattern("eager_update", True, False, "the PPO loss/update is not torch.compile'd (CUDA only)"),
+    AntiPattern("memory_growth", False, True,
+                "values the rollout with grad on for a logged value loss and appends that loss "
+                "(not .item(), not detached) to a list every iteration: each kept loss holds its "
+                "graph and the forward's activations"),
     AntiPattern("tiny_batch", False, False,
                 f"only {TINY_BATCH_ENVS} envs, so every kernel is tiny (the GPU is launch-bound)"),
 )
@@ -155,6 +159,18 @@ def clip_grad_norm_with_readback(params: list[torch.Tensor], max_norm: float) ->
         for g in grads:
             g.mul_(max_norm / (norm + 1e-6))
     return total_norm
+
+
+def value_loss_history_gae(gae_fn: Callable, policy: ActorCritic, obs: torch.Tensor,
+                           history: list[torch.Tensor]) -> Callable:
+    """GAE, then a value loss over the rollout kept for a later plot: the classic leak of
+    logging a loss tensor instead of loss.item() (the graph and its saved activations stay)."""
+    def gae_and_keep_loss(*args):
+        advantages, returns = gae_fn(*args)
+        _, value = policy(obs.flatten(0, 1))  # grad on: the graph holds the forward's activations
+        history.append(((value.float() - returns.flatten()) ** 2).mean())  # kept, never .item()'d
+        return advantages, returns
+    return gae_and_keep_loss
 
 
 def make_branchy(head: ValueHead) -> None:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +76,13 @@ class RankOutcome:
     warmup_s: float | None
     last_row: dict[str, Any] | None
     trace_path: str | None
+    memory: list[dict[str, Any]] = field(default_factory=list)  # train.memory_row per traced iteration
 
 
 def _outcome(rank: int, result: RunResult, warmup_s: float | None) -> RankOutcome:
     return RankOutcome(rank, result.iterations_run, result.env_steps, result.wall_s,
                        result.env_steps_per_s, warmup_s, result.rows[-1] if result.rows else None,
-                       str(result.trace_path) if result.trace_path else None)
+                       str(result.trace_path) if result.trace_path else None, result.memory)
 
 
 def _train_rank(cfg: Config, settings: ProfSettings, resume: bool, rank: int, world: int) -> RankOutcome:
@@ -186,6 +187,9 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
         "traces": {str(r): str(p) for r, p in sorted(traces.items())},
         "merged_trace": str(merged) if merged else None,
         "interrupted": interrupted,
+        # Per rank, per traced iteration (when it ended): host RSS and, on CUDA, the allocator's
+        # peak allocated/reserved bytes during it (null on the CPU).
+        "memory_per_iteration": {str(o.rank): o.memory for o in outcomes},
     }
     write_json(out_dir / "run.json", record)
     return record

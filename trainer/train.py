@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -38,6 +39,7 @@ class RunResult:
     env_steps_per_s: float | None
     rows: list[dict[str, Any]] = field(default_factory=list)
     trace_path: Path | None = None
+    memory: list[dict[str, Any]] = field(default_factory=list)  # memory_row of each traced iteration
 
 
 class Trainer:
@@ -53,6 +55,7 @@ class Trainer:
         # Planted anti-patterns (empty for a clean run): looked up here, once, never per step.
         self.inject = antipatterns.parse(cfg.inject)
         self.reward_log: list[float] = []  # filled by the item_logging pattern only
+        self.loss_history: list[torch.Tensor] = []  # filled by the memory_growth pattern only
         torch.manual_seed(cfg.seed + rank)
         if cuda:
             torch.set_float32_matmul_precision("high")
@@ -114,6 +117,9 @@ class Trainer:
             act_fn, gae_fn, env_step = torch.compile(act_fn), torch.compile(gae_fn), torch.compile(env_step)
             if "eager_update" not in self.inject:
                 loss_fn = torch.compile(loss_fn)
+        if "memory_growth" in self.inject:
+            gae_fn = antipatterns.value_loss_history_gae(gae_fn, self.policy, self.buf.obs,
+                                                         self.loss_history)
         self.act_fn, self.loss_fn, self.gae_fn = act_fn, loss_fn, gae_fn
         self.env_step = self._planted_env_step(env_step)
         self.clip_grads = (antipatterns.clip_grad_norm_with_readback if "sync_grad_clip" in self.inject
@@ -288,10 +294,16 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
                          progress=main and cfg.progress, total=cfg.total_iterations,
                          initial=trainer.iteration, exclude_from_rate=traced)
     start_iteration = trainer.iteration
+    recorded = frozenset(i for i in range(start_iteration, cfg.total_iterations) if settings.traced(i))
+    memory: list[dict[str, Any]] = []
     start = time.perf_counter()
     try:
         for it in range(start_iteration, cfg.total_iterations):
+            if it in recorded:
+                reset_peak_memory(trainer.device)
             trainer.run_iteration(it, logger)
+            if it in recorded:
+                memory.append(memory_row(it, trainer.device))
             if cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0:
                 trainer.save_checkpoint(checkpoint_path(out_dir, rank))
         _synchronize(trainer.device)
@@ -305,4 +317,28 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
     done = cfg.total_iterations - start_iteration
     return RunResult(iterations_run=done, env_steps=done * trainer.steps_per_iteration,
                      wall_s=wall, env_steps_per_s=logger.env_steps_per_s, rows=logger.rows,
-                     trace_path=hooks.trace_path if hooks.enabled else None)
+                     trace_path=hooks.trace_path if hooks.enabled else None, memory=memory)
+
+
+def host_rss_bytes() -> int | None:
+    """The process's resident set size now (Linux /proc/self/statm), None where unreadable."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a traced iteration's device peaks afresh (CUDA only), so each is that iteration's."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def memory_row(it: int, device: torch.device) -> dict[str, Any]:
+    """run.json's memory of a traced iteration, taken when it ends: host RSS, and on CUDA the
+    allocator's peak allocated and reserved bytes during the iteration (null on the CPU)."""
+    cuda = device.type == "cuda"
+    return {"iteration": it, "rss_bytes": host_rss_bytes(),
+            "max_memory_allocated": torch.cuda.max_memory_allocated(device) if cuda else None,
+            "max_memory_reserved": torch.cuda.max_memory_reserved(device) if cuda else None}

@@ -8,6 +8,7 @@ import pandas as pd
 from ..trace.model import Trace
 from .burstiness import DeviceBurstiness
 from .comm import Communication
+from .memory import Memory
 from .rules.base import Finding, NotJudged
 from .stragglers import Ranks
 from .syncs import SyncSummary
@@ -33,6 +34,7 @@ class Analysis:
     not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
     communication: Communication | None = None  # comm.communication (None: not computed)
     ranks: Ranks | None = None  # stragglers.rank_tables: ranks side by side (None: not computed)
+    memory: Memory | None = None  # memory.memory (None: not computed)
 
 
 def analyze(trace: Trace) -> Analysis:
@@ -41,6 +43,7 @@ def analyze(trace: Trace) -> Analysis:
     from .comm import comm_kernels, communication
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
+    from .memory import memory
     from .phases import phases
     from .stragglers import empty_ranks, rank_tables
     from .syncs import split_host_reads, sync_points, sync_summary
@@ -50,7 +53,8 @@ def analyze(trace: Trace) -> Analysis:
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
                       phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
-                      libraries=library_table(trace), communication=communication(trace))
+                      libraries=library_table(trace), communication=communication(trace),
+                      memory=memory(trace))
     result.ranks = (rank_tables(trace, comm_kernels(trace)) if len(result.communication.overlap)
                     else empty_ranks("the trace has no communication kernels"))
     result.findings, result.not_judged = rules.run(result)

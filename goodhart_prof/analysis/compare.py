@@ -18,6 +18,7 @@ Tables (`Comparison` attributes):
 | devices | (rank, device); when the ids differ but each side has one device, that pair | span_us, busy_us, idle_us, utilization, kernel_us, util_cv, burstiness_B, gap_count, gap_p50_us, gap_p90_us, gap_p99_us, gap_max_us, gap_total_us, host_wait_us |
 | phases | annotation name | count, cpu_us, gpu_us, gpu_kernels, syncs |
 | communication | collective kind (all ranks together) | count, total_us (kernel time), bytes (where sizes are recorded) |
+| memory | device label (`rank0/gpu0`, `rank0/host`; analysis/memory.py) | peak_allocated, peak_reserved, allocations_per_iteration, growth_per_iteration (a device without memory events on one side keeps NaN there) |
 
 The headline ("what got better and what got worse") is one row per changed item, `verdict`
 `better` or `worse`, better ones first, each group by `impact_us` (largest first). Better means:
@@ -53,6 +54,7 @@ DEVICE_QUANTITIES = ("span_us", "busy_us", "idle_us", "utilization", "kernel_us"
                      "burstiness_B", "gap_count", "gap_p50_us", "gap_p90_us", "gap_p99_us",
                      "gap_max_us", "gap_total_us", "host_wait_us")
 PHASE_QUANTITIES = ("count", "cpu_us", "gpu_us", "gpu_kernels", "syncs")
+MEMORY_QUANTITIES = ("peak_allocated", "peak_reserved", "allocations_per_iteration", "growth_per_iteration")
 HEADLINE_COLUMNS = ["verdict", "kind", "item", "metric", "a", "b", "delta", "ratio", "impact_us"]
 
 
@@ -71,6 +73,7 @@ class Comparison:
     phases: pd.DataFrame
     headline: pd.DataFrame
     communication: pd.DataFrame
+    memory: pd.DataFrame = None  # type: ignore[assignment]  # set by compare()
 
     @property
     def better(self) -> pd.DataFrame:
@@ -100,7 +103,22 @@ def compare(a: Analysis, b: Analysis) -> Comparison:
         sync_sites=_by_size(sync_sites, "count", ["kind", "site"]),
         devices=devices, phases=_by_size(phases, "cpu_us", ["name"]),
         headline=_headline(summary, categories, kernels, sync_kinds, devices, phases, communication),
-        communication=communication)
+        communication=communication, memory=_memory(a, b))
+
+
+def _memory(a: Analysis, b: Analysis) -> pd.DataFrame:
+    """Per device label: the memory figures of A and B (NaN where a side has no such device or
+    no memory events), deltas and ratios."""
+    cols = ["label"] + list(MEMORY_QUANTITIES)
+
+    def side(x: Analysis) -> pd.DataFrame:
+        if x.memory is None or not x.memory.recorded:
+            return pd.DataFrame({c: pd.Series(dtype=object if c == "label" else float) for c in cols})
+        return x.memory.devices[cols].astype({q: float for q in MEMORY_QUANTITIES})
+
+    m = side(a).merge(side(b), on="label", how="outer", suffixes=("_a", "_b"), indicator=True)
+    m["presence"] = m.pop("_merge").astype(str).map(PRESENCE)
+    return _with_deltas(m, list(MEMORY_QUANTITIES)).sort_values("label", ignore_index=True)
 
 
 # -- pairing ---------------------------------------------------------------------------------------

@@ -46,6 +46,19 @@ def duration(us: Any, significant: bool = False) -> str:
     return f"{us:,.1f} us"
 
 
+def bytes_text(nbytes: Any, signed: bool = False) -> str:
+    """Bytes in the binary unit that fits (`1.5 GiB`, `12.0 MiB`, `48 B`); `-` when missing."""
+    if nbytes is None or not isinstance(nbytes, (int, float, np.number)) or not math.isfinite(float(nbytes)):
+        return "-"
+    value = float(nbytes)
+    sign = "+" if signed and value > 0 else "-" if value < 0 else ""
+    value = abs(value)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= size:
+            return f"{sign}{value / size:,.1f} {unit}"
+    return f"{sign}{value:,.0f} B"
+
+
 def percent(value: Any) -> str:
     return "-" if value is None or value != value else f"{100 * float(value):.1f}%"
 

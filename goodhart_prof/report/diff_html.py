@@ -87,6 +87,16 @@ def _table(frame: pd.DataFrame, columns: list[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
+def _memory_table(c) -> str:
+    """Memory per device, A vs B (bytes; compare.py `memory`); nothing when neither has any."""
+    if c.memory is None or c.memory.empty:
+        return ""
+    cols = ["label"] + [f"{q}_{s}" for q in ("peak_allocated", "peak_reserved",
+                                              "allocations_per_iteration", "growth_per_iteration")
+                        for s in ("a", "b")]
+    return f"<h2>Memory (bytes; allocations per iteration)</h2>{_table(c.memory, cols)}"
+
+
 def page(c, top: int = 15) -> str:
     figs = figures(c, top)
     plots = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs))
@@ -104,6 +114,7 @@ td:first-child,td:nth-child(2){{text-align:left}}</style>
 <h2>Summary (delta = B - A, ratio = B / A)</h2>{_table(c.summary, ["metric", "a", "b", "delta", "ratio"])}
 <h2>What got better</h2>{_table(c.better.head(top), cols) if len(c.better) else "<p>nothing</p>"}
 <h2>What got worse</h2>{_table(c.worse.head(top), cols) if len(c.worse) else "<p>nothing</p>"}
+{_memory_table(c)}
 {plots}
 </body></html>
 """

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .common import duration, make_table, percent, short
+from .common import bytes_text, duration, make_table, percent, short
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
 
@@ -59,6 +59,7 @@ def render(c, console: Console, top: int = 15) -> None:
     _devices(c, console)
     _phases(c, console, top)
     _communication(c, console)
+    _memory(c, console)
 
 
 def _summary(c, console: Console) -> None:
@@ -179,4 +180,18 @@ def _communication(c, console: Console) -> None:
     for r in comm.itertuples():
         table.add_row(r.kind, duration(r.total_us_a), duration(r.total_us_b), _signed_us(r.total_us_delta),
                       _ratio(r.total_us_ratio, r.total_us_a), _count(r.count_a), _count(r.count_b))
+def _memory(c, console: Console) -> None:
+    """Peak allocated/reserved and allocations per iteration per device (analysis/memory.py)."""
+    if c.memory is None or c.memory.empty:
+        return
+    console.print()
+    table = make_table("Memory", "device", "peak alloc A", "peak alloc B", "peak reserved A",
+                       "peak reserved B", "allocs/it A", "allocs/it B", "growth/it A", "growth/it B",
+                       right=tuple(range(1, 9)))
+    for r in c.memory.itertuples():
+        table.add_row(r.label, bytes_text(r.peak_allocated_a), bytes_text(r.peak_allocated_b),
+                      bytes_text(r.peak_reserved_a), bytes_text(r.peak_reserved_b),
+                      _count(r.allocations_per_iteration_a), _count(r.allocations_per_iteration_b),
+                      bytes_text(r.growth_per_iteration_a, signed=True),
+                      bytes_text(r.growth_per_iteration_b, signed=True))
     console.print(table)

@@ -28,6 +28,7 @@ from .html_common import go as _go
 from .html_common import label as _label
 from .html_common import wrap as _wrap
 from . import html_ranks
+from .html_memory import MEMORY_TITLE, memory_empty, memory_figure, memory_table_html
 
 
 TOP_KERNELS = 20
@@ -45,6 +46,7 @@ SECTIONS = {
     "syncs": "Sync points",
     "phases": "Phases",
     html_ranks.KEY: html_ranks.TITLE,
+    "memory": MEMORY_TITLE,
     "findings": "Findings",
 }
 
@@ -105,6 +107,7 @@ def render_html(a) -> str:
                      "No phases: the trace has no annotations (record_function) and no "
                      "ProfilerStep#N.", note=_phase_note(a))
     page.sections.append(html_ranks.ranks_section(a, page.figure))
+    page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))
     page.sections.append(_findings_section(a))
     return page.render(_header(a))
 

@@ -65,6 +65,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "communication_sites": records(a.communication.sites, ["kind", "site", "count", "total_us"])
         if a.communication is not None else [],
         "ranks": plain(a.ranks.to_json()) if a.ranks is not None else None,
+        "memory": plain(a.memory.to_json()) if a.memory is not None else {},
         "findings": [plain(f.to_json()) for f in a.findings],
         "not_judged": [n.to_json() for n in a.not_judged],
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from .common import duration, make_table, percent, short
+from .common import bytes_text, duration, make_table, percent, short
 from .text_comm import communication_section, ranks_section
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -25,6 +25,7 @@ def render(a, console: Console, top: int = 15) -> None:
     _phases(a, console, top)
     communication_section(a, console)
     ranks_section(a, console)
+    _memory(a, console)
     _findings(a, console)
 
 
@@ -154,6 +155,49 @@ def _phases(a, console: Console, top: int) -> None:
             table.add_row(short(r.name, 60), f"{r.count:,}", duration(r.cpu_us), duration(r.gpu_us),
                           f"{int(r.syncs):,}" if has_syncs else "-")
     console.print(table)
+
+
+def _memory(a, console: Console) -> None:
+    """Memory per device (analysis/memory.py); one line when the trace has no memory events."""
+    mem = a.memory
+    console.print()
+    if mem is None or not mem.recorded:
+        console.print("[bold]Memory[/bold]: no memory events in this trace (record with "
+                      "profile_memory=True: goodhart-prof run --mode full)")
+        return
+    table = make_table("Memory (profiler memory events)", "device", "peak allocated", "peak reserved",
+                       "reserved/alloc", "allocs/iteration", "growth/iteration", "iterations",
+                       right=(1, 2, 3, 4, 5, 6))
+    notes = set()
+    for r in mem.devices.itertuples():
+        host = r.device_type == 0
+        peak = bytes_text(r.peak_allocated) + ("" if r.absolute else " *")
+        notes |= {"relative"} if not r.absolute else set()
+        notes |= {"host"} if host else set()
+        table.add_row(r.label, peak, "n/a (host)" if host else bytes_text(r.peak_reserved),
+                      "-" if pd.isna(r.reserved_ratio) else f"{r.reserved_ratio:.2f}x",
+                      "-" if pd.isna(r.allocations_per_iteration) else f"{r.allocations_per_iteration:,.0f}",
+                      "-" if pd.isna(r.growth_per_iteration) else bytes_text(r.growth_per_iteration, signed=True),
+                      f"{r.iterations}")
+    console.print(table)
+    if "host" in notes:
+        console.print("host: tensors torch allocated in host memory (not the process's RSS); the "
+                      "host has no caching allocator, so it has no reserved figure")
+    if "relative" in notes:
+        console.print("* this trace records no Total Allocated: allocated is counted from the "
+                      "trace's first event (relative)")
+    sites = mem.sites.head(5)
+    if len(sites):
+        top = make_table("Allocations by phase and op (inside iterations)", "device", "phase", "op",
+                         "per iteration", "median size", "still live at end", right=(3, 4, 5))
+        for r in sites.itertuples():
+            top.add_row(device_label(r), short(r.phase, 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
+                        bytes_text(r.median_bytes), bytes_text(r.live_bytes))
+        console.print(top)
+
+
+def device_label(r) -> str:
+    return f"rank{r.rank}/host" if r.device_type == 0 else f"rank{r.rank}/gpu{r.device}"
 
 
 def _findings(a, console: Console) -> None:

@@ -70,14 +70,41 @@ class Metadata(msgspec.Struct, tag_field="ph", tag="M", frozen=True, gc=False):
     args: Union[Args, None] = None
 
 
+class MemoryArgs(msgspec.Struct, frozen=True, gc=False):
+    """The args of a `[memory]` instant (profile_memory=True). Typed Any: an odd value (a string,
+    a nested list) is dropped by tables.py, never the event or the document."""
+
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+    bytes: Any = msgspec.field(default=None, name="Bytes")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+
+
+class Instant(msgspec.Struct, tag_field="ph", tag="i", frozen=True, gc=False):
+    """An instant event (`ph: i`). Only the profiler's `[memory]` instants are kept (tables.py
+    `memory_table`); the few other instants Kineto writes are dropped there (their args decode
+    to an empty MemoryArgs: only the memory keys are read)."""
+
+    name: Scalar = None
+    pid: Id = None  # typed as a complete event's ids: the table converts them at C speed
+    tid: Id = None
+    ts: Union[int, float, None] = None
+    args: Union[MemoryArgs, None] = None
+
+
+MEMORY_EVENT = "[memory]"
+
+
 def _skipped(tag: str) -> type:
     # Other phases (instants, flows, counters, ...) are recognised and their fields skipped, which
     # is what makes the typed decode cheaper than decoding everything.
     return msgspec.defstruct(f"Skipped_{tag}", [], tag_field="ph", tag=tag, frozen=True, gc=False)
 
 
-SKIPPED_PHASES = "BEbeinstfCPONDRTIcv"
-_KNOWN = set("XM" + SKIPPED_PHASES)
+SKIPPED_PHASES = "BEbenstfCPONDRTIcv"  # and `i`: Instant
+_KNOWN = set("XMi" + SKIPPED_PHASES)
 class LooseComplete(Complete, tag="X"):
     """A complete event whose pid or tid may also be a float (a `Complete` for every reader)."""
 
@@ -85,9 +112,16 @@ class LooseComplete(Complete, tag="X"):
     tid: Scalar = None
 
 
+class LooseInstant(Instant, tag="i"):
+    """An instant whose pid or tid may also be a float (an `Instant` for every reader)."""
+
+    pid: Scalar = None
+    tid: Scalar = None
+
+
 _SKIPPED = tuple(_skipped(t) for t in SKIPPED_PHASES)
-Event = Union[(Complete, Metadata) + _SKIPPED]
-LooseEvent = Union[(LooseComplete, Metadata) + _SKIPPED]
+Event = Union[(Complete, Metadata, Instant) + _SKIPPED]
+LooseEvent = Union[(LooseComplete, Metadata, LooseInstant) + _SKIPPED]
 
 
 class DistributedInfo(msgspec.Struct, frozen=True):
@@ -102,7 +136,7 @@ class TraceDoc(msgspec.Struct, frozen=True):
     distributedInfo: Union[DistributedInfo, None] = None
     baseTimeNanoseconds: Union[int, None] = None
     goodhartProf: Union[dict[str, Any], None] = None
-    # Every complete event's pid and tid is an int, a str or None (no float, no bool).
+    # Every complete and instant event's pid and tid is an int, a str or None (no float, no bool).
     int_or_str_ids: ClassVar[bool] = True
 
 

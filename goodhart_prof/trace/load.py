@@ -15,7 +15,8 @@ import pandas as pd
 from ..errors import UserError
 from .decode import DecodeError, TraceDoc, decode, merge_headers, piece, read_bytes, split_points
 from .model import Frames, Trace
-from .tables import assign_ranks, concat_tables, events_table, rank_processes
+from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
+                     memory_table, rank_processes)
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
@@ -39,6 +40,7 @@ class _FileResult:
     skipped: int = 0
     base_ns: int | None = None
     warnings: list[str] = field(default_factory=list)
+    memory: pd.DataFrame = field(default_factory=empty_memory)
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -77,6 +79,7 @@ class _Piece:
     pid_rank: dict[int, int]
     header: TraceDoc
     skipped: int
+    memory: pd.DataFrame
 
 
 def _piece_of(raw: bytes) -> _Piece:
@@ -86,7 +89,7 @@ def _piece_of(raw: bytes) -> _Piece:
     info = doc.distributedInfo
     usable = info is not None and info.rank is not None and 0 <= info.rank < MAX_RANK
     return _Piece(table, frames, {} if usable else rank_processes(doc), merge_headers([doc]),
-                  skipped + bad)
+                  skipped + bad, memory_table(doc))
 
 
 # The document a forked worker cuts its piece from: inherited copy-on-write, never copied.
@@ -166,6 +169,7 @@ def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
     pid_rank = {k: v for p in pieces for k, v in p.pid_rank.items()}
     table = concat_tables([p.table for p in pieces], sort=False)
     frames = Frames.concat([p.frames for p in pieces], sort=False)
+    memory = concat_memory([p.memory for p in pieces], sort=False)
     warnings = []
     info_rank = header.distributedInfo.rank if header.distributedInfo is not None else None
     if info_rank is not None and not 0 <= info_rank < MAX_RANK:
@@ -175,10 +179,10 @@ def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
         pid_rank = {}
     if not len(table):
         warnings.append(f"{path.name}: no events")
-    assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank)
+    assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank, memory)
     return _FileResult(path, table, frames, info_rank, sorted(set(pid_rank.values())),
                        list(header.deviceProperties or []), sum(p.skipped for p in pieces),
-                       header.baseTimeNanoseconds, warnings)
+                       header.baseTimeNanoseconds, warnings, memory)
 
 
 MAX_RANK = 2**31 - 1
@@ -262,12 +266,13 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
                     if len(results) > 1 or not w.endswith(": no events"))
     events = concat_tables([r.table for r in results])
     frames = Frames.concat([r.frames for r in results])
+    memory = concat_memory([r.memory for r in results])
     props = {}
     for r in results:
         for rank in ([r.rank] if r.rank is not None else r.merged_ranks or
                      sorted(set(r.table["rank"].unique().tolist()))):
             props.setdefault(int(rank), r.device_properties)
-    return Trace(events, files, sorted(ranks), source, props, skipped, warnings, frames)
+    return Trace(events, files, sorted(ranks), source, props, skipped, warnings, frames, memory)
 
 
 def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str, list[int]]:
@@ -281,5 +286,6 @@ def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str
     for i, r in enumerate(results):  # fall back to file order for every file, consistently
         r.table["rank"] = i
         r.frames.columns["rank"][:] = i
+        r.memory["rank"] = np.int32(i)
     warnings.append("ranks taken from file order (the files carry no distributedInfo)")
     return "file order", list(range(len(results)))

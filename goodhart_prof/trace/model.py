@@ -21,6 +21,22 @@ Python stack frames (`python_function` events of `with_stack` traces) are usuall
 trace's events but matter only around sync points, so they live apart in `Trace.frames`: plain
 numpy columns, names as Python strings (not interned: that would hash a million names for the
 few that become sync sites), and without torch's own frames (NEVER_USER_FRAMES).
+
+`Trace.memory` has one row per `[memory]` instant (`ph: i`, written with profile_memory=True:
+one per allocation and one per free by torch's allocators), sorted by (rank, ts), document order
+on ties (MEMORY_COLUMNS):
+
+| column | dtype | meaning |
+| --- | --- | --- |
+| rank | int32 | rank the event belongs to |
+| pid, tid | int64 | the thread that allocated or freed (as in `events`) |
+| ts | float64 | when, in microseconds (trace clock) |
+| device_type | int32 | c10 DeviceType: 0 CPU (the host), 1 CUDA, 6 HIP; -1 when absent |
+| device | int32 | `Device Id`: the GPU index; -1 for the host |
+| bytes | float64 | `Bytes`: > 0 an allocation of that size, < 0 a free; NaN when absent |
+| total_allocated | float64 | `Total Allocated` after the event: bytes in live tensors on the device; NaN when absent (2021-era traces) |
+| total_reserved | float64 | `Total Reserved` after the event: bytes the caching allocator holds from the driver (live and cached); 0 on the host, which has no caching allocator; NaN when absent |
+| addr | int64 | `Addr` of the block; -1 when absent |
 """
 from __future__ import annotations
 
@@ -59,6 +75,9 @@ CATEGORY_ALIASES = {
 # from the innermost frame by time), so these are dropped at load: in real traces they are ~80%
 # of all frames (torch's own Python and the built-in calls it makes).
 NEVER_USER_FRAMES = ("torch/", "<built-in ")
+
+MEMORY_COLUMNS = ("rank", "pid", "tid", "ts", "device_type", "device", "bytes", "total_allocated",
+                  "total_reserved", "addr")
 
 FRAME_COLUMNS = ("rank", "pid", "tid", "ts", "dur", "end", "name", "python_id", "python_parent_id")
 
@@ -166,6 +185,7 @@ class Trace:
     skipped_events: int = 0
     warnings: list[str] = field(default_factory=list)
     frames: Frames = field(default_factory=Frames.empty)
+    memory: pd.DataFrame = field(default_factory=lambda: _empty_memory())
     # Derived tables that several analyses share (GPU activity, launch links), built once. The
     # tables above are treated as immutable; dataclasses.replace() makes a new, empty cache.
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -206,5 +226,16 @@ class Trace:
         events = self.events[mask].reset_index(drop=True)
         ranks = [r for r in self.ranks if rank is None or r == rank]
         frames = self.frames if rank is None else self.frames.take(np.flatnonzero(self.frames["rank"] == rank))
+        memory = self.memory
+        if rank is not None:
+            memory = memory[(memory["rank"] == rank).to_numpy()].reset_index(drop=True)
+        if device is not None:  # the host's memory stays with its rank, like its CPU events
+            memory = memory[((memory["device"] == device) | (memory["device_type"] == 0)).to_numpy()
+                            ].reset_index(drop=True)
         return Trace(events, self.paths, ranks, self.rank_source, self.device_properties,
-                     self.skipped_events, self.warnings, frames)
+                     self.skipped_events, self.warnings, frames, memory)
+
+
+def _empty_memory() -> pd.DataFrame:
+    from .tables import empty_memory  # tables.py imports this module
+    return empty_memory()

@@ -2,14 +2,14 @@
 
 Rules are declared units (rules/base.py `Rule`): id, family, what they need, thresholds with
 reasons, a judge. They live by family: syncs, copies, precision, compilation (fusion and torch.compile), utilization,
-dominance, ranks (stragglers and exposed communication). `run`
+dominance, ranks (stragglers and exposed communication), memory. `run`
 judges each rule whose needs the trace meets and records why the others stayed silent.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import compilation, copies, dominance, precision, ranks, syncs, utilization
+from . import compilation, copies, dominance, memory, precision, ranks, syncs, utilization
 from .base import SEVERITIES, Context, Finding, Need, NotJudged, Rule, Threshold
 
 if TYPE_CHECKING:
@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 # The order findings of one severity are listed in.
 RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,
                            *utilization.RULES, compilation.EAGER_UPDATE,
-                           *dominance.RULES, *ranks.RULES)
+                           *dominance.RULES, *ranks.RULES, *memory.RULES)
 # The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
 # rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
 ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",
-             "pageable_htod", "unfused_adam", "no_amp", "eager_update", "tiny_batch")
+             "pageable_htod", "unfused_adam", "no_amp", "eager_update", "memory_growth", "tiny_batch")
 BY_ID = {rule.id: rule for rule in RULES}
 
 
@@ -38,7 +38,9 @@ def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
             silent.append(NotJudged(rule.id, missing[0].why(ctx)))
             continue
         finding = rule.judge(ctx)
-        if finding is not None:
+        if isinstance(finding, NotJudged):
+            silent.append(finding)
+        elif finding is not None:
             found.append(finding)
     return sorted(found, key=lambda f: SEVERITIES.index(f.severity)), silent
 

@@ -68,6 +68,7 @@ class Need(enum.Enum):
     ITERATIONS = "iterations"
     COMMUNICATION = "communication"
     RANKS = "ranks side by side"
+    MEMORY = "memory events"
 
     def present(self, ctx: "Context") -> bool:
         ev = ctx.trace.events
@@ -78,6 +79,8 @@ class Need(enum.Enum):
             return a.ranks is not None and a.ranks.judged
         if self is Need.GPU:
             return not ctx.trace.gpu.empty
+        if self is Need.MEMORY:
+            return len(ctx.trace.memory) > 0
         if self is Need.ITERATIONS:
             ph = ctx.analysis.phases
             return ph is not None and not ph.empty and bool((ph["kind"] == "iteration").any())
@@ -107,6 +110,8 @@ class Need(enum.Enum):
                                  "iteration cannot be judged",
                 Need.COMMUNICATION: "the trace has no communication kernels (NCCL/RCCL)",
                 Need.RANKS: "no collective could be matched across two or more ranks",
+                Need.MEMORY: "the trace has no memory events (record with profile_memory=True: "
+                             "goodhart-prof run --mode full)",
                 }[self]
 
 
@@ -114,7 +119,9 @@ class Need(enum.Enum):
 class Rule:
     id: str
     family: str
-    judge: Callable[["Context"], Finding | None] = field(repr=False)
+    # A judge that can look but cannot decide (too few iterations, no totals recorded) returns
+    # a NotJudged saying why; None means it judged and found nothing.
+    judge: Callable[["Context"], "Finding | NotJudged | None"] = field(repr=False)
     needs: tuple[Need, ...] = ()
     thresholds: Mapping[str, Threshold] = field(default_factory=dict)
 

@@ -1,0 +1,274 @@
+"""Memory per device, from the profiler's `[memory]` events (`Trace.memory`; recorded with
+profile_memory=True, our `full` mode): one event per allocation (`bytes` > 0) and per free
+(`bytes` < 0) by torch's allocators, each with the device's totals after it.
+
+A **device** here is (rank, device_type, device): a GPU (CUDA or HIP, `device` its index) or the
+host (device_type 0, device -1: tensors torch allocated in host memory; not the process's RSS).
+Definitions (docs/DESIGN.md "memory"):
+
+- **allocated**: bytes in live tensors on the device after each event: `Total Allocated` where the
+  trace records it (`absolute`), else (2021-era traces) the running sum of `bytes` since the
+  trace's first event, i.e. relative to what was allocated when recording began.
+- **reserved**: `Total Reserved`, the bytes the caching allocator holds from the driver (live
+  blocks and cached free ones); it never falls while the allocator keeps its cache. The host has
+  no caching allocator: torch writes 0 there, so the host's reserved is null, not 0.
+- **peak_allocated**, **peak_reserved**: their maxima over the trace; **reserved_ratio** =
+  peak_reserved / peak_allocated; **cached_bytes** = peak_reserved - peak_allocated (reserved
+  that live tensors never used during the trace).
+- **allocations**: events with `bytes` > 0; **per iteration**: of each traced iteration
+  (`ProfilerStep#N` of the rank holding the event), and per **phase** (the innermost user
+  annotation around the event on its thread; `(none)` outside any) with the **op** (the
+  outermost cpu op around it: what the code called), from the host tree (analysis/tree/).
+- **allocated_end** of an iteration: allocated after the device's last event at or before the
+  iteration's end; **growth** = allocated_end of the last traced iteration - that of the first;
+  **growing_steps** = how many consecutive iterations ended above the one before.
+- **live_bytes** of a (phase, op): bytes of its allocations inside iterations still live when the
+  trace ends (no free at the same address after them; needs `Addr`): what an iteration kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from .intervals import thread_groups
+from .tree import host_tree, iterations, step_table
+
+HOST = 0  # c10 DeviceType CPU
+DEVICE_COLUMNS = ["rank", "device_type", "device", "label", "absolute", "events", "allocations",
+                  "frees", "alloc_bytes", "peak_allocated", "peak_reserved", "reserved_ratio",
+                  "cached_bytes", "iterations", "allocations_per_iteration", "first_allocated",
+                  "last_allocated", "growth", "growth_per_iteration", "growing_steps"]
+ITERATION_COLUMNS = ["rank", "device_type", "device", "iteration", "allocations", "alloc_bytes",
+                     "net_bytes", "allocated_end", "wall_us"]
+SITE_COLUMNS = ["rank", "device_type", "device", "phase", "op", "allocations", "alloc_bytes",
+                "per_iteration", "median_bytes", "live_bytes"]
+KEYS = ["rank", "device_type", "device"]
+
+
+def device_label(rank: int, device_type: int, device: int) -> str:
+    """`rank0/host` or `rank0/gpu1` (the JSON keys of the `memory` section)."""
+    return f"rank{int(rank)}/host" if int(device_type) == HOST else f"rank{int(rank)}/gpu{int(device)}"
+
+
+@dataclass
+class Memory:
+    """`devices`: one row per device with memory events (DEVICE_COLUMNS); `iterations`: per
+    device and traced iteration (ITERATION_COLUMNS); `sites`: per device, phase and op, the
+    allocations made inside iterations (SITE_COLUMNS), most allocations first. All empty when
+    the trace has no memory events."""
+
+    devices: pd.DataFrame
+    iterations: pd.DataFrame
+    sites: pd.DataFrame
+    events: pd.DataFrame = field(repr=False)  # trace.memory with `allocated` and `iteration`
+
+    @property
+    def recorded(self) -> bool:
+        return bool(len(self.devices))
+
+    def to_json(self) -> dict[str, Any]:
+        out = {}
+        for d in self.devices.to_dict("records"):
+            mine = [(self.iterations[c] == d[c]).to_numpy() for c in KEYS]
+            its = self.iterations[mine[0] & mine[1] & mine[2]]
+            sel = [(self.sites[c] == d[c]).to_numpy() for c in KEYS]
+            sites = self.sites[sel[0] & sel[1] & sel[2]].head(10)
+            out[d.pop("label")] = dict(
+                d, kind="host" if d["device_type"] == HOST else "gpu",
+                per_iteration=its.drop(columns=KEYS).to_dict("records"),
+                sites=sites.drop(columns=KEYS).to_dict("records"))
+        return out
+
+
+def memory(trace: Trace) -> Memory:
+    """The memory tables of a trace (see the module docstring)."""
+    m = trace.memory
+    if not len(m):
+        return Memory(pd.DataFrame(columns=DEVICE_COLUMNS), pd.DataFrame(columns=ITERATION_COLUMNS),
+                      pd.DataFrame(columns=SITE_COLUMNS), m)
+    events = _with_allocated(m).assign(
+        iteration=iterations(trace, m["rank"].to_numpy(), m["ts"].to_numpy()))
+    its = iteration_table(trace, events)
+    return Memory(device_table(events, its), its, site_table(trace, events), events)
+
+
+def _with_allocated(m: pd.DataFrame) -> pd.DataFrame:
+    """The events with `allocated` (Total Allocated, else the running sum of bytes per device)
+    and `absolute` (whether the device's trace records Total Allocated)."""
+    allocated = m["total_allocated"].to_numpy(dtype=float).copy()
+    absolute = np.ones(len(m), dtype=bool)
+    for _, pos in thread_groups(m, tuple(KEYS)).items():  # devices: a handful; numpy inside
+        if np.isnan(allocated[pos]).all():
+            allocated[pos] = np.cumsum(np.nan_to_num(m["bytes"].to_numpy()[pos]))
+            absolute[pos] = False
+        else:  # an event without the total keeps the last one recorded
+            allocated[pos] = pd.Series(allocated[pos]).ffill().to_numpy()
+    return m.assign(allocated=allocated, absolute=absolute)
+
+
+def iteration_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
+    """Per device and traced iteration of its rank: allocations, alloc_bytes, net_bytes (sum of
+    bytes), allocated_end, wall_us (the iteration's duration)."""
+    steps = step_table(trace)
+    if steps.empty:
+        return pd.DataFrame(columns=ITERATION_COLUMNS)
+    spans = steps.groupby(["rank", "step"], as_index=False).agg(ts=("ts", "min"), end=("end", "max"))
+    rows = []
+    for key, pos in thread_groups(events, tuple(KEYS)).items():
+        mine = spans[spans["rank"] == key[0]]
+        if mine.empty:
+            continue
+        ts = events["ts"].to_numpy()[pos]
+        last = np.searchsorted(ts, mine["end"].to_numpy(), side="right") - 1
+        allocated = events["allocated"].to_numpy()[pos]
+        ev = events.iloc[pos]
+        inside = ev[ev["iteration"].to_numpy() >= 0]
+        b = inside["bytes"].to_numpy()
+        sums = pd.DataFrame({"iteration": inside["iteration"].to_numpy(), "allocations": b > 0,
+                             "alloc_bytes": np.where(b > 0, b, 0.0), "net_bytes": np.nan_to_num(b)}
+                            ).groupby("iteration").sum()
+        table = pd.DataFrame({"rank": key[0], "device_type": key[1], "device": key[2],
+                              "iteration": mine["step"].to_numpy(),
+                              "allocated_end": np.where(last >= 0, allocated[np.maximum(last, 0)], np.nan),
+                              "wall_us": (mine["end"] - mine["ts"]).to_numpy()})
+        table = table.join(sums, on="iteration")
+        rows.append(table.fillna({"allocations": 0, "alloc_bytes": 0.0, "net_bytes": 0.0}))
+    if not rows:
+        return pd.DataFrame(columns=ITERATION_COLUMNS)
+    out = pd.concat(rows, ignore_index=True)[ITERATION_COLUMNS]
+    return out.astype({"allocations": np.int64, "iteration": np.int64})
+
+
+def device_table(events: pd.DataFrame, its: pd.DataFrame) -> pd.DataFrame:
+    """One row per device (DEVICE_COLUMNS; the module docstring defines each figure). Devices
+    are a handful: numpy per device, no groupby."""
+    b = events["bytes"].to_numpy()
+    allocated = events["allocated"].to_numpy()
+    reserved = events["total_reserved"].to_numpy()
+    absolute = events["absolute"].to_numpy()
+    rows = []
+    for (rank, device_type, device), pos in thread_groups(events, tuple(KEYS)).items():
+        bp = b[pos]
+        host = device_type == HOST
+        res = reserved[pos]
+        peak_reserved = np.nan if host or np.isnan(res).all() else float(np.nanmax(res))
+        rows.append({"rank": rank, "device_type": device_type, "device": device,
+                     "label": device_label(rank, device_type, device), "absolute": bool(absolute[pos[0]]),
+                     "events": len(pos), "allocations": int((bp > 0).sum()), "frees": int((bp < 0).sum()),
+                     "alloc_bytes": float(bp[bp > 0].sum()), "peak_allocated": float(np.nanmax(allocated[pos])),
+                     "peak_reserved": peak_reserved})
+    out = pd.DataFrame(rows)
+    out["reserved_ratio"] = out["peak_reserved"] / out["peak_allocated"].where(out["peak_allocated"] > 0)
+    out["cached_bytes"] = out["peak_reserved"] - out["peak_allocated"]
+    out = out.merge(_growth(its), on=KEYS, how="left")
+    out["iterations"] = out["iterations"].fillna(0).astype(np.int64)
+    out["growing_steps"] = out["growing_steps"].fillna(0).astype(np.int64)
+    return out[DEVICE_COLUMNS].sort_values(KEYS, ignore_index=True)
+
+
+def _growth(its: pd.DataFrame) -> pd.DataFrame:
+    """Per device: iterations, allocations_per_iteration, first/last allocated_end, growth,
+    growth_per_iteration (growth / (iterations - 1)), growing_steps."""
+    cols = KEYS + ["iterations", "allocations_per_iteration", "first_allocated", "last_allocated",
+                   "growth", "growth_per_iteration", "growing_steps"]
+    if its.empty:
+        return pd.DataFrame(columns=cols)
+    its = its.sort_values(KEYS + ["iteration"])
+    step = its.groupby(KEYS)["allocated_end"].diff()
+    g = its.assign(up=(step > 0).to_numpy()).groupby(KEYS, as_index=False).agg(
+        iterations=("iteration", "size"), allocations=("allocations", "sum"),
+        first_allocated=("allocated_end", "first"), last_allocated=("allocated_end", "last"),
+        growing_steps=("up", "sum"))
+    g["allocations_per_iteration"] = g["allocations"] / g["iterations"]
+    g["growth"] = g["last_allocated"] - g["first_allocated"]
+    g["growth_per_iteration"] = g["growth"] / (g["iterations"] - 1).where(g["iterations"] > 1)
+    return g[cols]
+
+
+def site_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
+    """Per device, phase and op: the allocations made inside traced iterations (SITE_COLUMNS),
+    most first. Phase and op come from the host tree node holding each event."""
+    inside = events[(events["iteration"].to_numpy() >= 0) & (events["bytes"].to_numpy() > 0)]
+    if inside.empty:
+        return pd.DataFrame(columns=SITE_COLUMNS)
+    phase, op = _phase_and_op(trace, inside)
+    live = _still_live(events)[(events["iteration"].to_numpy() >= 0) & (events["bytes"].to_numpy() > 0)]
+    b = inside["bytes"].to_numpy()
+    per = pd.DataFrame({"rank": inside["rank"].to_numpy(), "device_type": inside["device_type"].to_numpy(),
+                        "device": inside["device"].to_numpy(), "phase": phase, "op": op,
+                        "bytes": b, "live": np.where(live, b, 0.0), "iteration": inside["iteration"].to_numpy()})
+    n_its = per.groupby(KEYS)["iteration"].nunique().rename("n_its").reset_index()
+    out = per.groupby(KEYS + ["phase", "op"], as_index=False).agg(
+        allocations=("bytes", "size"), alloc_bytes=("bytes", "sum"), median_bytes=("bytes", "median"),
+        live_bytes=("live", "sum"))
+    out = out.merge(n_its, on=KEYS)
+    out["per_iteration"] = out["allocations"] / out["n_its"]
+    return out.sort_values(KEYS + ["allocations", "alloc_bytes"], ascending=[True] * 3 + [False] * 2,
+                           ignore_index=True)[SITE_COLUMNS]
+
+
+def _phase_and_op(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The innermost annotation (ProfilerStep#N excluded) and the outermost cpu op around each
+    event on its thread, by the host tree; `(none)` where there is none."""
+    tree = host_tree(trace)
+    n = len(ev)
+    phase = np.full(n, "(none)", dtype=object)
+    op = np.full(n, "(none)", dtype=object)
+    if not len(tree):
+        return phase, op
+    ts = ev["ts"].to_numpy()
+    node = tree.enclosing(ev["rank"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy(), ts, ts)
+    has = node >= 0
+    at = np.maximum(node, 0)
+    own = tree.is_annotation[at] & ~tree.is_step[at]
+    ann = np.where(own, at, tree.annotation[at])
+    top = tree.top_op[at]
+    names = np.asarray([str(x) for x in tree.names], dtype=object)
+    ok = has & (ann >= 0)
+    phase[ok] = names[tree.name[ann[ok]]]
+    ok = has & (top >= 0)
+    op[ok] = names[tree.name[top[ok]]]
+    return phase, op
+
+
+def _still_live(events: pd.DataFrame) -> np.ndarray:
+    """Per event: an allocation whose block is not freed later in the trace (the next event at
+    the same address of the device is not a free). False where `Addr` is not recorded."""
+    addr = events["addr"].to_numpy()
+    b = events["bytes"].to_numpy()
+    order = np.lexsort((np.arange(len(events)), addr, events["device"].to_numpy(),
+                        events["device_type"].to_numpy(), events["rank"].to_numpy()))
+    same = np.zeros(len(events), dtype=bool)
+    key = np.stack([events[c].to_numpy(np.int64)[order] for c in KEYS] + [addr[order]])
+    same[:-1] = (key[:, 1:] == key[:, :-1]).all(axis=0)
+    next_frees = np.zeros(len(events), dtype=bool)
+    next_frees[:-1] = same[:-1] & (b[order][1:] < 0)
+    live = np.zeros(len(events), dtype=bool)
+    live[order] = (b[order] > 0) & ~next_frees & (addr[order] >= 0)
+    return live
+
+
+def timeline(mem: Memory, label: str, points: int = 2000) -> pd.DataFrame:
+    """A device's allocated and reserved over time (ts, allocated, reserved), at most about
+    `points` rows: the maximum of each time bucket (a peak is never smoothed away)."""
+    d = mem.devices[mem.devices["label"] == label]
+    if d.empty:
+        return pd.DataFrame(columns=["ts", "allocated", "reserved"])
+    key = d.iloc[0]
+    e = mem.events
+    sel = ((e["rank"] == key["rank"]) & (e["device_type"] == key["device_type"])
+           & (e["device"] == key["device"])).to_numpy()
+    ts = e["ts"].to_numpy()[sel]
+    allocated = e["allocated"].to_numpy()[sel]
+    reserved = e["total_reserved"].to_numpy()[sel] if key["device_type"] != HOST else np.full(len(ts), np.nan)
+    if len(ts) <= points:
+        return pd.DataFrame({"ts": ts, "allocated": allocated, "reserved": reserved})
+    edges = np.linspace(ts[0], ts[-1], points + 1)
+    starts = np.unique(np.searchsorted(ts, edges[:-1], side="left"))
+    starts = starts[starts < len(ts)]
+    return pd.DataFrame({"ts": ts[starts], "allocated": np.maximum.reduceat(allocated, starts),
+                         "reserved": np.fmax.reduceat(reserved, starts)})
