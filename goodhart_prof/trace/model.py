@@ -16,6 +16,9 @@
 | bytes | float64 | bytes moved by a memcpy/memset; NaN when absent |
 | input_types | category | a cpu op's `Input type` (record_shapes): the list joined by `, ` (`c10::BFloat16, c10::BFloat16, , Scalar`; a non-string entry is blank); NaN when absent, not a list or string, or not a cpu op |
 | comm_args | category | what a collective moves, on `record_param_comms` cpu ops and NCCL/RCCL kernels that record it: `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype` joined by `|` (`allreduce|2873320|2873320|8|BFloat16`; an absent or unusable value is blank; `comm_arg_table` splits them); NaN elsewhere |
+| input_dims | category | a cpu op's `Input Dims` (record_shapes): each input's sizes joined by `x`, inputs joined by `, ` (`141x512, 512x512, , `: blank for a scalar or 0-d tensor, `?` for a tensor list or an odd entry); NaN when absent or not a list, and on rows that are not cpu ops |
+| concrete_inputs | category | a cpu op's `Concrete Inputs` (newer torch: the scalar arguments as text) joined by `|` (`, , , [2, 2], [1, 1], [1, 1], False, [0, 0], 1` becomes `|||[2, 2]|[1, 1]|[1, 1]|False|[0, 0]|1`; a non-string entry is blank); NaN when absent |
+| flops | float64 | a cpu op's `flops` (the profiler's own estimate, `with_flops=True`); NaN when absent |
 
 Python stack frames (`python_function` events of `with_stack` traces) are usually most of a
 trace's events but matter only around sync points, so they live apart in `Trace.frames`: plain
