@@ -8,6 +8,7 @@ import pandas as pd
 from ..trace.model import Trace
 from .burstiness import DeviceBurstiness
 from .comm import Communication
+from .efficiency import Efficiency
 from .rules.base import Finding, NotJudged
 from .syncs import SyncSummary
 
@@ -31,12 +32,14 @@ class Analysis:
     findings: list[Finding] = field(default_factory=list)
     not_judged: list[NotJudged] = field(default_factory=list)  # rules skipped, with the reason
     communication: Communication | None = None  # comm.communication (None: not computed)
+    efficiency: Efficiency | None = None  # efficiency.efficiency (None: not computed)
 
 
 def analyze(trace: Trace) -> Analysis:
     from . import rules
     from .burstiness import burstiness
     from .comm import communication
+    from .efficiency import efficiency
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
     from .phases import phases
@@ -47,6 +50,7 @@ def analyze(trace: Trace) -> Analysis:
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
                       phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
-                      libraries=library_table(trace), communication=communication(trace))
+                      libraries=library_table(trace), communication=communication(trace),
+                      efficiency=efficiency(trace))
     result.findings, result.not_judged = rules.run(result)
     return result

@@ -1,11 +1,14 @@
 """The terminal report: rich tables, one section per analysis, findings last."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 from rich.console import Console
 
 from .common import duration, make_table, percent, short
 
+_RETURN_TYPE = re.compile(r"^(?:void|std::enable_if<.*?>::type)\s+")
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
@@ -23,6 +26,7 @@ def render(a, console: Console, top: int = 15) -> None:
     _burstiness(a, console)
     _phases(a, console, top)
     _communication(a, console)
+    _efficiency(a, console, top)
     _findings(a, console)
 
 
@@ -185,6 +189,48 @@ def _size(nbytes: float, sized: int, count: int) -> str:
 
 def _rate(gbps: float) -> str:
     return "-" if gbps is None or pd.isna(gbps) else f"{gbps:,.2f} GB/s"
+
+
+def _efficiency(a, console: Console, top: int) -> None:
+    """The roofline table (analysis/efficiency.py): per op type, then the top compute kernels."""
+    eff = a.efficiency
+    if eff is None or (eff.ops.empty and not eff.unsized):
+        return
+    console.print()
+    console.print("[bold]Efficiency against the hardware[/bold] (GEMM, conv, attention ops with shapes)")
+    for d in eff.devices.itertuples():
+        where = "CPU (ops' own CPU time)" if d.device < 0 else f"rank {d.rank} / gpu {d.device}"
+        peak = f"peak {d.peak_name} ({d.source})" if d.peak_name else "peak unknown: no percentages"
+        console.print(f"  {where}: {d.device_name or 'unnamed device'}; {peak}", highlight=False)
+    if not eff.ops.empty:
+        console.print(_roofline_table("by op type", eff.ops, "op", top))
+    if not eff.kernels.empty:
+        console.print(_roofline_table(f"top {min(top, len(eff.kernels))} compute kernels", eff.kernels,
+                                      "name", top))
+    if eff.unsized:
+        console.print("FLOPs unknown (shapes or scalar arguments not recorded): "
+                      + ", ".join(f"{op} x{n:,}" for op, n in eff.unsized.items()), highlight=False)
+
+
+def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int):
+    """Op rows show dtype and count; kernel rows give that room to the kernel's name."""
+    is_op = label == "op"
+    extra = ("dtype", "count") if is_op else ()
+    table = make_table(f"Roofline, {title}", "rank/dev", label, *extra, "time", "GFLOP", "FLOP/B",
+                       "TFLOP/s", "GB/s", "% of peak", "% of roof", "bound",
+                       right=tuple(range(3, 11) if is_op else range(2, 9)))
+    table.columns[1].no_wrap = True  # one line per row; the start of a kernel name says enough
+    for r in frame.head(top).itertuples():
+        where = "cpu" if r.device < 0 else f"{r.rank}/{r.device}"
+        cells = (r.dtype, f"{r.count:,}") if is_op else ()
+        table.add_row(where, short(_RETURN_TYPE.sub("", str(getattr(r, label))), 40 if is_op else 40), *cells,
+                      duration(r.time_us), f"{r.flops / 1e9:,.2f}", _num(r.intensity, 1), _num(r.tflops, 2),
+                      _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), r.bound or "-")
+    return table
+
+
+def _num(value, digits: int) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:,.{digits}f}"
 
 
 def _findings(a, console: Console) -> None:
