@@ -195,3 +195,54 @@ def test_input_dims_column_keeps_the_shapes(ours):
     assert conv["input_dims"] == "2x6x17x19, 12x6x3x5, 12, , , , "
     assert conv["concrete_inputs"] == "|||[2, 2]|[1, 1]|[1, 1]|1"
     assert ev["input_dims"][ev["cat"] != "cpu_op"].isna().all()
+
+
+# -- the rate's time, by hand, and the reports ------------------------------------------------------
+def kernel_time_by_hand(path: Path, op: str) -> float:
+    """Summed duration of the kernels launched inside each `op` event: the runtime calls inside
+    it on its thread, their `correlation`, the kernels with that correlation."""
+    with gzip.open(path) as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    kernels = {e["args"]["correlation"]: e["dur"] for e in events
+               if e.get("cat") == "kernel" and "correlation" in e.get("args", {})}
+    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    total = 0.0
+    for o in (e for e in events if e.get("name") == op and e.get("cat") == "cpu_op"):
+        for r in runtime:
+            if r["tid"] == o["tid"] and o["ts"] <= r["ts"] and r["ts"] + r["dur"] <= o["ts"] + o["dur"]:
+                total += kernels.get(r["args"].get("correlation"), 0.0)
+    return total
+
+
+def test_achieved_rate_on_bert_by_hand():
+    flops = sum(2 * a[0] * a[1] * b[1] for e in raw_ops(BERT, "aten::addmm")
+                for _, a, b in [e["args"]["Input Dims"][:3]])
+    seconds = kernel_time_by_hand(BERT, "aten::addmm") / 1e6
+    row = ops_row(efficiency(load(BERT, progress=False)), "aten::addmm")
+    assert row["time_us"] == pytest.approx(seconds * 1e6)
+    assert row["tflops"] == pytest.approx(flops / seconds / 1e12)
+    # 105 FLOP/byte is under the H100's ridge (989.5 TFLOP/s / 3.35 TB/s = 295): memory's roof
+    assert row["bound"] == "memory" and row["ridge"] == pytest.approx(989.5e12 / 3350e9)
+
+
+def test_reports_carry_the_roofline(tmp_path):
+    from rich.console import Console
+
+    from goodhart_prof.analysis import analyze
+    from goodhart_prof.analysis.compare import compare
+    from goodhart_prof.report import diff_json, html, json_report, text
+    bert, owl = analyze(load(BERT, progress=False)), analyze(load(OWL, progress=False))
+    doc = json_report.to_document(bert)
+    assert [o["op"] for o in doc["efficiency"]["ops"]] == list(bert.efficiency.ops["op"])
+    assert doc["efficiency"]["devices"][0]["peak_name"] == "H100 SXM"
+    console = Console(record=True, width=160)
+    text.render(bert, console)
+    out = console.export_text()
+    assert "Roofline, by op type" in out and "H100 SXM" in out
+    page = html.render_html(bert)
+    assert 'id="efficiency"' in page and 'id="fig-roofline"' in page and "roof bf16" in page
+    c = compare(owl, bert)
+    addmm = c.efficiency.set_index("op").loc["aten::addmm"]
+    assert addmm["tflops_b"] == pytest.approx(ops_row(bert.efficiency, "aten::addmm")["tflops"])
+    assert addmm["count_a"] == len(raw_ops(OWL, "aten::addmm")) and addmm["count_b"] == 26
+    assert diff_json.to_document(c)["efficiency"]

@@ -17,6 +17,7 @@ Tables (`Comparison` attributes):
 | sync_sites | kind, site | count, total_us |
 | devices | (rank, device); when the ids differ but each side has one device, that pair | span_us, busy_us, idle_us, utilization, kernel_us, util_cv, burstiness_B, gap_count, gap_p50_us, gap_p90_us, gap_p99_us, gap_max_us, gap_total_us, host_wait_us |
 | phases | annotation name | count, cpu_us, gpu_us, gpu_kernels, syncs |
+| efficiency | op type (efficiency.py; all devices and dtypes of a side summed) | count, flops, time_us, tflops (achieved TFLOP/s = flops / time) |
 
 The headline ("what got better and what got worse") is one row per changed item, `verdict`
 `better` or `worse`, better ones first, each group by `impact_us` (largest first). Better means:
@@ -51,6 +52,7 @@ DEVICE_QUANTITIES = ("span_us", "busy_us", "idle_us", "utilization", "kernel_us"
                      "burstiness_B", "gap_count", "gap_p50_us", "gap_p90_us", "gap_p99_us",
                      "gap_max_us", "gap_total_us", "host_wait_us")
 PHASE_QUANTITIES = ("count", "cpu_us", "gpu_us", "gpu_kernels", "syncs")
+EFFICIENCY_QUANTITIES = ("count", "flops", "time_us", "tflops")
 HEADLINE_COLUMNS = ["verdict", "kind", "item", "metric", "a", "b", "delta", "ratio", "impact_us"]
 
 
@@ -68,6 +70,7 @@ class Comparison:
     devices: pd.DataFrame
     phases: pd.DataFrame
     headline: pd.DataFrame
+    efficiency: pd.DataFrame = None  # type: ignore[assignment]  # per op type, EFFICIENCY_QUANTITIES
 
     @property
     def better(self) -> pd.DataFrame:
@@ -94,7 +97,9 @@ def compare(a: Analysis, b: Analysis) -> Comparison:
         sync_kinds=sync_kinds.set_index("kind").reindex(list(KINDS)).reset_index(),
         sync_sites=_by_size(sync_sites, "count", ["kind", "site"]),
         devices=devices, phases=_by_size(phases, "cpu_us", ["name"]),
-        headline=_headline(summary, categories, kernels, sync_kinds, devices, phases))
+        headline=_headline(summary, categories, kernels, sync_kinds, devices, phases),
+        efficiency=_by_size(_paired(op_rates(a), op_rates(b), ["op"], list(EFFICIENCY_QUANTITIES)),
+                            "time_us", ["op"]))
 
 
 # -- pairing ---------------------------------------------------------------------------------------
@@ -164,6 +169,19 @@ def _kind_table(a: Analysis) -> pd.DataFrame:
     wait = points.groupby("kind")["dur"].sum() if len(points) else pd.Series(dtype=float)
     return pd.DataFrame({"kind": list(KINDS), "count": counts.to_numpy(np.int64),
                          "total_us": wait.reindex(list(KINDS), fill_value=0.0).to_numpy(float)})
+
+
+def op_rates(a: Analysis) -> pd.DataFrame:
+    """Per efficiency op type: count, flops, time_us summed over devices and dtypes, and the
+    achieved tflops = flops / time (empty without efficiency ops)."""
+    eff = a.efficiency
+    if eff is None or eff.ops.empty:
+        return pd.DataFrame({"op": pd.Series(dtype=object), "count": pd.Series(dtype=np.int64),
+                             **{q: pd.Series(dtype=float) for q in ("flops", "time_us", "tflops")}})
+    out = eff.ops.groupby("op", sort=False)[["count", "flops", "time_us"]].sum().reset_index()
+    out["count"] = out["count"].astype(np.int64)
+    out["tflops"] = out["flops"] / out["time_us"] / 1e6  # FLOPs per us -> TFLOP/s
+    return out
 
 
 def _annotations(phases: pd.DataFrame) -> pd.DataFrame:

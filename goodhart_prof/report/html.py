@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..errors import UserError
 from .common import duration, percent, refuse_overwrite, short, short_tail
+from .html_efficiency import TITLE as EFFICIENCY_TITLE, efficiency_section
 
 
 TOP_KERNELS = 20
@@ -39,6 +40,7 @@ SECTIONS = {
     "idle": "Why the GPU idles",
     "syncs": "Sync points",
     "phases": "Phases",
+    "efficiency": EFFICIENCY_TITLE,
     "findings": "Findings",
 }
 
@@ -105,6 +107,7 @@ def render_html(a) -> str:
     page.add_section("phases", [page.figure(phase_figure(a), "phases")],
                      "No phases: the trace has no annotations (record_function) and no "
                      "ProfilerStep#N.", note=_phase_note(a))
+    page.sections.append(efficiency_section(a, page.figure))
     page.sections.append(_findings_section(a))
     return page.render(_header(a))
 
