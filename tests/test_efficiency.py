@@ -246,3 +246,13 @@ def test_reports_carry_the_roofline(tmp_path):
     assert addmm["tflops_b"] == pytest.approx(ops_row(bert.efficiency, "aten::addmm")["tflops"])
     assert addmm["count_a"] == len(raw_ops(OWL, "aten::addmm")) and addmm["count_b"] == 26
     assert diff_json.to_document(c)["efficiency"]
+
+
+def test_the_loader_keeps_shapes_for_exactly_the_ops_with_a_formula(ours):
+    from goodhart_prof.analysis.efficiency import FORMULAS
+    from goodhart_prof.trace.model import SHAPED_OPS
+    assert set(FORMULAS) == SHAPED_OPS
+    ev = ours.events
+    has_dims = ev["input_dims"].notna()
+    assert set(ev.loc[has_dims, "name"].astype(str)) <= SHAPED_OPS
+    assert ev.loc[ev["name"] == "aten::matmul", "input_dims"].isna().all()  # recorded, not kept

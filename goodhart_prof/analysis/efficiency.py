@@ -25,6 +25,7 @@ from .hardware import device_name, device_peak
 # and stride/padding/dilation/groups (positions per schema in CONV_ARGS); `conv_bwd`
 # convolution_backward's; `attention` SDPA-style (batch, heads, length, head dim) operands, or
 # `attention_blhd` for the flash/efficient kernels' (batch, length, heads, head dim).
+# The loader keeps shapes for trace.model.SHAPED_OPS only: the same names (tests/test_efficiency.py).
 FORMULAS = {
     "aten::mm": "mm", "aten::addmm": "addmm", "aten::_addmm_activation": "addmm",
     "aten::bmm": "bmm", "aten::baddbmm": "baddbmm",

@@ -199,9 +199,13 @@ def _efficiency(a, console: Console, top: int) -> None:
     console.print()
     console.print("[bold]Efficiency against the hardware[/bold] (GEMM, conv, attention ops with shapes)")
     for d in eff.devices.itertuples():
-        where = "CPU (ops' own CPU time)" if d.device < 0 else f"rank {d.rank} / gpu {d.device}"
+        if d.device < 0:
+            console.print(f"  rank {d.rank}: the CPU (no kernels: each op's own CPU time); peak unknown, "
+                          "no percentages", highlight=False)
+            continue
         peak = f"peak {d.peak_name} ({d.source})" if d.peak_name else "peak unknown: no percentages"
-        console.print(f"  {where}: {d.device_name or 'unnamed device'}; {peak}", highlight=False)
+        console.print(f"  rank {d.rank} / gpu {d.device}: {d.device_name or 'unnamed device'}; {peak}",
+                      highlight=False)
     if not eff.ops.empty:
         console.print(_roofline_table("by op type", eff.ops, "op", top))
     if not eff.kernels.empty:

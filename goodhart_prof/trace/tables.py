@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .decode import NO_ARGS, Complete, Metadata, TraceDoc
-from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, NEVER_USER_FRAMES, Frames, is_sorted
+from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, NEVER_USER_FRAMES, SHAPED_OPS, Frames, is_sorted
 
 _IS_COMPLETE = Complete.__instancecheck__
 _IS_METADATA = Metadata.__instancecheck__
@@ -263,8 +263,10 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
     op_rows = np.flatnonzero(np.asarray(cat == "cpu_op"))
     op_args = [args[i] for i in op_rows.tolist()]
     type_codes, type_labels = _raw_labels(op_args, op_rows, n, _INPUT_TYPES, _type_label)
-    dims_codes, dims_labels = _raw_labels(op_args, op_rows, n, _INPUT_DIMS, _dims_label)
-    concrete_codes, concrete_labels = _raw_labels(op_args, op_rows, n, _CONCRETE, _concrete_label)
+    shaped = _shaped(name, op_rows)
+    shaped_rows, shaped_args = op_rows[shaped], list(compress(op_args, shaped))
+    dims_codes, dims_labels = _raw_labels(shaped_args, shaped_rows, n, _INPUT_DIMS, _dims_label)
+    concrete_codes, concrete_labels = _raw_labels(shaped_args, shaped_rows, n, _CONCRETE, _concrete_label)
     flops = np.full(n, np.nan)
     if len(op_rows):
         flops[op_rows] = _column(op_args, "flops", np.float64, _float_or_nan, _NUM)
@@ -345,6 +347,12 @@ _INPUT_DIMS = attrgetter("input_dims")
 _CONCRETE = attrgetter("concrete_inputs")
 TYPE_SEPARATOR = ", "
 CONCRETE_SEPARATOR = "|"
+
+
+def _shaped(name: pd.Categorical, op_rows: np.ndarray) -> np.ndarray:
+    """Which of the cpu ops at `op_rows` are named in SHAPED_OPS (each distinct name tested once)."""
+    wanted = np.append(np.asarray(name.categories.isin(list(SHAPED_OPS)), dtype=bool), False)
+    return wanted[np.asarray(name.codes)[op_rows]]
 
 
 def _raw_labels(op_args: list, op_rows: np.ndarray, n: int, get, label) -> tuple[np.ndarray, pd.Index]:
