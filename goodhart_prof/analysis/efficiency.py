@@ -269,6 +269,9 @@ def efficiency(trace: Trace) -> Efficiency:
     nodes = np.flatnonzero(mask & (outermost == np.arange(len(mask))))
     rows = ev.index.get_indexer(tree.row[nodes])
     inst = _signatures(trace, nodes, rows)
+    if not np.isfinite(inst["flops"].to_numpy(float)).any():  # no shapes recorded: nothing to time
+        empty.unsized = {str(k): int(v) for k, v in inst["op"].value_counts().items() if v}
+        return empty
     kernels = _op_kernels(trace, outermost)
     inst = _timed(trace, inst, kernels)
     devices = _devices(trace, inst)
@@ -290,11 +293,11 @@ def _signatures(trace: Trace, nodes: np.ndarray, rows: np.ndarray) -> pd.DataFra
     ev = trace.events
     cols = {c: ev[c].cat.codes.to_numpy()[rows] for c in ("name", "input_dims", "concrete_inputs",
                                                              "input_types")}
-    key = pd.DataFrame(cols)
-    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(key))
+    uniques, codes = np.unique(np.stack(list(cols.values()), axis=1), axis=0, return_inverse=True)
+    codes = codes.reshape(-1)
     cats = {c: ev[c].cat.categories for c in cols}
     work, dtypes = [], []
-    for name, dims, concrete, types in uniques:
+    for name, dims, concrete, types in uniques.tolist():
         dtype = op_dtype(str(cats["input_types"][types])) if types >= 0 else "unknown"
         dtypes.append(dtype)
         if dims < 0:
@@ -351,9 +354,9 @@ def _timed(trace: Trace, inst: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFr
     (device -1). fp32 ops whose GEMM/conv kernels ran TF32 are `tf32`."""
     gpu_ranks = set(trace.gpu["rank"].unique().tolist()) if not trace.gpu.empty else set()
     on_cpu = ~inst["rank"].isin(gpu_ranks).to_numpy()
-    per = kernels.groupby("node").agg(time_us=("dur", "sum"), device=("device", "first"),
-                                      kernels=("dur", "size"),
-                                      tf32=("kernel_dtype", lambda d: bool((d == "tf32").any())))
+    flagged = kernels.assign(tf32=(kernels["kernel_dtype"] == "tf32").to_numpy(bool))
+    per = flagged.groupby("node").agg(time_us=("dur", "sum"), device=("device", "first"),
+                                      kernels=("dur", "size"), tf32=("tf32", "max"))
     out = inst.join(per, on="node")
     out["time_us"] = np.where(on_cpu, out["cpu_us"], out["time_us"])
     out["device"] = np.where(on_cpu, -1, out["device"])
@@ -386,9 +389,11 @@ def _kernel_rows(kernels: pd.DataFrame, inst: pd.DataFrame) -> pd.DataFrame:
 def _group(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame(columns=keys + ["count", "flops", "bytes", "time_us"])
-    return frame.groupby(keys, sort=False, dropna=False).agg(
-        count=("time_us", "size"), flops=("flops", "sum"), bytes=("bytes", lambda b: b.sum(min_count=len(b))),
-        time_us=("time_us", "sum")).reset_index()
+    out = frame.assign(unsized=frame["bytes"].isna().to_numpy()).groupby(keys, sort=False, dropna=False).agg(
+        count=("time_us", "size"), flops=("flops", "sum"), bytes=("bytes", "sum"), time_us=("time_us", "sum"),
+        unsized=("unsized", "max")).reset_index()
+    out["bytes"] = out["bytes"].where(~out["unsized"].astype(bool))  # bytes of every call, or none
+    return out.drop(columns=["unsized"])
 
 
 def _devices(trace: Trace, inst: pd.DataFrame) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from rich.console import Console
 from .common import duration, make_table, percent, short
 
 _RETURN_TYPE = re.compile(r"^(?:void|std::enable_if<.*?>::type)\s+")
+_WRAPPER = re.compile(r"^\w*::Kernel\d?<")  # CUTLASS's `cutlass::Kernel2<the_kernel_name...>`
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
@@ -220,15 +221,18 @@ def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int):
     """Op rows show dtype and count; kernel rows give that room to the kernel's name."""
     is_op = label == "op"
     extra = ("dtype", "count") if is_op else ()
-    table = make_table(f"Roofline, {title}", "rank/dev", label, *extra, "time", "GFLOP", "FLOP/B",
+    table = make_table(f"Roofline, {title}", "rank/dev", "aten op" if is_op else "kernel", *extra, "time", "GFLOP", "GB", "FLOP/B",
                        "TFLOP/s", "GB/s", "% of peak", "% of roof", "bound",
-                       right=tuple(range(3, 11) if is_op else range(2, 9)))
+                       right=tuple(range(3, 12) if is_op else range(2, 10)))
     table.columns[1].no_wrap = True  # one line per row; the start of a kernel name says enough
     for r in frame.head(top).itertuples():
         where = "cpu" if r.device < 0 else f"{r.rank}/{r.device}"
         cells = (r.dtype, f"{r.count:,}") if is_op else ()
-        table.add_row(where, short(_RETURN_TYPE.sub("", str(getattr(r, label))), 40 if is_op else 40), *cells,
-                      duration(r.time_us), f"{r.flops / 1e9:,.2f}", _num(r.intensity, 1), _num(r.tflops, 2),
+        shown = _RETURN_TYPE.sub("", str(getattr(r, label)))
+        shown = shown.removeprefix("aten::") if is_op else _WRAPPER.sub("", shown)
+        table.add_row(where, short(shown, 36 if is_op else 30), *cells,
+                      duration(r.time_us), f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3),
+                      _num(r.intensity, 1), _num(r.tflops, 2),
                       _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), r.bound or "-")
     return table
 
