@@ -18,7 +18,7 @@ REQUIRED = {"schema", "trace", "gpu", "kernels", "categories", "sync_points", "b
 def shared_inputs() -> list[Path]:
     if not SHARED.exists():
         return []
-    files = sorted(SHARED.rglob("*.json.gz"))
+    files = sorted(p for p in SHARED.rglob("*.json.gz") if "ours" not in p.relative_to(SHARED).parts)
     return files + [SHARED / "param" / "dlrm_8rank", SHARED / "hta" / "sampled_128rank"]
 
 

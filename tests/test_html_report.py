@@ -67,7 +67,8 @@ def test_gpu_page_is_self_contained_with_every_section(gpu_page, gpu_analysis):
     assert "<link " not in page  # no external stylesheets either
     for title in report.SECTIONS.values():
         assert f"<h2>{title}" in page
-    assert page.count(FIGURE_DIV) == 8  # categories, kernels, timeline, gaps, 2 sync charts, phases, memory
+    # categories, kernels, timeline, gaps, 2 sync charts, phases, memory, roofline (the trace has shapes)
+    assert page.count(FIGURE_DIV) == 9 and 'id="fig-roofline"' in page
     # header: path, ranks, devices, events; and the GPU table
     assert str(H100) in page and "rank 0 / gpu 0" in page and f"{len(gpu_analysis.trace.events):,}" in page
     assert "52.6%" in page  # utilization 566,759 / 1,078,288
@@ -141,7 +142,7 @@ def test_refuses_to_replace_a_file_unless_forced(gpu_analysis, tmp_path):
     assert target.read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.html"]
     report.write_html(gpu_analysis, target, force=True)
-    assert target.read_text(encoding="utf-8").count(FIGURE_DIV) == 8
+    assert target.read_text(encoding="utf-8").count(FIGURE_DIV) == 9
 
 
 def test_cli_writes_html_beside_the_json_report(tmp_path):
@@ -149,7 +150,7 @@ def test_cli_writes_html_beside_the_json_report(tmp_path):
     res = run_cmd(["-m", "goodhart_prof.cli", "analyze", str(H100), "--json", "--html", str(out)])
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["schema"] == "goodhart-prof/analysis/v1"  # stdout stays JSON
-    assert out.exists() and out.read_text(encoding="utf-8").count(FIGURE_DIV) == 8
+    assert out.exists() and out.read_text(encoding="utf-8").count(FIGURE_DIV) == 9
     out.write_text("mine")
     res = run_cmd(["-m", "goodhart_prof.cli", "analyze", str(H100), "--html", str(out)])
     assert res.returncode == 2 and error_lines(res.stderr) == [
@@ -178,7 +179,7 @@ def test_no_syncs_and_no_findings_read_as_sentences(gpu_analysis):
     page = report.render_html(a)
     assert "No sync points: the host never waited for the device." in page
     assert "None of the rules fired." in page
-    assert page.count(FIGURE_DIV) == 6
+    assert page.count(FIGURE_DIV) == 7  # 9 less the two sync charts
 
 
 # -- a real browser ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from ..trace.model import Trace
 from .burstiness import DeviceBurstiness
 from .comm import Communication
 from .memory import Memory
+from .efficiency import Efficiency
 from .rules.base import Finding, NotJudged
 from .stragglers import Ranks
 from .syncs import SyncSummary
@@ -35,12 +36,14 @@ class Analysis:
     communication: Communication | None = None  # comm.communication (None: not computed)
     ranks: Ranks | None = None  # stragglers.rank_tables: ranks side by side (None: not computed)
     memory: Memory | None = None  # memory.memory (None: not computed)
+    efficiency: Efficiency | None = None  # efficiency.efficiency (None: not computed)
 
 
 def analyze(trace: Trace) -> Analysis:
     from . import rules
     from .burstiness import burstiness
     from .comm import comm_kernels, communication
+    from .efficiency import efficiency
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
     from .memory import memory
@@ -54,7 +57,7 @@ def analyze(trace: Trace) -> Analysis:
                       syncs=sync_summary(points), burstiness=burstiness(trace),
                       phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
                       libraries=library_table(trace), communication=communication(trace),
-                      memory=memory(trace))
+                      memory=memory(trace), efficiency=efficiency(trace))
     result.ranks = (rank_tables(trace, comm_kernels(trace)) if len(result.communication.overlap)
                     else empty_ranks("the trace has no communication kernels"))
     result.findings, result.not_judged = rules.run(result)

@@ -19,6 +19,7 @@ Tables (`Comparison` attributes):
 | phases | annotation name | count, cpu_us, gpu_us, gpu_kernels, syncs |
 | communication | collective kind (all ranks together) | count, total_us (kernel time), bytes (where sizes are recorded) |
 | memory | device label (`rank0/gpu0`, `rank0/host`; analysis/memory.py) | peak_allocated, peak_reserved, allocations_per_iteration, growth_per_iteration (a device without memory events on one side keeps NaN there) |
+| efficiency | op type (efficiency.py; all devices and dtypes of a side summed) | count, flops, time_us, tflops (achieved TFLOP/s = flops / time) |
 
 The headline ("what got better and what got worse") is one row per changed item, `verdict`
 `better` or `worse`, better ones first, each group by `impact_us` (largest first). Better means:
@@ -55,6 +56,7 @@ DEVICE_QUANTITIES = ("span_us", "busy_us", "idle_us", "utilization", "kernel_us"
                      "gap_max_us", "gap_total_us", "host_wait_us")
 PHASE_QUANTITIES = ("count", "cpu_us", "gpu_us", "gpu_kernels", "syncs")
 MEMORY_QUANTITIES = ("peak_allocated", "peak_reserved", "allocations_per_iteration", "growth_per_iteration")
+EFFICIENCY_QUANTITIES = ("count", "flops", "time_us", "tflops")
 HEADLINE_COLUMNS = ["verdict", "kind", "item", "metric", "a", "b", "delta", "ratio", "impact_us"]
 
 
@@ -74,6 +76,7 @@ class Comparison:
     headline: pd.DataFrame
     communication: pd.DataFrame
     memory: pd.DataFrame = None  # type: ignore[assignment]  # set by compare()
+    efficiency: pd.DataFrame = None  # type: ignore[assignment]  # per op type, EFFICIENCY_QUANTITIES
 
     @property
     def better(self) -> pd.DataFrame:
@@ -103,7 +106,9 @@ def compare(a: Analysis, b: Analysis) -> Comparison:
         sync_sites=_by_size(sync_sites, "count", ["kind", "site"]),
         devices=devices, phases=_by_size(phases, "cpu_us", ["name"]),
         headline=_headline(summary, categories, kernels, sync_kinds, devices, phases, communication),
-        communication=communication, memory=_memory(a, b))
+        communication=communication, memory=_memory(a, b),
+        efficiency=_by_size(_paired(op_rates(a), op_rates(b), ["op"], list(EFFICIENCY_QUANTITIES)),
+                            "time_us", ["op"]))
 
 
 def _memory(a: Analysis, b: Analysis) -> pd.DataFrame:
@@ -214,6 +219,19 @@ def rank_figures(a: Analysis) -> dict[str, float]:
         out["exposed_comm_per_iteration_us"] = float(stepped["exposed_us"].mean())
     if ranks.judged:
         out["straggler_wait_per_iteration_us"] = float(ranks.iterations["caused_wait_us"].mean())
+    return out
+
+
+def op_rates(a: Analysis) -> pd.DataFrame:
+    """Per efficiency op type: count, flops, time_us summed over devices and dtypes, and the
+    achieved tflops = flops / time (empty without efficiency ops)."""
+    eff = a.efficiency
+    if eff is None or eff.ops.empty:
+        return pd.DataFrame({"op": pd.Series(dtype=object), "count": pd.Series(dtype=np.int64),
+                             **{q: pd.Series(dtype=float) for q in ("flops", "time_us", "tflops")}})
+    out = eff.ops.groupby("op", sort=False)[["count", "flops", "time_us"]].sum().reset_index()
+    out["count"] = out["count"].astype(np.int64)
+    out["tflops"] = out["flops"] / out["time_us"] / 1e6  # FLOPs per us -> TFLOP/s
     return out
 
 

@@ -3,7 +3,7 @@
 Keys: `schema`; `a`, `b` {`paths`, `ranks`, `devices`}; `summary` [ {`metric`, `a`, `b`, `delta`,
 `ratio`, `better`} ]; `headline` {`better`, `worse`} (lists of {`verdict`, `kind`, `item`, `metric`,
 `a`, `b`, `delta`, `ratio`, `impact_us`}); `categories`, `kernels`, `sync_points` {`by_kind`, `sites`},
-`devices`, `phases`, `communication`, `memory`: the `Comparison` tables as records (columns `q_a`, `q_b`, `q_delta`, `q_ratio`
+`devices`, `phases`, `communication`, `memory`, `efficiency` (achieved TFLOP/s per op type): the `Comparison` tables as records (columns `q_a`, `q_b`, `q_delta`, `q_ratio`
 per quantity, see `goodhart_prof.analysis.compare`). Times in microseconds; B - A and B / A;
 undefined values (a ratio over zero, a device missing on one side) are null, never NaN.
 """
@@ -46,4 +46,5 @@ def to_document(c, top: int | None = None) -> dict[str, Any]:
         "phases": _all(head(c.phases)),
         "communication": _all(c.communication),
         "memory": _all(c.memory) if c.memory is not None else [],
+        "efficiency": _all(c.efficiency) if c.efficiency is not None else [],
     }

@@ -60,6 +60,7 @@ def render(c, console: Console, top: int = 15) -> None:
     _phases(c, console, top)
     _communication(c, console)
     _memory(c, console)
+    _efficiency(c, console)
 
 
 def _summary(c, console: Console) -> None:
@@ -195,3 +196,20 @@ def _memory(c, console: Console) -> None:
                       bytes_text(r.growth_per_iteration_a, signed=True),
                       bytes_text(r.growth_per_iteration_b, signed=True))
     console.print(table)
+def _efficiency(c, console: Console) -> None:
+    """Achieved TFLOP/s per op type, A against B (analysis/efficiency.py)."""
+    eff = getattr(c, "efficiency", None)
+    if eff is None or eff.empty:
+        return
+    console.print()
+    table = make_table("Achieved TFLOP/s per op type (GEMM, conv, attention)", "op", "A", "B", "ratio",
+                       "time A", "time B", "count A", "count B", right=tuple(range(1, 8)))
+    for r in eff.itertuples():
+        table.add_row(short(r.op, 60), _tflops(r.tflops_a, r.count_a), _tflops(r.tflops_b, r.count_b),
+                      _ratio(r.tflops_ratio) if r.count_a and r.count_b else "-", duration(r.time_us_a),
+                      duration(r.time_us_b), _count(r.count_a), _count(r.count_b))
+    console.print(table)
+
+
+def _tflops(value, count) -> str:
+    return f"{value:,.2f}" if count and _num(value) else "-"

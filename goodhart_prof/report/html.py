@@ -29,6 +29,7 @@ from .html_common import label as _label
 from .html_common import wrap as _wrap
 from . import html_ranks
 from .html_memory import MEMORY_TITLE, memory_empty, memory_figure, memory_table_html
+from .html_efficiency import TITLE as EFFICIENCY_TITLE, efficiency_section
 
 
 TOP_KERNELS = 20
@@ -47,6 +48,7 @@ SECTIONS = {
     "phases": "Phases",
     html_ranks.KEY: html_ranks.TITLE,
     "memory": MEMORY_TITLE,
+    "efficiency": EFFICIENCY_TITLE,
     "findings": "Findings",
 }
 
@@ -108,6 +110,7 @@ def render_html(a) -> str:
                      "ProfilerStep#N.", note=_phase_note(a))
     page.sections.append(html_ranks.ranks_section(a, page.figure))
     page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))
+    page.sections.append(efficiency_section(a, page.figure))
     page.sections.append(_findings_section(a))
     return page.render(_header(a))
 

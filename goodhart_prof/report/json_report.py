@@ -66,6 +66,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         if a.communication is not None else [],
         "ranks": plain(a.ranks.to_json()) if a.ranks is not None else None,
         "memory": plain(a.memory.to_json()) if a.memory is not None else {},
+        "efficiency": plain(_efficiency_json(a.efficiency)),
         "findings": [plain(f.to_json()) for f in a.findings],
         "not_judged": [n.to_json() for n in a.not_judged],
     }
@@ -75,3 +76,20 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
 def _phases_json(frame: pd.DataFrame) -> list[dict[str, Any]]:
     from ..analysis.phases import phases_json
     return phases_json(frame)
+
+
+EFFICIENCY_OP_KEYS = ["dtype", "count", "flops", "bytes", "time_us", "intensity", "tflops", "gbps",
+                      "peak_tflops", "peak_gbps", "ridge", "bound", "pct_peak", "pct_roof"]
+
+
+def _efficiency_json(eff) -> dict[str, Any] | None:
+    """`efficiency` {`devices` [ {`rank`, `device` (-1: the host CPU), `device_name`, `peak_name`,
+    `time_source`, `source`} ], `ops` [ {`rank`, `device`, `op`, ...} ], `kernels` [ {`rank`,
+    `device`, `name`, `op`, ...} ], `unsized` {op: count}} (docs/DESIGN.md)."""
+    if eff is None:
+        return None
+    return {"devices": records(eff.devices, ["rank", "device", "device_name", "peak_name",
+                                             "time_source", "source"]),
+            "ops": records(eff.ops, ["rank", "device", "op"] + EFFICIENCY_OP_KEYS),
+            "kernels": records(eff.kernels, ["rank", "device", "name", "op"] + EFFICIENCY_OP_KEYS),
+            "unsized": dict(eff.unsized)}

@@ -1,12 +1,16 @@
 """The terminal report: rich tables, one section per analysis, findings last."""
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 from rich.console import Console
 
 from .common import bytes_text, duration, make_table, percent, short
 from .text_comm import communication_section, ranks_section
 
+_RETURN_TYPE = re.compile(r"^(?:void|std::enable_if<.*?>::type)\s+")
+_WRAPPER = re.compile(r"^\w*::Kernel\d?<")  # CUTLASS's `cutlass::Kernel2<the_kernel_name...>`
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
@@ -26,6 +30,7 @@ def render(a, console: Console, top: int = 15) -> None:
     communication_section(a, console)
     ranks_section(a, console)
     _memory(a, console)
+    _efficiency(a, console, top)
     _findings(a, console)
 
 
@@ -198,6 +203,55 @@ def _memory(a, console: Console) -> None:
 
 def device_label(r) -> str:
     return f"rank{r.rank}/host" if r.device_type == 0 else f"rank{r.rank}/gpu{r.device}"
+
+
+def _efficiency(a, console: Console, top: int) -> None:
+    """The roofline table (analysis/efficiency.py): per op type, then the top compute kernels."""
+    eff = a.efficiency
+    if eff is None or (eff.ops.empty and not eff.unsized):
+        return
+    console.print()
+    console.print("[bold]Efficiency against the hardware[/bold] (GEMM, conv, attention ops with shapes)")
+    for d in eff.devices.itertuples():
+        if d.device < 0:
+            console.print(f"  rank {d.rank}: the CPU (no kernels: each op's own CPU time); peak unknown, "
+                          "no percentages", highlight=False)
+            continue
+        peak = f"peak {d.peak_name} ({d.source})" if d.peak_name else "peak unknown: no percentages"
+        console.print(f"  rank {d.rank} / gpu {d.device}: {d.device_name or 'unnamed device'}; {peak}",
+                      highlight=False)
+    if not eff.ops.empty:
+        console.print(_roofline_table("by op type", eff.ops, "op", top))
+    if not eff.kernels.empty:
+        console.print(_roofline_table(f"top {min(top, len(eff.kernels))} compute kernels", eff.kernels,
+                                      "name", top))
+    if eff.unsized:
+        console.print("FLOPs unknown (shapes or scalar arguments not recorded): "
+                      + ", ".join(f"{op} x{n:,}" for op, n in eff.unsized.items()), highlight=False)
+
+
+def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int):
+    """Op rows show dtype and count; kernel rows give that room to the kernel's name."""
+    is_op = label == "op"
+    extra = ("dtype", "count") if is_op else ()
+    table = make_table(f"Roofline, {title}", "rank/dev", "aten op" if is_op else "kernel", *extra, "time", "GFLOP", "GB", "FLOP/B",
+                       "TFLOP/s", "GB/s", "% of peak", "% of roof", "bound",
+                       right=tuple(range(3, 12) if is_op else range(2, 10)))
+    table.columns[1].no_wrap = True  # one line per row; the start of a kernel name says enough
+    for r in frame.head(top).itertuples():
+        where = "cpu" if r.device < 0 else f"{r.rank}/{r.device}"
+        cells = (r.dtype, f"{r.count:,}") if is_op else ()
+        shown = _RETURN_TYPE.sub("", str(getattr(r, label)))
+        shown = shown.removeprefix("aten::") if is_op else _WRAPPER.sub("", shown)
+        table.add_row(where, short(shown, 36 if is_op else 30), *cells,
+                      duration(r.time_us), f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3),
+                      _num(r.intensity, 1), _num(r.tflops, 2),
+                      _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), r.bound or "-")
+    return table
+
+
+def _num(value, digits: int) -> str:
+    return "-" if value is None or pd.isna(value) else f"{value:,.{digits}f}"
 
 
 def _findings(a, console: Console) -> None:

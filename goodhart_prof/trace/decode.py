@@ -31,6 +31,11 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     # `Input type` of cpu ops (record_shapes): a list of type names per input. Kept raw (its bytes,
     # not a list of strings): most rows repeat a few values, which tables.py decodes once each.
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    # `Input Dims` (record_shapes) and `Concrete Inputs` (newer torch: scalar arguments as text)
+    # of cpu ops, kept raw like `Input type`; `flops`: the profiler's own estimate (with_flops).
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
+    flops: Scalar = float("nan")
     process_name: Scalar = msgspec.field(default=None, name="name")  # metadata events only
     # What a collective moves (record_param_comms ops; newer Kineto also writes them on NCCL
     # kernels). Rare keys, typed Any: an odd value is dropped by tables.py, never the event.

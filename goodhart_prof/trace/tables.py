@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from .decode import MEMORY_EVENT, NO_ARGS, Complete, Instant, MemoryArgs, Metadata, TraceDoc
-from .model import (CATEGORY_ALIASES, GPU_ACTIVITY_CATS, MEMORY_COLUMNS, NEVER_USER_FRAMES, Frames,
-                    is_sorted)
+from .model import (CATEGORY_ALIASES, GPU_ACTIVITY_CATS, MEMORY_COLUMNS, NEVER_USER_FRAMES, SHAPED_OPS,
+                    Frames, is_sorted)
 
 _IS_COMPLETE = Complete.__instancecheck__
 _IS_METADATA = Metadata.__instancecheck__
@@ -261,12 +261,22 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
             gpu_stream[missing] = [_stream_from_tid(xs[i].tid) for i in gpu_rows[missing].tolist()]
         stream[gpu_rows] = gpu_stream
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
-    type_codes, type_labels = _input_types(args, np.flatnonzero(np.asarray(cat == "cpu_op")))
+    op_rows = np.flatnonzero(np.asarray(cat == "cpu_op"))
+    op_args = [args[i] for i in op_rows.tolist()]
+    type_codes, type_labels = _raw_labels(op_args, op_rows, n, _INPUT_TYPES, _type_label)
+    shaped = _shaped(name, op_rows)
+    shaped_rows, shaped_args = op_rows[shaped], list(compress(op_args, shaped))
+    dims_codes, dims_labels = _raw_labels(shaped_args, shaped_rows, n, _INPUT_DIMS, _dims_label)
+    concrete_codes, concrete_labels = _raw_labels(shaped_args, shaped_rows, n, _CONCRETE, _concrete_label)
+    flops = np.full(n, np.nan)
+    if len(op_rows):
+        flops[op_rows] = _column(op_args, "flops", np.float64, _float_or_nan, _NUM)
     comm_codes, comm_labels = _comm_args(args, _comm_rows(name, cat))
     columns = {"pid": pid, "tid": tid, "ts": ts, "dur": dur, "name": name, "cat": cat,
                "device": device, "stream": stream, "correlation": _int_column(args, "correlation"),
                "external_id": external, "bytes": nbytes, "input_types": type_codes,
-               "comm_args": comm_codes}
+               "comm_args": comm_codes, "input_dims": dims_codes, "concrete_inputs": concrete_codes,
+               "flops": flops}
     if n > 1 and not (ts[1:] >= ts[:-1]).all():  # by start (Kineto writes GPU events last)
         order = np.argsort(ts, kind="stable")
         columns = {k: v[order] for k, v in columns.items()}
@@ -279,7 +289,12 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
         "input_types": pd.Categorical.from_codes(c["input_types"], categories=type_labels,
                                                  validate=False),
         "comm_args": pd.Categorical.from_codes(c["comm_args"], categories=comm_labels,
-                                               validate=False)})
+                                               validate=False),
+        "input_dims": pd.Categorical.from_codes(c["input_dims"], categories=dims_labels,
+                                                validate=False),
+        "concrete_inputs": pd.Categorical.from_codes(c["concrete_inputs"], categories=concrete_labels,
+                                                     validate=False),
+        "flops": c["flops"]})
     return table, skipped
 
 
@@ -331,28 +346,73 @@ def _comm_count(values: list) -> list[str]:
 
 
 _INPUT_TYPES = attrgetter("input_types")
+_INPUT_DIMS = attrgetter("input_dims")
+_CONCRETE = attrgetter("concrete_inputs")
 TYPE_SEPARATOR = ", "
+CONCRETE_SEPARATOR = "|"
 
 
-def _input_types(args: list, op_rows: np.ndarray) -> tuple[np.ndarray, pd.Index]:
-    """The `Input type` of each cpu op as codes into joined labels (`c10::BFloat16, float, `);
-    -1 where absent or unusable. Each distinct raw value is decoded once: a model repeats a
-    handful of type lists over thousands of ops."""
-    codes = np.full(len(args), -1, dtype=np.int32)
+def _shaped(name: pd.Categorical, op_rows: np.ndarray) -> np.ndarray:
+    """Which of the cpu ops at `op_rows` are named in SHAPED_OPS (each distinct name tested once)."""
+    wanted = np.append(np.asarray(name.categories.isin(list(SHAPED_OPS)), dtype=bool), False)
+    return wanted[np.asarray(name.codes)[op_rows]]
+
+
+def _raw_labels(op_args: list, op_rows: np.ndarray, n: int, get, label) -> tuple[np.ndarray, pd.Index]:
+    """One raw-JSON arg of each cpu op (`Input type`, `Input Dims`, `Concrete Inputs`) as codes
+    into text labels (`label(raw)`; None: unusable); -1 where absent or unusable. Each distinct
+    raw value is decoded once: a model repeats a handful of values over thousands of ops."""
+    codes = np.full(n, -1, dtype=np.int32)
     if not len(op_rows):
         return codes, pd.Index([], dtype=object)
-    values = list(map(_INPUT_TYPES, [args[i] for i in op_rows.tolist()]))
-    given = list(map(is_not, values, repeat(NO_ARGS.input_types)))  # absent: the shared default
+    values = list(map(get, op_args))
+    absent = get(NO_ARGS)  # the shared default: the arg is not in the event
+    given = list(map(is_not, values, repeat(absent)))
     if not all(given):
         op_rows, values = op_rows[np.asarray(given, dtype=bool)], list(compress(values, given))
     raw = list(map(bytes, values))
     index: dict[bytes, int] = {}
     raw_codes = np.fromiter([index.setdefault(v, len(index)) for v in raw], np.int32, len(raw))
     labels: dict[str, int] = {}
-    code_of = np.array([-1 if (text := _type_label(v)) is None else labels.setdefault(text, len(labels))
+    code_of = np.array([-1 if (text := label(v)) is None else labels.setdefault(text, len(labels))
                         for v in index], dtype=np.int32)
-    codes[op_rows] = code_of[raw_codes]
+    if len(raw):
+        codes[op_rows] = code_of[raw_codes]
     return codes, pd.Index(list(labels), dtype=object)
+
+
+def _decoded(raw: bytes):
+    if not raw:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+
+
+def _dims_label(raw: bytes) -> "str | None":
+    """`Input Dims` as text: each input's sizes joined by `x` (`141x512`; blank for a scalar or
+    a 0-d tensor, `?` for anything else, such as a tensor list), inputs joined by TYPE_SEPARATOR."""
+    value = _decoded(raw)
+    if value.__class__ is not list:
+        return None
+    return TYPE_SEPARATOR.join(_sizes(v) for v in value)
+
+
+def _sizes(value) -> str:
+    if value.__class__ is list and all(v.__class__ is int and v >= 0 for v in value):
+        return "x".join(map(str, value))
+    return "?"
+
+
+def _concrete_label(raw: bytes) -> "str | None":
+    """`Concrete Inputs` (strings such as `[2, 2]`, `1`, `False`) joined by CONCRETE_SEPARATOR;
+    an entry that is not a string, or holds the separator, is blank."""
+    value = _decoded(raw)
+    if value.__class__ is not list:
+        return None
+    return CONCRETE_SEPARATOR.join(v if v.__class__ is str and CONCRETE_SEPARATOR not in v else ""
+                                   for v in value)
 
 
 def _type_label(raw: bytes) -> "str | None":
@@ -401,7 +461,7 @@ def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame
         out = tables[0]
     else:
         from pandas.api.types import union_categoricals
-        interned = ("name", "cat", "input_types", "comm_args")
+        interned = ("name", "cat", "input_types", "comm_args", "input_dims", "concrete_inputs")
         cats = {c: union_categoricals([t[c] for t in tables]) for c in interned}
         out = pd.concat([t.drop(columns=list(interned)) for t in tables], ignore_index=True)
         for c, values in cats.items():
