@@ -122,11 +122,14 @@ def test_dlrm_collectives_per_rank_match_the_raw_kernels(dlrm):
     assert set(dlrm.collectives["rank"]) == set(range(8))
 
 
-def test_dlrm_records_no_message_sizes_so_none_is_reported(dlrm):
+def test_dlrm_sizes_are_read_off_the_shapes_but_not_its_group(dlrm):
+    """DLRM's c10d records no message size (record_param_comms has no nelems): the sizes come
+    from the nccl:/c10d shapes (checked per kernel in test_ranks.py); without the ranks side by
+    side no group size is known, so algbw but no busbw."""
     c = dlrm.collectives
-    assert (c["sized_count"] == 0).all()
-    assert c[["bytes", "algbw_gbps", "busbw_gbps"]].isna().all().all()
-    assert not dlrm.sizes_recorded
+    assert (c["sized_count"] == c["count"]).all() and (c["size_source"] == "shapes").all()
+    assert c["algbw_gbps"].notna().all() and c["busbw_gbps"].isna().all()
+    assert dlrm.sizes_recorded
 
 
 def test_dlrm_overlap_matches_an_independent_sweep(dlrm):
@@ -216,11 +219,15 @@ def test_analyze_reports_communication_only_when_there_is_some():
     first = doc["communication"][0]
     assert first["comm_us"] == 5798.0 and first["exposed_us"] == 5537.0
     assert {c["kind"]: c["count"] for c in first["collectives"]} == {"all_to_all": 5, "all_reduce": 3}
-    assert first["collectives"][0]["bytes"] is None
+    to_all = first["collectives"][0]
+    assert (to_all["bytes"], to_all["group_size"], to_all["size_source"], to_all["group_source"]) == \
+        (64448.0, 8.0, "shapes", "all ranks")
     out = io.StringIO()
-    render(a, Console(file=out, width=140, color_system=None))
+    render(a, Console(file=out, width=200, color_system=None))
     text = out.getvalue()
-    assert "Communication (NCCL/RCCL kernels)" in text and "message sizes: not recorded" in text
+    assert "Communication (NCCL/RCCL kernels)" in text and "message sizes: from the shapes" in text
+    assert "busbw once all arrived" in text and "62.9 KiB" in text
+    assert "n (group size): not recorded; the job's world size" in text
 
     quiet = analyze(load(NO_COMM, progress=False))
     assert to_document(quiet)["communication"] == []

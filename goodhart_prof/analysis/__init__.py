@@ -42,7 +42,7 @@ class Analysis:
 def analyze(trace: Trace) -> Analysis:
     from . import rules
     from .burstiness import burstiness
-    from .comm import comm_kernels, communication
+    from .comm import comm_kernels, communication, has_communication
     from .efficiency import efficiency
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
@@ -56,9 +56,10 @@ def analyze(trace: Trace) -> Analysis:
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
                       phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
-                      libraries=library_table(trace), communication=communication(trace),
-                      memory=memory(trace), efficiency=efficiency(trace))
-    result.ranks = (rank_tables(trace, comm_kernels(trace)) if len(result.communication.overlap)
+                      libraries=library_table(trace), memory=memory(trace),
+                      efficiency=efficiency(trace))
+    result.ranks = (rank_tables(trace, comm_kernels(trace)) if has_communication(trace)
                     else empty_ranks("the trace has no communication kernels"))
+    result.communication = communication(trace, result.ranks)
     result.findings, result.not_judged = rules.run(result)
     return result

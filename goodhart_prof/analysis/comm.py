@@ -9,21 +9,34 @@ says all_to_all); failing both, the kernel's own name (`ncclKernel_AllReduce_*`)
 
 **Message size** S (bytes) = max(`In msg nelems`, `Out msg nelems`) x the element size of
 `dtype`, from the kernel's args, else from its `record_param_comms` when that op launched this one
-communication kernel only. The larger of the two counts is nccl-tests' S for every kind (all_gather:
-the gathered output; reduce_scatter: the full input; the others move as much as they take).
-Where a size, its dtype or the group size is not recorded, the figures that need it are null.
+communication kernel only (`size_source` `args`). The larger of the two counts is nccl-tests' S
+for every kind (all_gather: the gathered output; reduce_scatter: the full input; the others move as
+much as they take). Where no args say it (c10d before PyTorch 2.1 records none), S is read off the
+shapes (`size_source` `shapes`): the largest tensor operand (`Input Dims` x the element size of its
+`Input type`) of the innermost `c10d::*` op and `nccl:*` annotation holding the launch, each when
+it holds this one communication kernel only (`c10d::_allgather_base_` records the gathered output,
+`nccl:all_to_all` the buffer sent); an all_gather known only by its `nccl:*` input is that shard
+times the group size.
+**Group size** n: `Group size` from the args; else, with the ranks side by side
+(stragglers.py), the job's `distributedInfo.world_size` W for a collective that all W ranks ran
+together (matched and ending together): its group is the whole job (`group_source`
+`all ranks`). Where a size, its dtype or the group size is not known, the figures that need it are
+null: never a guess.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, comm_arg_table
 from .intervals import covered_before, group_totals, merge_intervals, thread_groups
+
+if TYPE_CHECKING:
+    from .stragglers import Ranks
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv", "other")
 
@@ -44,8 +57,17 @@ ELEMENT_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "
                  "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
                  "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8}
 
+# Bytes per element of the C++ type names `Input type` writes (record_shapes).
+TYPE_BYTES = {"double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "long": 8, "long int": 8,
+              "int": 4, "short": 2, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+              "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1,
+              "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+              "c10::complex<c10::Half>": 4, "unsigned short": 2, "unsigned int": 4, "unsigned long": 8}
+_CALL_PREFIXES = ("c10d::", "nccl:")
+
 COLLECTIVE_COLUMNS = ["rank", "device", "kind", "count", "total_us", "sized_count", "bytes",
-                      "algbw_gbps", "busbw_gbps"]
+                      "algbw_gbps", "busbw_gbps", "wait_us", "arrived_busbw_gbps", "group_size",
+                      "size_source", "group_source"]
 OVERLAP_COLUMNS = ["rank", "device", "comm_us", "overlapped_us", "exposed_us", "overlap"]
 SITE_COLUMNS = ["kind", "site", "count", "total_us"]
 
@@ -85,14 +107,42 @@ class Communication:
         return out
 
 
-def communication(trace: Trace) -> Communication:
+def has_communication(trace: Trace) -> bool:
+    return not trace.gpu.empty and bool(comm_mask(trace).any())
+
+
+def communication(trace: Trace, ranks: "Ranks | None" = None) -> Communication:
     """The collectives table and the overlap table of a trace (both empty without any
-    communication kernel)."""
-    if trace.gpu.empty or not comm_mask(trace).any():
+    communication kernel); `ranks` (stragglers.rank_tables) gives the group size of collectives
+    all the job's ranks ran together where the args record none."""
+    if not has_communication(trace):
         return Communication(pd.DataFrame(columns=COLLECTIVE_COLUMNS),
                              pd.DataFrame(columns=OVERLAP_COLUMNS))
-    kernels = comm_kernels(trace)
+    kernels = with_job_groups(comm_kernels(trace), ranks, trace.world_size)
     return Communication(collective_table(kernels), overlap_table(trace), site_table(trace, kernels))
+
+
+def with_job_groups(kernels: pd.DataFrame, ranks: "Ranks | None", world_size: int | None) -> pd.DataFrame:
+    """`kernels` with, from the ranks side by side: `wait_us` (the kernel's wait for the last rank
+    to arrive at its collective; NaN when not matched), and group_size = world_size (group_source
+    `all ranks`) where no group size is recorded and all world_size ranks ran the kernel's
+    collective (a shard-sized all_gather then gets its size too)."""
+    out = kernels.assign(wait_us=np.nan)
+    if ranks is None or not ranks.judged or ranks.kernel_matches.empty:
+        return out
+    m = ranks.kernel_matches
+    out.loc[m.index.to_numpy(), "wait_us"] = m["wait_us"].to_numpy()
+    if not world_size:
+        return out
+    fill = np.zeros(len(out), dtype=bool)
+    fill[m.index.to_numpy()[m["ranks"].to_numpy() == world_size]] = True
+    fill &= np.isnan(out["group_size"].to_numpy(float))
+    out.loc[fill, "group_size"] = float(world_size)
+    out.loc[fill, "group_source"] = "all ranks"
+    shard = fill & np.isnan(out["bytes"].to_numpy(float)) & ~np.isnan(out["shard_bytes"].to_numpy(float))
+    out.loc[shard, "bytes"] = out.loc[shard, "shard_bytes"] * world_size
+    out.loc[shard, "size_source"] = "shapes"
+    return out
 
 
 def _first_match(texts: pd.Index, rules) -> np.ndarray:
@@ -124,7 +174,9 @@ def comm_kernels(trace: Trace) -> pd.DataFrame:
 
 def _comm_kernels(trace: Trace) -> pd.DataFrame:
     """One row per communication kernel: rank, device, ts, end, dur, kind, bytes (S; NaN when
-    unknown), group_size (NaN when unknown), process_group (its `Process Group Name`, None when
+    unknown), size_source (`args`, `shapes`; None), shard_bytes (an all_gather's input when only
+    that is known, else NaN), group_size (NaN when unknown), group_source (`args`; None),
+    process_group (its `Process Group Name`, None when
     not recorded), launch_ts (its launch call's start; NaN without one) and iteration (N of the
     `ProfilerStep#N` holding that launch call; -1: none), launch_node (the host tree node holding
     the launch call; -1: none)."""
@@ -146,12 +198,63 @@ def _comm_kernels(trace: Trace) -> pd.DataFrame:
     kind = np.where(pd.notna(kind), kind, "other").astype(object)
     size = _element_bytes(args["dtype"]) * np.fmax(args["in_nelems"].to_numpy(),
                                                    args["out_nelems"].to_numpy())
+    group = args["group_size"].to_numpy(float)
+    op_bytes, note_bytes = _call_bytes(trace, nodes)
+    gathered = kind == "all_gather"
+    shard = np.where(gathered & np.isnan(op_bytes), note_bytes, np.nan)  # a gather's own input
+    from_shapes = np.where(gathered & np.isnan(op_bytes), shard * group, np.fmax(op_bytes, note_bytes))
+    source = np.where(~np.isnan(size), "args", np.where(~np.isnan(from_shapes), "shapes", None))
     return pd.DataFrame({"rank": gpu["rank"].to_numpy(), "device": gpu["device"].to_numpy(),
                          "ts": gpu["ts"].to_numpy(), "end": gpu["end"].to_numpy(),
-                         "dur": gpu["dur"].to_numpy(), "kind": kind, "bytes": size,
-                         "group_size": args["group_size"].to_numpy(),
+                         "dur": gpu["dur"].to_numpy(), "kind": kind,
+                         "bytes": np.where(np.isnan(size), from_shapes, size),
+                         "shard_bytes": shard, "size_source": source.astype(object),
+                         "group_size": group,
+                         "group_source": np.where(np.isnan(group), None, "args").astype(object),
                          "process_group": args["process_group"].to_numpy(dtype=object),
                          "launch_ts": launch_ts, "iteration": iteration, "launch_node": nodes})
+
+
+def _call_bytes(trace: Trace, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per launch node, the largest tensor operand in bytes of the innermost `c10d::*` op and of
+    the innermost `nccl:*` annotation (or op) holding it, each only when it holds this one
+    communication kernel; NaN where none is sized."""
+    from .tree import host_tree
+    out = (np.full(len(nodes), np.nan), np.full(len(nodes), np.nan))
+    if not (nodes >= 0).any():
+        return out
+    tree = host_tree(trace)
+    names = pd.Index([str(n) for n in tree.names])
+    ev = trace.events
+    for i, prefix in enumerate(_CALL_PREFIXES):
+        call = _climb(tree.parent, nodes, np.asarray(names.str.startswith(prefix), dtype=bool)[tree.name])
+        alone = (call >= 0) & (pd.Series(call).map(pd.Series(call[call >= 0]).value_counts()).to_numpy() == 1)
+        if not alone.any():
+            continue
+        rows = ev.index.get_indexer(tree.row[call[alone]])
+        out[i][alone] = _operand_bytes(ev["input_types"], ev["input_dims"], rows)
+    return out
+
+
+def _operand_bytes(types: pd.Series, dims: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """The largest plain tensor operand (`Input Dims` sizes x its `Input type`'s element size)
+    of each row, NaN where none is both shaped and typed; each distinct pair computed once."""
+    pairs = pd.DataFrame({"t": types.cat.codes.to_numpy()[rows], "d": dims.cat.codes.to_numpy()[rows]})
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs))
+    tl, dl = types.cat.categories, dims.cat.categories
+    values = np.array([_largest(tl[t] if t >= 0 else "", dl[d] if d >= 0 else "") for t, d in uniques],
+                      dtype=float)
+    return values[codes]
+
+
+def _largest(types: str, dims: str) -> float:
+    best = np.nan
+    for t, d in zip(types.split(", "), dims.split(", ")):
+        size = TYPE_BYTES.get(t)
+        if size is None or not d or d == "?":
+            continue
+        best = np.fmax(best, float(np.prod([int(x) for x in d.split("x")], dtype=float)) * size)
+    return float(best)
 
 
 def _element_bytes(dtype: pd.Series) -> np.ndarray:
@@ -230,28 +333,50 @@ def _op_arg_codes(trace: Trace, nodes: np.ndarray) -> np.ndarray:
 def collective_table(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, device, kind): count and total_us of all its kernels; sized_count, bytes,
     algbw_gbps = S/t and busbw_gbps over the kernels whose size is known (time-weighted:
-    sum of S / sum of t); null where none is."""
+    sum of S / sum of t); null where none is; wait_us (the kernels' waiting for the last rank,
+    null when none was matched) and arrived_busbw_gbps (busbw over the time after the last rank
+    arrived: sum of busbw bytes / sum of (t - wait) over the matched sized kernels); group_size (its kernels' one group size, NaN when
+    unknown for any or mixed), size_source and group_source (the kernels' sources, `+`-joined)."""
     if kernels.empty:
         return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
     k = kernels.assign(kind=pd.Categorical(kernels["kind"], categories=KINDS))
     out = group_totals(k, ["rank", "device", "kind"])
     sized = k["bytes"].notna().to_numpy()
     bus = k["bytes"].to_numpy() * bus_factor(k["kind"].astype(str).to_numpy(), k["group_size"])
+    wait = k["wait_us"].to_numpy(float) if "wait_us" in k else np.full(len(k), np.nan)
+    net = sized & np.isfinite(bus) & ~np.isnan(wait)
     k = k.assign(sized=sized, sized_dur=np.where(sized, k["dur"], 0.0),
                  bus_bytes=np.where(sized & np.isfinite(bus), bus, 0.0),
                  bus_dur=np.where(sized & np.isfinite(bus), k["dur"], 0.0),
-                 b=np.where(sized, k["bytes"], 0.0))
+                 b=np.where(sized, k["bytes"], 0.0), waited=np.nan_to_num(wait),
+                 matched=~np.isnan(wait), net_bytes=np.where(net, bus, 0.0),
+                 net_dur=np.where(net, k["dur"] - np.nan_to_num(wait), 0.0))
     sums = k.groupby(["rank", "device", "kind"], observed=True)[
-        ["sized", "b", "sized_dur", "bus_bytes", "bus_dur"]].sum().reset_index()
+        ["sized", "b", "sized_dur", "bus_bytes", "bus_dur", "waited", "matched", "net_bytes",
+         "net_dur"]].sum().reset_index()
     out = out.merge(sums, on=["rank", "device", "kind"], how="left")
     out["sized_count"] = out["sized"].astype(np.int64)
     out["bytes"] = out["b"].where(out["sized_count"] > 0)
     # bytes per us -> GB/s: x 1e6 / 1e9
     out["algbw_gbps"] = (out["b"] / out["sized_dur"] / 1e3).where(out["sized_dur"] > 0)
     out["busbw_gbps"] = (out["bus_bytes"] / out["bus_dur"] / 1e3).where(out["bus_dur"] > 0)
+    out["wait_us"] = out["waited"].where(out["matched"] > 0)
+    out["arrived_busbw_gbps"] = (out["net_bytes"] / out["net_dur"] / 1e3).where(out["net_dur"] > 0)
     out["kind"] = out["kind"].astype(str)
+    keys = ["rank", "device", "kind"]
+    k = k.assign(kind=k["kind"].astype(str))
+    groups = k.groupby(keys)["group_size"].agg(lambda g: g.iloc[0] if g.notna().all() and g.nunique() == 1
+                                               else np.nan).rename("group_size")
+    sources = [k.groupby(keys)[c].agg(_sources).rename(c) for c in ("size_source", "group_source")]
+    out = out.merge(pd.concat([groups, *sources], axis=1).reset_index(), on=keys, how="left")
     return out.sort_values(["rank", "device", "total_us"], ascending=[True, True, False],
                            ignore_index=True)[COLLECTIVE_COLUMNS]
+
+
+def _sources(values: pd.Series) -> "str | None":
+    """The distinct non-null sources of a group's kernels, `+`-joined (None: none)."""
+    found = sorted({v for v in values if v is not None and v == v})
+    return "+".join(found) if found else None
 
 
 def site_table(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:

@@ -62,6 +62,10 @@ class Ranks:
     offsets_us: dict[int, float] = field(default_factory=dict)
     unmatched: int = 0
     reason: str | None = None
+    # Per matched kernel (index: its position in comm.comm_kernels): `ranks` that ran its
+    # collective and its `wait_us` for the last of them (empty when no arrival figures are given).
+    kernel_matches: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
+        {"ranks": pd.Series(dtype=np.int64), "wait_us": pd.Series(dtype=float)}))
 
     @property
     def judged(self) -> bool:
@@ -116,7 +120,11 @@ def rank_tables(trace: Trace, kernels: pd.DataFrame) -> Ranks:
     steps = _step_starts(trace, offsets)
     iters = _iterations(kernels, matched, per_rank[RANK_COLUMNS], steps)
     shown = {int(r): round(float(o), 3) for r, o in offsets.items() if abs(o) > OFFSET_NOISE_US}
-    return Ranks(per_rank[RANK_COLUMNS], arrivals, matched, iters, shown, unmatched)
+    size = kernels.groupby(["iteration", "seq"])["rank"].transform("size")
+    matches = pd.DataFrame({"ranks": size.to_numpy(np.int64), "wait_us": kernels["wait_us"].to_numpy(float)},
+                           index=kernels["kernel"].to_numpy()).sort_index()
+    return Ranks(per_rank[RANK_COLUMNS], arrivals, matched, iters, shown, unmatched,
+                 kernel_matches=matches)
 
 
 def rank_iterations(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
@@ -169,7 +177,8 @@ def rank_iterations(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
 def _matched(kernels: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """The kernels of groups run equally often by two or more ranks, with `seq` (their order in
     the group) and `key` (iteration, process group, kind, seq); and how many were left out."""
-    k = kernels.assign(process_group=kernels["process_group"].fillna("").astype(str))
+    k = kernels.assign(process_group=kernels["process_group"].fillna("").astype(str),
+                       kernel=np.arange(len(kernels)))
     k = k.sort_values(["rank", "ts"], kind="stable")
     group = ["iteration", "process_group", "kind"]
     k["seq"] = k.groupby(["rank", *group], sort=False).cumcount()

@@ -7,7 +7,7 @@ from typing import Callable
 import pandas as pd
 
 from .html_common import LAYOUT, data_table, duration_sig, esc, go, label
-from .text_comm import rate, size
+from .text_comm import communication_notes, rate, size
 
 KEY = "ranks"
 TITLE = "Ranks and communication"
@@ -36,12 +36,18 @@ def ranks_section(a, figure: Callable) -> str:
 
 
 def _collectives_table(comm) -> str:
+    c = comm.collectives
+    waits = c["wait_us"].notna().any()
     rows = [(f"rank {r.rank} / gpu {r.device}", esc(r.kind), f"{int(r.count):,}", duration_sig(r.total_us),
-             esc(size(r.bytes, r.sized_count, r.count)), esc(rate(r.algbw_gbps)), esc(rate(r.busbw_gbps)))
-            for r in comm.collectives.itertuples()]
-    note = "" if comm.sizes_recorded else " (message sizes not recorded in this trace)"
-    return data_table("Collectives per rank" + note,
-                      ("rank/device", "collective", "count", "kernel time", "bytes", "algbw", "busbw"), rows)
+             esc(size(r.bytes, r.sized_count, r.count)), esc(rate(r.algbw_gbps)), esc(rate(r.busbw_gbps)),
+             "-" if pd.isna(r.group_size) else f"{int(r.group_size)}",
+             *((duration_sig(r.wait_us) if pd.notna(r.wait_us) else "-", esc(rate(r.arrived_busbw_gbps)))
+               if waits else ()))
+            for r in c.itertuples()]
+    heads = ("rank/device", "collective", "count", "kernel time", "bytes", "algbw", "busbw", "n",
+             *(("waiting", "busbw once all arrived") if waits else ()))
+    notes = "".join(f'<p class="note">{esc(n)}</p>' for n in communication_notes(c))
+    return data_table("Collectives per rank", heads, rows) + notes
 
 
 def _sites_table(comm) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from .common import duration, make_table, percent, short
+from .common import bytes_text, duration, make_table, percent, short
 
 TOP_SITES = 5
 TOP_ITERATIONS = 5
@@ -17,14 +17,19 @@ def communication_section(a, console: Console) -> None:
     if comm is None or comm.overlap.empty:
         return
     console.print()
+    waits = comm.collectives["wait_us"].notna().any()
+    extra = ("waiting", "busbw once all arrived") if waits else ()
     table = make_table("Communication (NCCL/RCCL kernels)", "rank/device", "collective", "count",
-                       "kernel time", "bytes", "algbw", "busbw", right=(2, 3, 4, 5, 6))
+                       "kernel time", "bytes", "algbw", "busbw", "n", *extra,
+                       right=tuple(range(2, 9 + len(extra))))
     for r in comm.collectives.itertuples():
+        cells = (duration(r.wait_us) if pd.notna(r.wait_us) else "-", rate(r.arrived_busbw_gbps)) if waits else ()
         table.add_row(f"rank {r.rank} / gpu {r.device}", r.kind, f"{r.count:,}", duration(r.total_us),
-                      size(r.bytes, r.sized_count, r.count), rate(r.algbw_gbps), rate(r.busbw_gbps))
+                      size(r.bytes, r.sized_count, r.count), rate(r.algbw_gbps), rate(r.busbw_gbps),
+                      "-" if pd.isna(r.group_size) else f"{int(r.group_size)}", *cells)
     console.print(table)
-    if not comm.sizes_recorded:
-        console.print("message sizes: not recorded in this trace (no bytes, no bandwidth)")
+    for line in communication_notes(comm.collectives):
+        console.print(line, highlight=False)
     if not comm.sites.empty:
         sites = make_table("Called from (all ranks)", "collective", "count", "kernel time", "site",
                            right=(1, 2))
@@ -77,10 +82,33 @@ def ranks_section(a, console: Console) -> None:
                       f"(their group ran a different number of times on each rank)", highlight=False)
 
 
+def communication_notes(collectives: pd.DataFrame) -> list[str]:
+    """Where the sizes and group sizes came from, and what the bandwidths mean, in a few lines."""
+    if collectives.empty:
+        return []
+    notes = []
+    sources = set("+".join(str(x) for x in collectives["size_source"].dropna()).split("+")) - {""}
+    if not sources:
+        notes.append("message sizes: not recorded in this trace (no bytes, no bandwidth)")
+    elif "shapes" in sources:
+        notes.append("message sizes: from the shapes the c10d ops and nccl:* annotations record "
+                     "(Input Dims x Input type; this c10d records no message size)")
+    groups = set("+".join(str(x) for x in collectives["group_source"].dropna()).split("+")) - {""}
+    if "all ranks" in groups:
+        notes.append("n (group size): not recorded; the job's world size, since every rank of the "
+                     "job ran these collectives together (matched across ranks, ending together)")
+    elif sources and collectives["group_size"].isna().any():
+        notes.append("n (group size): not recorded, so no busbw where it is blank (never guessed)")
+    if collectives["wait_us"].notna().any():
+        notes.append("busbw counts each kernel's whole time, waiting for late ranks included; "
+                     "'busbw once all arrived' counts only the time after the last rank arrived")
+    return notes
+
+
 def size(nbytes: float, sized: int, count: int) -> str:
     if not sized or pd.isna(nbytes):
         return "-"
-    text = f"{nbytes / 2**20:,.1f} MiB"
+    text = bytes_text(nbytes)
     return text if sized == count else f"{text} ({sized} of {count})"
 
 

@@ -41,6 +41,7 @@ class _FileResult:
     base_ns: int | None = None
     warnings: list[str] = field(default_factory=list)
     memory: pd.DataFrame = field(default_factory=empty_memory)
+    world_size: int | None = None    # from distributedInfo
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -182,10 +183,16 @@ def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
     assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank, memory)
     return _FileResult(path, table, frames, info_rank, sorted(set(pid_rank.values())),
                        list(header.deviceProperties or []), sum(p.skipped for p in pieces),
-                       header.baseTimeNanoseconds, warnings, memory)
+                       header.baseTimeNanoseconds, warnings, memory, _world_size(header))
 
 
 MAX_RANK = 2**31 - 1
+
+
+def _world_size(header) -> int | None:
+    info = header.distributedInfo
+    size = info.world_size if info is not None else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_RANK else None
 
 
 def _clip(value) -> str:
@@ -272,7 +279,9 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
         for rank in ([r.rank] if r.rank is not None else r.merged_ranks or
                      sorted(set(r.table["rank"].unique().tolist()))):
             props.setdefault(int(rank), r.device_properties)
-    return Trace(events, files, sorted(ranks), source, props, skipped, warnings, frames, memory)
+    sizes = {r.world_size for r in results if r.world_size is not None}
+    return Trace(events, files, sorted(ranks), source, props, skipped, warnings, frames, memory,
+                 sizes.pop() if len(sizes) == 1 else None)
 
 
 def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str, list[int]]:

@@ -14,9 +14,9 @@
 | correlation | int64 | launch <-> GPU activity link; -1 when absent |
 | external_id | int64 | op <-> launch link (`External id`); -1 when absent |
 | bytes | float64 | bytes moved by a memcpy/memset; NaN when absent |
-| input_types | category | a cpu op's `Input type` (record_shapes): the list joined by `, ` (`c10::BFloat16, c10::BFloat16, , Scalar`; a non-string entry is blank); NaN when absent, not a list or string, or not a cpu op |
+| input_types | category | a cpu op's or `nccl:*` annotation's `Input type` (record_shapes): the list joined by `, ` (`c10::BFloat16, c10::BFloat16, , Scalar`; a non-string entry is blank); NaN when absent, not a list or string, or on another row |
 | comm_args | category | what a collective moves, on `record_param_comms` cpu ops and NCCL/RCCL kernels that record it: `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype`, `Process Group Name` joined by `|` (`allreduce|2873320|2873320|8|BFloat16|0`; an absent or unusable value is blank; `comm_arg_table` splits them); NaN elsewhere |
-| input_dims | category | the `Input Dims` (record_shapes) of a cpu op named in SHAPED_OPS: each input's sizes joined by `x`, inputs joined by `, ` (`141x512, 512x512, , `: blank for a scalar or 0-d tensor, `?` for a tensor list or an odd entry); NaN when absent or not a list, and on every other row |
+| input_dims | category | the `Input Dims` (record_shapes) of a cpu op named in SHAPED_OPS, a `c10d::*` op or an `nccl:*` annotation (a collective's buffers: analysis/comm.py): each input's sizes joined by `x`, inputs joined by `, ` (`141x512, 512x512, , `: blank for a scalar or 0-d tensor, `?` for a tensor list or an odd entry); NaN when absent or not a list, and on every other row |
 | concrete_inputs | category | the `Concrete Inputs` of a cpu op named in SHAPED_OPS (newer torch: the scalar arguments as text) joined by `|` (`, , , [2, 2], [1, 1], [1, 1], False, [0, 0], 1` becomes `|||[2, 2]|[1, 1]|[1, 1]|False|[0, 0]|1`; a non-string entry is blank); NaN when absent and on every other row |
 | flops | float64 | a cpu op's `flops` (the profiler's own estimate, `with_flops=True`); NaN when absent |
 
@@ -201,6 +201,9 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     frames: Frames = field(default_factory=Frames.empty)
     memory: pd.DataFrame = field(default_factory=lambda: _empty_memory())
+    # The job's number of ranks (distributedInfo.world_size, when every file that states one
+    # agrees; None otherwise): it may exceed the ranks loaded.
+    world_size: int | None = None
     # Derived tables that several analyses share (GPU activity, launch links), built once. The
     # tables above are treated as immutable; dataclasses.replace() makes a new, empty cache.
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -248,7 +251,7 @@ class Trace:
             memory = memory[((memory["device"] == device) | (memory["device_type"] == 0)).to_numpy()
                             ].reset_index(drop=True)
         return Trace(events, self.paths, ranks, self.rank_source, self.device_properties,
-                     self.skipped_events, self.warnings, frames, memory)
+                     self.skipped_events, self.warnings, frames, memory, self.world_size)
 
 
 def _empty_memory() -> pd.DataFrame:

@@ -263,9 +263,14 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
     op_rows = np.flatnonzero(np.asarray(cat == "cpu_op"))
     op_args = [args[i] for i in op_rows.tolist()]
-    type_codes, type_labels = _raw_labels(op_args, op_rows, n, _INPUT_TYPES, _type_label)
-    shaped = _shaped(name, op_rows)
-    shaped_rows, shaped_args = op_rows[shaped], list(compress(op_args, shaped))
+    # `nccl:*` annotations record the collective's tensor (shape and type) where
+    # record_param_comms records no size (2023-era c10d): typed and shaped like the ops.
+    calls = _comm_calls(name, cat)
+    typed_rows = np.union1d(op_rows, calls)
+    typed_args = op_args if len(typed_rows) == len(op_rows) else [args[i] for i in typed_rows.tolist()]
+    type_codes, type_labels = _raw_labels(typed_args, typed_rows, n, _INPUT_TYPES, _type_label)
+    shaped = _shaped(name, typed_rows) | np.isin(typed_rows, calls)
+    shaped_rows, shaped_args = typed_rows[shaped], list(compress(typed_args, shaped))
     dims_codes, dims_labels = _raw_labels(shaped_args, shaped_rows, n, _INPUT_DIMS, _dims_label)
     concrete_codes, concrete_labels = _raw_labels(shaped_args, shaped_rows, n, _CONCRETE, _concrete_label)
     flops = np.full(n, np.nan)
@@ -300,6 +305,7 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
 
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 COMM_OP = "record_param_comms"
+COMM_CALL_PREFIXES = ("nccl:", "c10d::")  # collective calls: c10d ops, the nccl: annotations
 _COMM_GETTERS = tuple(attrgetter(f) for f in
                       ("collective", "in_nelems", "out_nelems", "group_size", "comm_dtype",
                        "process_group"))
@@ -315,6 +321,15 @@ def _comm_rows(name: pd.Categorical, cat: pd.Categorical) -> np.ndarray:
     is_op = np.isin(codes, op_codes) & np.asarray(cat == "cpu_op")
     is_kernel = np.isin(codes, kernel_codes) & np.asarray(cat == "kernel")
     return np.flatnonzero(is_op | is_kernel)
+
+
+def _comm_calls(name: pd.Categorical, cat: pd.Categorical) -> np.ndarray:
+    """The rows of the collective calls whose `Input Dims` say what they move: `c10d::*` cpu ops
+    and `nccl:*` annotations or ops (each distinct name tested once)."""
+    wanted = np.append(np.asarray(name.categories.str.startswith(COMM_CALL_PREFIXES), dtype=bool), False)
+    codes = np.asarray(name.codes)
+    host = np.asarray(cat.isin(["cpu_op", "user_annotation"]))
+    return np.flatnonzero(wanted[codes] & host)
 
 
 def _comm_args(args: list, rows: np.ndarray) -> tuple[np.ndarray, pd.Index]:
@@ -353,7 +368,7 @@ CONCRETE_SEPARATOR = "|"
 
 
 def _shaped(name: pd.Categorical, op_rows: np.ndarray) -> np.ndarray:
-    """Which of the cpu ops at `op_rows` are named in SHAPED_OPS (each distinct name tested once)."""
+    """Which of the rows `op_rows` are named in SHAPED_OPS (each distinct name tested once)."""
     wanted = np.append(np.asarray(name.categories.isin(list(SHAPED_OPS)), dtype=bool), False)
     return wanted[np.asarray(name.codes)[op_rows]]
 
