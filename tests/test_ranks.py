@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -128,6 +129,69 @@ def test_rank_7_is_the_straggler_because_it_began_the_step_late(dlrm, expected):
     assert finding.evidence["share_of_step"] == pytest.approx(caused / mean_step, abs=1e-4)
     # the exposed time is that waiting, so no exposed_communication finding on top of it
     assert "exposed_communication" not in {f.rule for f in dlrm.findings}
+
+
+ELEMENT = {"float": 4, "long int": 8, "int": 4}  # the Input types these files use
+
+
+def _message_bytes(doc: dict, kernel: dict) -> float:
+    """S of one NCCL kernel from the raw file: the largest tensor operand (Input Dims x element
+    size) of the innermost c10d:: op and nccl: annotation around the runtime call that launched
+    it (same correlation id)."""
+    (launch,) = [e for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"
+                 and e.get("args", {}).get("correlation") == kernel["args"]["correlation"]]
+    best = 0.0
+    for prefix in ("c10d::", "nccl:"):
+        around = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["name"].startswith(prefix)
+                  and e["tid"] == launch["tid"] and e["ts"] <= launch["ts"] <= e["ts"] + e["dur"]]
+        call = max(around, key=lambda e: e["ts"])
+        for dims, typ in zip(call["args"]["Input Dims"], call["args"]["Input type"]):
+            if typ in ELEMENT and dims and all(isinstance(d, int) for d in dims):
+                best = max(best, float(math.prod(dims)) * ELEMENT[typ])
+    return best
+
+
+def test_dlrm_sizes_come_from_the_shapes_and_bandwidth_from_the_kernels(dlrm, expected):
+    """The DLRM c10d records no message size: S is read off the shapes of the c10d op and nccl:
+    annotation around each launch; the group is all 8 ranks (world_size 8, every collective ran
+    on all 8 and ended together); busbw = S / t x 2(n-1)/n (all_reduce) or (n-1)/n (all_to_all),
+    and once all arrived over t - wait (wait: the last rank's start - this rank's)."""
+    kernels, _, _ = expected
+    files = _rank_files()
+    factor = {"all_reduce": 2 * 7 / 8, "all_to_all": 7 / 8}
+    table = dlrm.communication.collectives.set_index(["rank", "kind"])
+    for r, mine in kernels.items():
+        sums: dict[str, list[float]] = {}
+        for j, k in enumerate(mine):
+            kind = "all_reduce" if "AllReduce" in k["name"] else "all_to_all"
+            wait = max(kernels[q][j]["ts"] for q in kernels) - k["ts"]
+            acc = sums.setdefault(kind, [0.0, 0.0, 0.0])
+            acc[0] += _message_bytes(files[r], k)
+            acc[1] += k["dur"]
+            acc[2] += wait
+        for kind, (s_bytes, dur, wait) in sums.items():
+            row = table.loc[(r, kind)]
+            assert (row["size_source"], row["group_size"], row["group_source"]) == ("shapes", 8, "all ranks")
+            assert row["bytes"] == s_bytes
+            assert row["algbw_gbps"] == pytest.approx(s_bytes / dur / 1e3)
+            assert row["busbw_gbps"] == pytest.approx(s_bytes * factor[kind] / dur / 1e3)
+            assert row["wait_us"] == pytest.approx(wait)
+            assert row["arrived_busbw_gbps"] == pytest.approx(s_bytes * factor[kind] / (dur - wait) / 1e3)
+    # worker0: 3 all_reduce of 394,241 + 112 + 226,960 floats; 5 all_to_all moving 64,448 B
+    assert table.loc[(0, "all_reduce"), "bytes"] == (394241 + 112 + 226960) * 4
+    assert table.loc[(0, "all_to_all"), "bytes"] == 64448
+    # waiting for rank 7 is most of the kernel time; once all arrived the all_reduce runs at 25 GB/s
+    assert table.loc[(0, "all_reduce"), "busbw_gbps"] < 3 < 20 < table.loc[(0, "all_reduce"), "arrived_busbw_gbps"]
+
+
+def test_a_group_size_is_not_assumed_without_every_rank():
+    """One DLRM rank alone: sizes from the shapes, but its group size is not recorded and the
+    other ranks are not there to show it, so no busbw (algbw only)."""
+    a = analyze(load(sorted(DLRM.glob("*.json.gz"))[0], progress=False))
+    c = a.communication.collectives
+    assert (c["size_source"] == "shapes").all() and c["bytes"].notna().all()
+    assert c["group_size"].isna().all() and c["busbw_gbps"].isna().all() and c["wait_us"].isna().all()
+    assert c["algbw_gbps"].notna().all()
 
 
 def test_a_rank_on_another_clock_is_aligned_on_collective_ends(tmp_path, dlrm):
