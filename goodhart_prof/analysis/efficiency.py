@@ -280,8 +280,8 @@ def efficiency(trace: Trace) -> Efficiency:
     ops = _rates(_group(sized, ["rank", "device", "op", "dtype"]), devices)
     per_kernel = _kernel_rows(kernels, inst)
     kernel_table = _rates(_group(per_kernel, ["rank", "device", "name", "op", "dtype"]), devices)
-    return Efficiency(ops=ops[OP_COLUMNS], kernels=kernel_table[KERNEL_COLUMNS],
-                      devices=devices[DEVICE_COLUMNS].reset_index(drop=True),
+    return Efficiency(ops=_nones(ops[OP_COLUMNS]), kernels=_nones(kernel_table[KERNEL_COLUMNS]),
+                      devices=_nones(devices[DEVICE_COLUMNS].reset_index(drop=True)),
                       instances=sized.reset_index(drop=True),
                       unsized={str(k): int(v) for k, v in unsized["op"].value_counts().items() if v})
 
@@ -410,6 +410,17 @@ def _devices(trace: Trace, inst: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=["rank", "device", "device_name", "peak", "time_source"])
     out["peak_name"] = [p.name if p else None for p in out["peak"]]
     out["source"] = [p.source if p else None for p in out["peak"]]
+    return out
+
+
+def _nones(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text columns with None where a value is missing (pandas' string dtype stores NaN, which
+    reads as true and as a float to the reports)."""
+    out = frame.copy()
+    for c in ("bound", "device_name", "peak_name", "source"):
+        if c in out:
+            out[c] = pd.Series([v if isinstance(v, str) else None for v in out[c]], index=out.index,
+                               dtype=object)
     return out
 
 
