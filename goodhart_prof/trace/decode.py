@@ -449,3 +449,85 @@ def merge_headers(docs: list[TraceDoc]) -> TraceDoc:
     for name in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "goodhartProf"):
         fields[name] = next((getattr(d, name) for d in docs if getattr(d, name) is not None), None)
     return TraceDoc(traceEvents=[], **fields)
+
+
+# -- one huge document, piece by piece (bounded memory) -----------------------------------------
+TAIL_GUARD = 4 << 20  # no cut this close to the end: the fields after the events (a list of
+#                       objects such as deviceProperties) would match _BOUNDARY too
+CUT_RETRIES = 4       # a piece that fails to decode is grown to the next cut this many times
+
+
+class BadCut(Exception):
+    """A piece stays undecodable after CUT_RETRIES larger cuts: decode the whole document."""
+
+
+def plain_chunks(path, lo: int = 0, hi: int | None = None, size: int = 16 << 20) -> Iterator[bytes]:
+    """Bytes lo..hi of a plain file, in reads of `size` bytes."""
+    with open(path, "rb") as fh:
+        fh.seek(lo)
+        left = (os.fstat(fh.fileno()).st_size if hi is None else hi) - lo
+        while left > 0:
+            chunk = fh.read(min(size, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            yield chunk
+
+
+def gzip_chunks(path) -> Iterator[bytes]:
+    """A gzip file's inflated bytes, step by step, under `gunzip_limit` (the gzip-bomb guard)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return inflate_chunks(data, gunzip_limit(len(data)))
+
+
+def stream_pieces(chunks: Iterator[bytes], piece_bytes: int, use, starts_doc: bool = True,
+                  ends_doc: bool = True) -> list:
+    """Cut a stream of document bytes between events into standalone documents of about
+    `piece_bytes` and hand each to `use(piece, inner)` (`inner`: neither the document's first
+    nor its last piece) before reading the next; returns what `use` returned, in order.
+
+    At most one piece, the bytes read ahead for its cut and `TAIL_GUARD` are held at once. A
+    piece `use` rejects (DecodeError; `use` raises it too for a header field in an inner piece:
+    that cut fell after the events) is grown to the next cut; `BadCut` after CUT_RETRIES.
+    A range of a document (`starts_doc`/`ends_doc` False) gets the `{"traceEvents":[` head and
+    `]}` tail a piece of the middle gets."""
+    buf = bytearray() if starts_doc else bytearray(_PIECE_HEAD)
+    events_at = None if starts_doc else len(_PIECE_HEAD)
+    more, results, first, search, failures = True, [], True, None, 0
+    while True:
+        if events_at is None:
+            found = buf.find(b'"traceEvents"')
+            events_at = None if found < 0 else found + len(_PIECE_HEAD)
+        start = max(piece_bytes, events_at or 0, search or 0)
+        match = _BOUNDARY.search(buf, start) if events_at is not None else None
+        if more and (match is None or len(buf) - match.end() < TAIL_GUARD):
+            chunk = next(chunks, None)
+            if chunk is None:
+                more = False
+            else:
+                buf += chunk
+            continue
+        if match is None or len(buf) - match.end() < TAIL_GUARD:  # the rest is the last piece
+            if not ends_doc:
+                buf += b"]}"
+            results.append(use(buf, (not first or not starts_doc) and not ends_doc))
+            return results
+        close, opening = match.start() + 1, match.end() - 1
+        rest = buf[close:]
+        del buf[close:]
+        buf += b"]}"
+        try:
+            results.append(use(buf, not first or not starts_doc))
+        except DecodeError:
+            failures += 1
+            if failures > CUT_RETRIES:
+                raise BadCut() from None
+            del buf[close:]
+            buf += rest
+            search = close
+            continue
+        buf = bytearray(_PIECE_HEAD)
+        buf += memoryview(rest)[opening - close:]
+        del rest
+        events_at, first, search, failures = len(_PIECE_HEAD), False, None, 0

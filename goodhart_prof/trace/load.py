@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from .decode import DecodeError, TraceDoc, decode, merge_headers, piece, read_bytes, split_points
+from .decode import (GZIP_MAGIC, BadCut, DecodeError, TraceDoc, decode, gzip_chunks, merge_headers, piece,
+                     plain_chunks, read_bytes, split_points, stream_pieces)
 from .model import Frames, Trace
 from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
                      memory_table, rank_processes)
@@ -21,6 +22,7 @@ from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, e
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 SPLIT_BYTES = 64 * 1024 * 1024     # one document this big is decoded in pieces, in parallel
+PIECE_BYTES = 128 << 20           # a document bigger than this is decoded piece by piece (bounded memory)
 FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 NOT_TRACES = {"run.json"}
 
@@ -93,6 +95,114 @@ def _piece_of(raw: bytes) -> _Piece:
                   skipped + bad, memory_table(doc))
 
 
+def _inner_piece(raw: bytearray, inner: bool) -> _Piece:
+    """A piece cut from a stream. One from the middle of the document has no header field: if it
+    has one, its cut fell among the fields after the events (DecodeError: cut again further on)."""
+    result = _piece_of(raw)
+    head = result.header
+    if inner and (head.deviceProperties is not None or head.distributedInfo is not None
+                  or head.baseTimeNanoseconds is not None or head.goodhartProf is not None):
+        raise DecodeError("a header field in a piece from the middle of the events")
+    return result
+
+
+class _Progress:
+    """Bytes and events loaded, on the loading bar (None: no bar)."""
+
+    def __init__(self, bar):
+        self.bar, self.bytes, self.events = bar, 0, 0
+
+    def add(self, nbytes: int, result: "_Piece | None" = None) -> None:
+        if self.bar is None:
+            return
+        if result is not None:
+            self.events += len(result.table) + len(result.frames) + len(result.memory)
+            self.bar.set_postfix_str(f"{self.events:,} events", refresh=False)
+        self.bar.update(nbytes)
+        self.bytes += nbytes
+
+
+def _stream_range(path: Path, lo: int, hi: "int | None", starts: bool, ends: bool,
+                  progress: "_Progress | None" = None, gz: bool = False) -> list[_Piece]:
+    """Bytes lo..hi of a document decoded piece by piece, each piece's tables built before the
+    next piece is read (BadCut or DecodeError: the caller decodes the whole document)."""
+    def use(raw: bytearray, inner: bool) -> _Piece:
+        result = _inner_piece(raw, inner)
+        if progress is not None:
+            progress.add(0 if gz else len(raw), result)
+        return result
+    chunks = gzip_chunks(path) if gz else plain_chunks(path, lo, hi)
+    return stream_pieces(chunks, PIECE_BYTES, use, starts, ends)
+
+
+def _range_worker(path: Path, lo: int, hi: "int | None", starts: bool, ends: bool) -> list[_Piece]:
+    results = _stream_range(path, lo, hi, starts, ends)
+    for result in results:
+        result.frames.columns["name"] = _PackedNames("\0".join(result.frames.columns["name"].tolist()))
+    return results
+
+
+def _streamed(path: Path, parts: int, progress: "_Progress | None") -> "tuple[list[_Piece] | None, Any]":
+    """A document over PIECE_BYTES, piece by piece (a plain one in `parts` byte ranges, one per
+    process): (pieces, None). A smaller one: (None, its bytes, or None to read them); so is one
+    that cannot be cut between events (decoded whole, as before, with the same errors)."""
+    try:
+        with open(path, "rb") as fh:
+            gz, size = fh.read(2) == GZIP_MAGIC, os.fstat(fh.fileno()).st_size
+    except OSError:
+        return None, None  # `_read` says why
+    if gz:
+        return _streamed_gzip(path, progress)
+    if size <= PIECE_BYTES:
+        return None, None
+    try:
+        if parts > 1:
+            ranged = _ranges_load(path, size, parts, progress)
+            if ranged is not None:
+                return ranged, None
+        return _stream_range(path, 0, None, True, True, progress), None
+    except (BadCut, DecodeError, OSError):
+        return None, None
+
+
+def _streamed_gzip(path: Path, progress: "_Progress | None") -> "tuple[list[_Piece] | None, Any]":
+    """A gzip file: inflated in steps; a document over PIECE_BYTES is decoded piece by piece
+    (inflated again: cheap beside decoding), a smaller one comes back as `read_bytes` gives it."""
+    head: list[bytes] = []
+    total = 0
+    try:
+        for chunk in gzip_chunks(path):
+            head.append(chunk)
+            total += len(chunk)
+            if total > PIECE_BYTES:
+                break
+        else:
+            return None, (head[0] if len(head) == 1 else bytearray().join(head)) if head else b""
+        del head
+        return _stream_range(path, 0, None, True, True, progress, gz=True), None
+    except (BadCut, DecodeError, OSError):
+        return None, None
+
+
+def _ranges_load(path: Path, size: int, parts: int, progress) -> "list[_Piece] | None":
+    """A plain document cut into `parts` byte ranges between events, streamed in as many
+    processes (this one included, with the larger first range); None if it cannot be cut."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+        cuts = split_points(view, parts, FIRST_PIECE_SHARE if parts == 2 else None)
+    if not cuts:
+        return None
+    bounds = [(0, True)] + [(o, False) for _, o in cuts]
+    ends = [c + 1 for c, _ in cuts] + [None]
+    fork = "fork" in multiprocessing.get_all_start_methods()
+    with ProcessPoolExecutor(max_workers=len(cuts),
+                             mp_context=multiprocessing.get_context("fork") if fork else None) as pool:
+        futures = [pool.submit(_range_worker, path, lo, hi, False, hi is None)
+                   for (lo, _), hi in zip(bounds[1:], ends[1:])]
+        first = _stream_range(path, 0, ends[0], True, False, progress)
+        rest = [_unpacked(p) for f in futures for p in f.result()]
+    return first + rest
+
+
 # The document a forked worker cuts its piece from: inherited copy-on-write, never copied.
 _INHERITED: "mmap.mmap | bytearray | None" = None
 
@@ -152,10 +262,11 @@ def _split_load(path: Path, raw: "mmap.mmap | bytearray", parts: int) -> list[_P
         _INHERITED = None
 
 
-def _load_file(path: Path, default_rank: int, parts: int = 1) -> _FileResult:
-    raw = _read(path)
-    pieces = None
-    if parts > 1 and len(raw) > SPLIT_BYTES:
+def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progress | None" = None) -> _FileResult:
+    pieces, raw = _streamed(path, parts, progress)
+    if pieces is None and raw is None:
+        raw = _read(path)
+    if pieces is None and parts > 1 and len(raw) > SPLIT_BYTES:
         # A mapped file is cut in place (copy-on-write), gunzipped bytes (a bytearray) too.
         buffer = raw if isinstance(raw, (mmap.mmap, bytearray)) else bytearray(raw)
         pieces = _split_load(path, buffer, parts)
@@ -229,9 +340,9 @@ def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar) -> 
         results = []
         parts = min(workers or os.cpu_count() or 1, 4) if len(files) == 1 else 1
         for i, f in enumerate(files):
-            results.append(_load_file(f, i, parts))
-            if bar is not None:
-                bar.update(sizes[i])
+            progress = _Progress(bar)
+            results.append(_load_file(f, i, parts, progress))
+            progress.add(max(0, sizes[i] - progress.bytes), None if progress.events else results[-1])
         return results
     n = min(len(files), workers or os.cpu_count() or 1)
     with ProcessPoolExecutor(max_workers=n) as pool:

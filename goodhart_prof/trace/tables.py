@@ -477,7 +477,8 @@ def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame
     else:
         from pandas.api.types import union_categoricals
         interned = ("name", "cat", "input_types", "comm_args", "input_dims", "concrete_inputs")
-        cats = {c: union_categoricals([t[c] for t in tables]) for c in interned}
+        cats = {c: _same_label_type(union_categoricals([t[c] for t in tables]), [t[c] for t in tables])
+                for c in interned}
         out = pd.concat([t.drop(columns=list(interned)) for t in tables], ignore_index=True)
         for c, values in cats.items():
             out[c] = values
@@ -486,6 +487,17 @@ def concat_tables(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame
     if not sort or is_sorted(rank, ts):
         return out
     return out.iloc[np.lexsort((ts, rank))].reset_index(drop=True)
+
+
+def _same_label_type(values: pd.Categorical, parts: list) -> pd.Categorical:
+    """`values` with its categories typed as the parts' (union_categoricals makes text labels
+    `str`; the raw-arg columns hold `object` labels): a table loaded in pieces equals the table of
+    one piece."""
+    kinds = {p.cat.categories.dtype for p in parts if len(p.cat.categories)}
+    if len(kinds) != 1 or values.categories.dtype == (kind := kinds.pop()):
+        return values
+    return pd.Categorical.from_codes(values.codes, categories=pd.Index(values.categories, dtype=kind),
+                                     validate=False)
 
 
 _IS_INSTANT = Instant.__instancecheck__
