@@ -48,7 +48,8 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
                   "rank_source": trace.rank_source,
                   "devices": [device_key(r, d) for r, d in trace.devices],
                   "events": int(len(trace.events)), "skipped_events": int(trace.skipped_events),
-                  "warnings": list(trace.warnings)},
+                  "warnings": list(trace.warnings),
+                  "load": trace.load_cost.to_json() if trace.load_cost is not None else None},
         "gpu": {device_key(r["rank"], r["device"]): plain({
             "rank": r["rank"], "device": r["device"], "busy_us": r["busy_us"], "span_us": r["span_us"],
             "idle_us": r["idle_us"], "utilization": r["utilization"], "kernel_us": r.get("kernel_us")})

@@ -4,6 +4,9 @@ from __future__ import annotations
 import mmap
 import multiprocessing
 import os
+import resource
+import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +18,7 @@ import pandas as pd
 from ..errors import UserError
 from .decode import (GZIP_MAGIC, BadCut, DecodeError, TraceDoc, decode, gzip_chunks, merge_headers, piece,
                      plain_chunks, read_bytes, split_points, stream_pieces)
-from .model import Frames, Trace
+from .model import Frames, LoadCost, Trace
 from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
                      memory_table, rank_processes)
 
@@ -313,6 +316,7 @@ def _clip(value) -> str:
 
 def load(path: str | os.PathLike, progress: bool | None = None, workers: int | None = None) -> Trace:
     """Load a trace file, a merged trace, or a folder of per-rank traces."""
+    started = time.perf_counter()
     path = Path(path)
     files = trace_files(path)
     try:
@@ -331,7 +335,16 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     if not len(trace.events):
         skipped = f"; {trace.skipped_events:,} malformed event(s) skipped" if trace.skipped_events else ""
         raise TraceError(f"{path}: no events (no complete 'ph: X' events to analyse{skipped})")
+    trace.load_cost = LoadCost(time.perf_counter() - started, peak_rss_bytes())
     return trace
+
+
+def peak_rss_bytes() -> int:
+    """The peak resident memory so far of this process or of its (finished) worker processes,
+    whichever is larger."""
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
+    return scale * max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                       resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
 def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar) -> list[_FileResult]:

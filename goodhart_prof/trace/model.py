@@ -190,6 +190,18 @@ def is_sorted(rank: np.ndarray, ts: np.ndarray) -> bool:
     return bool((dr >= 0).all() and ((dr > 0) | (np.diff(ts) >= 0)).all())
 
 
+@dataclass(frozen=True)
+class LoadCost:
+    """What loading took: wall time, and the peak RSS of the process and its worker processes
+    (the larger of the two, bytes) when the load ended."""
+
+    seconds: float
+    peak_rss_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seconds": round(self.seconds, 3), "peak_rss_bytes": int(self.peak_rss_bytes)}
+
+
 @dataclass
 class Trace:
     events: pd.DataFrame
@@ -204,6 +216,7 @@ class Trace:
     # The job's number of ranks (distributedInfo.world_size, when every file that states one
     # agrees; None otherwise): it may exceed the ranks loaded.
     world_size: int | None = None
+    load_cost: LoadCost | None = field(default=None, compare=False)  # set by trace.load.load
     # Derived tables that several analyses share (GPU activity, launch links), built once. The
     # tables above are treated as immutable; dataclasses.replace() makes a new, empty cache.
     cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)

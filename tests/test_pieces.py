@@ -1,0 +1,127 @@
+"""One big document decoded piece by piece (bounded memory) gives the tables of one piece."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import goodhart_prof.trace.decode as decoder
+import goodhart_prof.trace.load as loader
+from goodhart_prof.trace.load import load
+
+DATA = Path(__file__).parent / "data"
+V100 = DATA / "hta" / "v100_ddp_rank1.json.gz"  # 35 MB of JSON, memory events, 2 GPUs' kernels
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def same_trace(a, b) -> None:
+    assert a.events.equals(b.events)
+    for c in ("name", "cat", "input_types", "input_dims", "concrete_inputs", "comm_args"):
+        assert list(a.events[c].cat.categories) == list(b.events[c].cat.categories), c
+    assert a.frames.columns.keys() == b.frames.columns.keys()
+    for c, values in a.frames.columns.items():
+        assert np.array_equal(values, b.frames.columns[c]) and values.dtype == b.frames.columns[c].dtype, c
+    assert a.memory.equals(b.memory)
+    assert (a.ranks, a.rank_source, a.device_properties, a.skipped_events, a.warnings, a.world_size) == \
+        (b.ranks, b.rank_source, b.device_properties, b.skipped_events, b.warnings, b.world_size)
+
+
+def small_pieces(monkeypatch, piece_bytes: int, guard: int = 64 << 10) -> None:
+    monkeypatch.setattr(loader, "PIECE_BYTES", piece_bytes)
+    monkeypatch.setattr(decoder, "TAIL_GUARD", guard)
+
+
+@pytest.fixture(scope="module")
+def v100_plain(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("pieces") / "v100.json"
+    path.write_bytes(gzip.decompress(V100.read_bytes()))
+    return path
+
+
+def test_a_real_trace_in_small_pieces_equals_one_piece(monkeypatch, v100_plain):
+    whole = load(V100, workers=1)
+    used = []
+    original = loader._inner_piece
+
+    def counted(raw, inner):
+        used.append(len(raw))
+        return original(raw, inner)
+    monkeypatch.setattr(loader, "_inner_piece", counted)
+    small_pieces(monkeypatch, 4 << 20)
+    same_trace(load(V100, workers=1), whole)  # gzip: pieces as it inflates
+    assert len(used) >= 8 and max(used) < (4 << 20) + (1 << 20)
+    used.clear()
+    same_trace(load(v100_plain, workers=2), whole)  # plain: two byte ranges, two processes
+    assert len(used) >= 4  # this process's range; the worker's pieces are not counted here
+    used.clear()
+    same_trace(load(v100_plain, workers=1), whole)
+    assert len(used) >= 8
+
+
+def _tricky_doc(n: int) -> dict:
+    """Separators inside names and nested args, odd ids, and header fields after the events
+    (a list of objects, which looks like events to the cutter)."""
+    events = []
+    for i in range(n):
+        events.append({"ph": "X", "cat": "cpu_op", "name": f"op {i % 7} }}, {{ \"ph\": \"X\" }},{{",
+                       "pid": 1, "tid": "main" if i % 2 else 1, "ts": 10.0 * i, "dur": 5.0,
+                       "args": {"External id": i, "Input type": ["float", f"t{i % 5}"],
+                                "nested": [{"a": 1}, {"b": 2}]}})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": 10.0 * i + 1, "dur": 1, "args": {"correlation": i, "External id": i}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "pid": 0, "tid": 7,
+                       "ts": 10.0 * i + 3, "dur": 2, "args": {"device": 0, "stream": 7, "correlation": i}})
+        if i % 50 == 0:
+            events.append({"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 10.0 * i + 2,
+                           "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Total Allocated": 4096}})
+    props = [{"id": d, "name": f"GPU {d}", "note": "}, {"} for d in range(200)]
+    return {"schemaVersion": 1, "traceEvents": events, "deviceProperties": props,
+            "distributedInfo": {"rank": 0, "world_size": 1}, "baseTimeNanoseconds": 1700000000000000000}
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_cuts_inside_strings_and_trailers_load_identically(tmp_path, monkeypatch, gz):
+    data = json.dumps(_tricky_doc(2000)).encode()
+    path = tmp_path / ("odd.json.gz" if gz else "odd.json")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    whole = load(path, workers=1)
+    assert whole.device_properties[0][-1]["note"] == "}, {" and whole.world_size == 1
+    for piece_bytes in (20_000, 33_333, 70_001):  # cuts land in names, in args, in the trailer
+        small_pieces(monkeypatch, piece_bytes, guard=0)
+        same_trace(load(path, workers=2), whole)
+        same_trace(load(path, workers=1), whole)
+
+
+def test_stream_pieces_grows_a_bad_cut_and_gives_up_after_retries(monkeypatch):
+    monkeypatch.setattr(decoder, "TAIL_GUARD", 0)
+    doc = b'{"traceEvents":[{"ph":"X","name":"a}, {b"},{"ph":"X","name":"c"},{"ph":"X","name":"d"}]}'
+    seen = []
+
+    def use(raw, inner):
+        decoder.decode(bytes(raw))  # DecodeError for a cut inside the first name
+        seen.append(bytes(raw))
+        return len(seen)
+    assert decoder.stream_pieces(iter([doc]), 1, use) == [1, 2, 3]
+    assert seen[0] == b'{"traceEvents":[{"ph":"X","name":"a}, {b"}]}'
+    assert seen[-1] == b'{"traceEvents":[{"ph":"X","name":"d"}]}'
+    bad = b'{"traceEvents":[{"ph":"X","name":"a}, {b}, {c}, {d}, {e}, {f}, {g"}]}'
+    with pytest.raises(decoder.BadCut):
+        decoder.stream_pieces(iter([bad[:20], bad[20:]]), 1, use)
+
+
+def test_the_json_records_what_the_load_cost():
+    proc = subprocess.run([sys.executable, "-m", "goodhart_prof.cli", "analyze",
+                           str(DATA / "tracelens" / "h100_bert_small_inference.json.gz"), "--json"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    cost = json.loads(proc.stdout)["trace"]["load"]
+    assert set(cost) == {"seconds", "peak_rss_bytes"}
+    assert 0 < cost["seconds"] < 30
+    assert 20 << 20 < cost["peak_rss_bytes"] < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
