@@ -10,6 +10,11 @@
 The big trace is shared/traces/tracelens/h100_owlv2_inference.json.gz tiled N times along time
 (ids shifted so correlations stay unique), written compactly once and cached. Prints a table and,
 as the last line, one JSON object. Targets: (b) <= 2.5x (a); peak RSS <= 2.5 GB; ours >= 10x HTA.
+
+`--huge` instead measures bounded-memory loading: `analyze --json` on the 586 MB trace and on a
+~4 GB one (`--huge-copies` tiles, written under --cache and deleted afterwards unless
+--keep-huge). Targets: the big run's peak RSS <= 0.6x its file size, its time <= 1.2x the small
+run's scaled by the size ratio.
 """
 from __future__ import annotations
 
@@ -152,12 +157,51 @@ def versus_hta(skip_hta: bool) -> tuple[list, list]:
     return ours, hta
 
 
+def huge(args) -> None:
+    """Bounded memory: the 586 MB trace, then a ~4 GB one; peak RSS and time against size."""
+    small = args.cache / f"h100_owlv2_x{args.copies}.json"
+    big = args.cache / f"h100_owlv2_x{args.huge_copies}.json"
+    for path, copies in ((small, args.copies), (big, args.huge_copies)):
+        if not path.exists():
+            t = time.perf_counter()
+            build_tiled(H100, copies, path)
+            print(f"# built {path} in {time.perf_counter() - t:.1f} s")
+    try:
+        rows = []
+        for path in (small, big):  # smaller first: RUSAGE_CHILDREN keeps the largest child's peak
+            seconds, peak_gb, doc = analyze_process(path)
+            rows.append({"trace": path.name, "file_gb": path.stat().st_size / 1e9,
+                         "events": doc["trace"]["events"], "analyze_s": seconds, "peak_rss_gb": peak_gb,
+                         "load_s": doc["trace"]["load"]["seconds"],
+                         "load_peak_rss_gb": doc["trace"]["load"]["peak_rss_bytes"] / 2**30})
+    finally:
+        if not args.keep_huge:
+            big.unlink(missing_ok=True)
+    a, b = rows
+    rss_ratio = b["peak_rss_gb"] * 2**30 / 1e9 / b["file_gb"]
+    linear = a["analyze_s"] * b["file_gb"] / a["file_gb"]
+    time_ratio = b["analyze_s"] / linear
+    print(f"{'trace':28s} {'file':>8s} {'events kept':>12s} {'time':>8s} {'load':>8s} {'peak RSS':>9s} {'RSS/file':>8s}")
+    for r in rows:
+        print(f"{r['trace']:28s} {r['file_gb']:6.2f} GB {r['events']:12,d} {r['analyze_s']:6.1f} s "
+              f"{r['load_s']:6.1f} s {r['peak_rss_gb']:6.2f} GiB {r['peak_rss_gb'] * 2**30 / 1e9 / r['file_gb']:7.2f}x")
+    print(f"big run: peak RSS {rss_ratio:.2f}x the file (target <= 0.6x): {'PASS' if rss_ratio <= 0.6 else 'FAIL'}; "
+          f"time {time_ratio:.2f}x linear from the small run ({linear:.1f} s; target <= 1.2x): "
+          f"{'PASS' if time_ratio <= 1.2 else 'FAIL'}")
+    print(json.dumps({"benchmark": "bench_analyze_huge", "runs": rows, "rss_vs_file": round(rss_ratio, 3),
+                      "time_vs_linear": round(time_ratio, 3)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=18, help="tiles of the H100 trace (default 18)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "goodhart-bench",
                         help="folder for the tiled trace (reused between runs)")
     parser.add_argument("--skip-hta", action="store_true")
+    parser.add_argument("--huge", action="store_true",
+                        help="only the bounded-memory run: the default trace and a ~4 GB one")
+    parser.add_argument("--huge-copies", type=int, default=123, help="tiles of the huge trace (123: ~4 GB)")
+    parser.add_argument("--keep-huge", action="store_true", help="keep the huge trace for the next run")
     parser.add_argument("--timed", nargs=2, metavar=("SIDE", "RUNS"),
                         help="internal: time ours or hta RUNS times on the V100 trace, print JSON")
     args = parser.parse_args()
@@ -167,6 +211,9 @@ def main() -> None:
     if not H100.exists():
         raise SystemExit(f"{H100}: shared traces not found")
     args.cache.mkdir(parents=True, exist_ok=True)
+    if args.huge:
+        huge(args)
+        return
     big = args.cache / f"h100_owlv2_x{args.copies}.json"
     if not big.exists():
         t = time.perf_counter()

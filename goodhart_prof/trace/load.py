@@ -25,7 +25,7 @@ from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, e
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 SPLIT_BYTES = 64 * 1024 * 1024     # one document this big is decoded in pieces, in parallel
-PIECE_BYTES = 128 << 20           # a document bigger than this is decoded piece by piece (bounded memory)
+PIECE_BYTES = 64 << 20            # a document bigger than this is decoded piece by piece (bounded memory)
 FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 NOT_TRACES = {"run.json"}
 
