@@ -280,6 +280,8 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
     except DecodeError as exc:
         raise TraceError(f"{path}: {exc}") from None
     del raw
+    if len(pieces) > 1:
+        _trim_heap()  # the pieces' decoded structs are gone: the tables to come reuse the pages
     header = merge_headers([p.header for p in pieces])
     pid_rank = {k: v for p in pieces for k, v in p.pid_rank.items()}
     table = concat_tables([p.table for p in pieces], sort=False)
@@ -301,6 +303,16 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
 
 
 MAX_RANK = 2**31 - 1
+
+
+def _trim_heap() -> None:
+    """Give the heap pages the decoded pieces freed back to the OS (glibc keeps them otherwise,
+    and the analyses would then stack their tables above them)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _world_size(header) -> int | None:
