@@ -1,0 +1,108 @@
+"""Many ranks on a Dask cluster: each worker loads one rank file, the client assembles the `Trace`.
+
+Imported only for `analyze --workers N` (a `LocalCluster` of N single-threaded worker processes)
+or `--scheduler ADDRESS` (an existing cluster); without them neither this module nor Dask loads.
+A worker runs exactly what a local folder load runs per file (`load.load_rank_file`: read,
+decode, columnar tables) and sends back that file's tables; the client assembles and analyses
+them as a local load does (`load.finish`), so the report is the same document. A rank file that
+fails (bad input, a worker that died, no answer within the time limit) is skipped with a
+warning naming it, or stops the load under `strict`: never a hang.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..errors import UserError
+from .load import TraceError, finish, load_rank_file, trace_files
+from .model import Trace
+
+RANK_TIMEOUT_S = 600.0     # one rank file's load on one worker thread; longer is reported, not awaited
+CONNECT_TIMEOUT_S = 30.0   # reaching a --scheduler
+# Our LocalCluster does not retry a rank whose worker died: a decode that ran out of memory would
+# do it again, and each retry costs a worker restart. One task per worker thread at a time, so a
+# death blames only the rank that was running.
+LOCAL_CONFIG = {"distributed.scheduler.allowed-failures": 0,
+                "distributed.scheduler.worker-saturation": 1.0}
+
+
+def require_dask(option: str = "--workers"):
+    """The `distributed` module, or the one-line error that says how to get it."""
+    try:
+        import distributed
+    except ImportError:
+        raise UserError(f"{option} needs Dask: pip install 'goodhart-prof[cluster]'") from None
+    return distributed
+
+
+def load_on_cluster(path: str | Path, workers: int | None = None, scheduler: str | None = None,
+                    strict: bool = False, task: Callable = load_rank_file,
+                    rank_timeout_s: float = RANK_TIMEOUT_S) -> Trace:
+    """Load PATH's rank files one per Dask task (`task(file, index)`, replaceable for tests)."""
+    distributed = require_dask("--scheduler" if scheduler else "--workers")
+    path = Path(path)
+    files = trace_files(path)
+    with _client(distributed, workers, scheduler) as client:
+        outcomes = _gather(distributed, client, files, task, strict, rank_timeout_s)
+    return finish(path, files, outcomes, strict)
+
+
+@contextmanager
+def _client(distributed, workers: int | None, scheduler: str | None) -> Iterator:
+    if scheduler:
+        try:
+            client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise UserError(f"--scheduler {scheduler}: no Dask scheduler answered ({exc})") from None
+        with client:
+            yield client
+        return
+    import dask
+    with dask.config.set(LOCAL_CONFIG), \
+            distributed.LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True,
+                                     dashboard_address=None,
+                                     silence_logs=logging.CRITICAL) as cluster, \
+            distributed.Client(cluster) as client:
+        yield client
+
+
+def _gather(distributed, client, files: list[Path], task: Callable, strict: bool,
+            rank_timeout_s: float) -> list:
+    """Each file's outcome (its tables or its error), taken as it finishes and released from the
+    worker at once. The time limit is one rank's limit per round of the cluster's threads."""
+    futures = client.map(task, files, range(len(files)), pure=False)
+    where = {f.key: i for i, f in enumerate(futures)}
+    outcomes: list = [None] * len(files)
+    rounds = math.ceil(len(files) / max(1, sum(client.nthreads().values())))
+    limit = rank_timeout_s * rounds
+    try:
+        for future in distributed.as_completed(futures, timeout=limit):
+            i = where[future.key]
+            outcomes[i] = _outcome(distributed, future, files[i])
+            future.release()
+            if strict and isinstance(outcomes[i], Exception):
+                raise outcomes[i]
+    except TimeoutError:
+        pass
+    finally:
+        client.cancel([f for f in futures if f.status == "pending"])
+    for i, outcome in enumerate(outcomes):
+        if outcome is None:
+            outcomes[i] = TraceError(f"{files[i]}: not loaded within {limit:g} s on the cluster")
+            if strict:
+                raise outcomes[i]
+    return outcomes
+
+
+def _outcome(distributed, future, file: Path):
+    if future.status != "error":
+        return future.result()
+    exc = future.exception()
+    if isinstance(exc, distributed.KilledWorker):
+        return TraceError(f"{file}: its Dask worker died loading it (killed, or out of memory)")
+    if isinstance(exc, (TraceError, MemoryError)):
+        return TraceError(f"{file}: {exc}")
+    raise exc  # a bug, not bad input
