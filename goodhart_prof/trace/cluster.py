@@ -11,7 +11,7 @@ warning naming it, or stops the load under `strict`: never a hang.
 from __future__ import annotations
 
 import logging
-import math
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -72,29 +72,45 @@ def _client(distributed, workers: int | None, scheduler: str | None) -> Iterator
 def _gather(distributed, client, files: list[Path], task: Callable, strict: bool,
             rank_timeout_s: float) -> list:
     """Each file's outcome (its tables or its error), taken as it finishes and released from the
-    worker at once. The time limit is one rank's limit per round of the cluster's threads."""
-    futures = client.map(task, files, range(len(files)), pure=False)
-    where = {f.key: i for i, f in enumerate(futures)}
-    outcomes: list = [None] * len(files)
-    rounds = math.ceil(len(files) / max(1, sum(client.nthreads().values())))
-    limit = rank_timeout_s * rounds
+    worker at once.
+
+    No more tasks are in flight than the cluster has threads: a worker that dies then takes only
+    the rank it was running with it (Dask blames every task it had been given), and each rank's
+    time limit runs from when a thread is free for it."""
     try:
-        for future in distributed.as_completed(futures, timeout=limit):
-            i = where[future.key]
-            outcomes[i] = _outcome(distributed, future, files[i])
-            future.release()
-            if strict and isinstance(outcomes[i], Exception):
-                raise outcomes[i]
+        client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
     except TimeoutError:
-        pass
+        raise UserError(f"the Dask cluster has no workers (waited {CONNECT_TIMEOUT_S:g} s)") from None
+    slots = max(1, sum(client.nthreads().values()))
+    outcomes: list = [None] * len(files)
+    running: dict = {}  # future -> (file index, deadline)
+    queued = iter(range(len(files)))
+    try:
+        while True:
+            while len(running) < slots and (i := next(queued, None)) is not None:
+                running[client.submit(task, files[i], i, pure=False)] = (i, time.monotonic() + rank_timeout_s)
+            if not running:
+                return outcomes
+            first_deadline = min(deadline for _, deadline in running.values())
+            try:
+                done = distributed.wait(list(running), return_when="FIRST_COMPLETED",
+                                        timeout=max(0.05, first_deadline - time.monotonic())).done
+            except TimeoutError:
+                done = set()
+            now = time.monotonic()
+            for future, (i, deadline) in list(running.items()):
+                if future in done:
+                    outcomes[i] = _outcome(distributed, future, files[i])
+                elif now >= deadline:
+                    outcomes[i] = TraceError(f"{files[i]}: not loaded within {rank_timeout_s:g} s on the cluster")
+                else:
+                    continue
+                del running[future]
+                future.release()
+                if strict and isinstance(outcomes[i], Exception):
+                    raise outcomes[i]
     finally:
-        client.cancel([f for f in futures if f.status == "pending"])
-    for i, outcome in enumerate(outcomes):
-        if outcome is None:
-            outcomes[i] = TraceError(f"{files[i]}: not loaded within {limit:g} s on the cluster")
-            if strict:
-                raise outcomes[i]
-    return outcomes
+        client.cancel(list(running))
 
 
 def _outcome(distributed, future, file: Path):
