@@ -155,3 +155,12 @@ def test_a_rank_that_never_finishes_is_reported_not_awaited(scheduler, tmp_path)
     assert time.monotonic() - started < 7
     assert trace.ranks == [0]
     assert "worker1_step_12.pt.trace.json.gz: not loaded within 3 s" in trace.warnings[0]
+
+
+def test_a_scheduler_that_does_not_answer_is_a_one_line_error():
+    pytest.importorskip("distributed")
+    res = _cli("analyze", str(DLRM), "--scheduler", "tcp://127.0.0.1:9",
+               prelude="import goodhart_prof.trace.cluster as cluster\ncluster.CONNECT_TIMEOUT_S = 1")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    (line,) = error_lines(res.stderr)
+    assert line.startswith("Error: --scheduler tcp://127.0.0.1:9: no Dask scheduler answered")
