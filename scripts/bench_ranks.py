@@ -55,7 +55,7 @@ def measure_one(folder: Path, workers: int) -> dict:
     import distributed
     from goodhart_prof.analysis import analyze
     from goodhart_prof.report.json_report import to_document
-    from goodhart_prof.trace.cluster import LOCAL_CONFIG, load_on_cluster
+    from goodhart_prof.trace.cluster import LOCAL_CONFIG, load_on_cluster, shipped
     from goodhart_prof.trace.load import load_rank_file
 
     started = time.perf_counter()
@@ -70,7 +70,7 @@ def measure_one(folder: Path, workers: int) -> dict:
         done = time.perf_counter()
         workers_mb = sorted(v / 1024 for v in client.run(
             lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss).values())
-    one = load_rank_file(sorted(folder.glob("*.json.gz"))[0], 0)
+    one = shipped(load_rank_file, sorted(folder.glob("*.json.gz"))[0], 0)  # as it travels
     return {"ranks": len(trace.ranks), "events": len(trace.events), "wall_s": round(done - started, 2),
             "cluster_start_s": round(up - started, 2), "load_s": round(loaded - up, 2),
             "analyze_s": round(done - loaded, 2), "client_peak_rss_mb": round(peak_rss_mb()),
