@@ -59,13 +59,16 @@ def test_missing_dask_is_a_one_line_error():
     assert res.stdout == ""
 
 
-def test_a_broken_rank_file_is_skipped_locally_or_stops_under_strict(tmp_path):
+@pytest.mark.parametrize("pool", [False, True])
+def test_a_broken_rank_file_is_skipped_locally_or_stops_under_strict(tmp_path, monkeypatch, pool):
+    if pool:  # the fixture is small: force the process pool
+        monkeypatch.setattr(load_module, "PARALLEL_BYTES", 0)
     folder = _folder(tmp_path, range(0, 2), broken="worker9_step_12.pt.trace.json.gz")
-    trace = load(folder)
+    trace = load(folder, workers=2)
     assert trace.ranks == [0, 1] and len(trace.paths) == 2
     assert trace.warnings[0].startswith("skipped rank file worker9_step_12.pt.trace.json.gz: ")
     with pytest.raises(TraceError, match="worker9_step_12.pt.trace.json.gz: truncated or corrupt gzip"):
-        load(folder, strict=True)
+        load(folder, workers=2, strict=True)
 
 
 # --- on Dask (skipped where it is not installed) --------------------------------------------------
