@@ -69,7 +69,18 @@ def run(iterations, mode, **trainer_values):
 @click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=str), default=None,
               metavar="FILE", help="Also write a self-contained HTML report (plotly charts) to FILE.")
 @click.option("--force", is_flag=True, help="Replace an existing --html file.")
-def analyze(path, as_json, top, rank, device, hta, progress, html_file, force):
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Load a folder's rank files on a local Dask cluster of N worker processes (one "
+                   "thread each, one rank file per task); the report is the same. Needs the "
+                   "cluster extra: pip install 'goodhart-prof[cluster]'.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Load the rank files on an existing Dask cluster (e.g. tcp://host:8786): its "
+                   "workers read PATH (a shared filesystem) and need goodhart-prof installed.")
+@click.option("--strict", is_flag=True,
+              help="A rank file that cannot be loaded (broken, its worker died, too slow) stops "
+                   "the analysis (exit 2); by default it is skipped with a warning naming it.")
+def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, workers, scheduler,
+            strict):
     """Analyze a trace: a .json/.json.gz file, a merged trace, or a folder of per-rank traces."""
     from .analysis import analyze as run_analysis
     from .trace.load import load
@@ -81,7 +92,13 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force):
     if hta:
         from .analysis.hta_bridge import require_hta
         require_hta()  # fail before the work, not after the report
-    trace = load(path, progress=progress)
+    if workers is not None and scheduler is not None:
+        raise UserError("--workers and --scheduler exclude each other (the scheduler's cluster has its own workers)")
+    if workers is not None or scheduler is not None:
+        from .trace.cluster import load_on_cluster
+        trace = load_on_cluster(path, workers, scheduler, strict)
+    else:
+        trace = load(path, progress=progress, strict=strict)
     if as_json:  # the text report shows them itself
         _warn(trace)
     if rank is not None and rank not in trace.ranks:

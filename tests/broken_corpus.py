@@ -145,7 +145,13 @@ def build(root: Path) -> dict[str, Case]:
     mixed.mkdir()
     (mixed / "rank-0.json").write_bytes(_dump(good_doc(distributedInfo={"rank": 0})))
     (mixed / "rank-1.json").write_bytes(plain[:100])
-    cases.append(Case("one_broken_rank", mixed, error="rank-1.json: not valid JSON"))
+    # One broken rank of several is skipped with a warning naming it (`--strict` stops instead).
+    cases.append(Case("one_broken_rank", mixed, warning="skipped rank file rank-1.json: not valid JSON"))
+    all_broken = root / "all_ranks_broken"
+    all_broken.mkdir()
+    for i in range(2):
+        (all_broken / f"rank-{i}.json").write_bytes(plain[:100])
+    cases.append(Case("all_ranks_broken", all_broken, error="rank-0.json: not valid JSON"))
     one_empty = root / "one_empty_rank"
     one_empty.mkdir()
     (one_empty / "rank-0.json").write_bytes(_dump(good_doc(distributedInfo={"rank": 0})))

@@ -326,8 +326,12 @@ def _clip(value) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
-def load(path: str | os.PathLike, progress: bool | None = None, workers: int | None = None) -> Trace:
-    """Load a trace file, a merged trace, or a folder of per-rank traces."""
+def load(path: str | os.PathLike, progress: bool | None = None, workers: int | None = None,
+         strict: bool = False) -> Trace:
+    """Load a trace file, a merged trace, or a folder of per-rank traces.
+
+    A folder's rank file that cannot be read is skipped with a warning naming it, and the other
+    ranks are loaded; with `strict` (or when no rank file loads) its error stops the load."""
     started = time.perf_counter()
     path = Path(path)
     files = trace_files(path)
@@ -339,15 +343,39 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     show = total > PROGRESS_BYTES if progress is None else progress
     bar = _bar(len(files), total, show)
     try:
-        results = _load_all(files, sizes, workers, bar)
+        outcomes = _load_all(files, sizes, workers, bar, strict)
     finally:
         if bar is not None:
             bar.close()
-    trace = _assemble(files, results)
+    return finish(path, files, outcomes, strict, started=started)
+
+
+def load_rank_file(path: Path, default_rank: int) -> "_FileResult | TraceError":
+    """One file of a folder, as a folder load reads it: its tables, or the error that names it."""
+    try:
+        return _load_file(path, default_rank)
+    except TraceError as exc:
+        return exc
+
+
+def finish(path: Path, files: list[Path], outcomes: list, strict: bool = False,
+           first_warnings: list[str] | None = None, started: float | None = None) -> Trace:
+    """The `Trace` of a path from its files' outcomes (each a `_FileResult` or the `TraceError`
+    that stopped it); every load path ends here, the cluster's too."""
+    failed = [(f, o) for f, o in zip(files, outcomes) if isinstance(o, Exception)]
+    if failed and (strict or len(failed) == len(outcomes)):
+        raise failed[0][1]
+    warnings = list(first_warnings or [])
+    warnings += [f"skipped rank file {_reason(f, exc)} (the other ranks are analysed; "
+                 "--strict stops instead)" for f, exc in failed]
+    kept = [(f, o) for f, o in zip(files, outcomes) if not isinstance(o, Exception)]
+    trace = _assemble([f for f, _ in kept], [o for _, o in kept])
+    trace.warnings[:0] = warnings
     if not len(trace.events):
         skipped = f"; {trace.skipped_events:,} malformed event(s) skipped" if trace.skipped_events else ""
         raise TraceError(f"{path}: no events (no complete 'ph: X' events to analyse{skipped})")
-    trace.load_cost = LoadCost(time.perf_counter() - started, peak_rss_bytes())
+    if started is not None:  # what the load cost this process (and its worker processes)
+        trace.load_cost = LoadCost(time.perf_counter() - started, peak_rss_bytes())
     return trace
 
 
@@ -359,22 +387,38 @@ def peak_rss_bytes() -> int:
                        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 
-def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar) -> list[_FileResult]:
+def _reason(file: Path, exc: Exception) -> str:
+    """`name: problem` of a rank file's error (its message starts with the full path)."""
+    text = exc.format_message() if isinstance(exc, TraceError) else str(exc)
+    text = text[len(str(file)) + 2:] if text.startswith(f"{file}: ") else text
+    return f"{file.name}: {text}"
+
+
+def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar,
+              strict: bool = False) -> list:
     parallel = len(files) > 1 and sum(sizes) > PARALLEL_BYTES and (workers or 2) > 1
     if not parallel:
         results = []
         parts = min(workers or os.cpu_count() or 1, 4) if len(files) == 1 else 1
         for i, f in enumerate(files):
             progress = _Progress(bar)
-            results.append(_load_file(f, i, parts, progress))
-            progress.add(max(0, sizes[i] - progress.bytes), None if progress.events else results[-1])
+            try:
+                results.append(_load_file(f, i, parts, progress))
+            except TraceError as exc:
+                if strict or len(files) == 1:
+                    raise
+                results.append(exc)
+            progress.add(max(0, sizes[i] - progress.bytes),
+                         None if progress.events or isinstance(results[-1], Exception) else results[-1])
         return results
     n = min(len(files), workers or os.cpu_count() or 1)
     with ProcessPoolExecutor(max_workers=n) as pool:
-        futures = [pool.submit(_load_file, f, i) for i, f in enumerate(files)]
+        futures = [pool.submit(load_rank_file, f, i) for i, f in enumerate(files)]
         results = []
         for i, fut in enumerate(futures):
             results.append(fut.result())
+            if strict and isinstance(results[-1], Exception):
+                raise results[-1]
             if bar is not None:
                 bar.update(sizes[i])
         return results
