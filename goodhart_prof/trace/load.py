@@ -25,6 +25,7 @@ from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, e
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 SPLIT_BYTES = 64 * 1024 * 1024     # one document this big is decoded in pieces, in parallel
+TRIM_EVENTS = 1_000_000  # a load this big gives its freed heap back once assembled (4 GB trace: 1.55 -> 0.93 GB RSS)
 PIECE_BYTES = 64 << 20            # a document bigger than this is decoded piece by piece (bounded memory)
 FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 NOT_TRACES = {"run.json"}
@@ -374,6 +375,8 @@ def finish(path: Path, files: list[Path], outcomes: list, strict: bool = False,
     if not len(trace.events):
         skipped = f"; {trace.skipped_events:,} malformed event(s) skipped" if trace.skipped_events else ""
         raise TraceError(f"{path}: no events (no complete 'ph: X' events to analyse{skipped})")
+    if len(trace.events) > TRIM_EVENTS:
+        _trim_heap()  # the pieces' tables are concatenated: their pages go back before the analyses
     if started is not None:  # what the load cost this process (and its worker processes)
         trace.load_cost = LoadCost(time.perf_counter() - started, peak_rss_bytes())
     return trace
