@@ -39,13 +39,15 @@ def _iterations(ctx, param, value):
 @click.option("--mode", type=click.Choice(MODES), default=None,
               help="lite: CPU+CUDA activity and phases; full: adds shapes, stacks, memory "
                    f"(default: PROF_MODE or {DEFAULT_MODE}).")
+@click.option("--verbose", is_flag=True,
+              help="Let the profiler (Kineto) print its own log lines (quiet by default).")
 @run_options.run_side()
-def run(iterations, mode, **trainer_values):
+def run(iterations, mode, verbose, **trainer_values):
     """Train the bundled trainer with profiling on and write the traces.
 
     Writes rank-<r>.pt.trace.json.gz per rank, merged_trace.json and run.json to the output folder.
     """
-    argv, env = run_options.run_command(iterations, mode, trainer_values, os.environ)
+    argv, env = run_options.run_command(iterations, mode, trainer_values, os.environ, verbose)
     proc = subprocess.Popen(argv, env=env)
     # A SIGTERM to us goes to the trainer too (it records the interruption, then exits 143).
     signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))

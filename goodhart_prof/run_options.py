@@ -108,14 +108,22 @@ def trainer_argv(values: Mapping[str, Any]) -> list[str]:
     return argv
 
 
+# Kineto's log levels: 0 verbose, 1 info, 2 warning, 3 stage, 4 error, 5 usdt; 6 prints nothing. Its
+# lines (`ERROR ... gpuGetDeviceCount failed with code 35` on a CPU-only machine with a CUDA build
+# of torch, `profiler_start`/`profiler_stop` stages) say nothing about the user's run.
+QUIET_KINETO = "6"
+
+
 def run_command(iterations: tuple[int, int] | None, mode: str | None, values: Mapping[str, Any],
-                environ: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+                environ: Mapping[str, str], verbose: bool = False) -> tuple[list[str], dict[str, str]]:
     """`goodhart-prof run`'s child: `python -m trainer` with profiling on, and its environment.
 
-    Flags win over the PROF_* variables. One folder takes everything, traces included; unless told
+    Flags win over the PROF_* variables; the profiler's own log is quiet unless `verbose`. One folder takes everything, traces included; unless told
     otherwise the trainer stops after the window's last iteration.
     """
     env = dict(environ)
+    if not verbose:  # a KINETO_LOG_LEVEL the user set wins
+        env.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO)
     first, last = iterations if iterations is not None else _env_window(env)
     output_dir = values["output_dir"] or env.get("PROF_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR
     env.update(PROF_ENABLED="1", PROF_ITERATIONS=f"{first}-{last}",

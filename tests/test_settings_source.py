@@ -22,7 +22,7 @@ from trainer.__main__ import cli as trainer
 from trainer.config import Config
 
 RUN = goodhart_prof.commands["run"]
-RUN_ONLY = {"--iterations", "--mode"}
+RUN_ONLY = {"--iterations", "--mode", "--verbose"}
 SHARED = {option.flag for option in TRAINER_OPTIONS}
 
 
@@ -128,3 +128,17 @@ def test_cli_stays_torch_free_and_never_imports_trainer():
     code = "import sys, goodhart_prof.cli; print(sorted({'torch', 'trainer'} & set(sys.modules)))"
     res = run_cmd(["-c", code])
     assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
+
+
+def test_run_keeps_the_profilers_own_log_quiet_unless_verbose():
+    """Kineto's lines (`ERROR ... gpuGetDeviceCount failed with code 35` on a CPU-only machine
+    with a CUDA torch, `profiler_start`) are off unless --verbose; a level the user set wins."""
+    from goodhart_prof.run_options import QUIET_KINETO
+    given = _run_params([])
+    given.pop("verbose", None)
+    _, env = run_command(given.pop("iterations"), given.pop("mode"), dict(given), {})
+    assert env["KINETO_LOG_LEVEL"] == QUIET_KINETO == "6"
+    _, env = run_command(None, None, dict(given), {}, verbose=True)
+    assert "KINETO_LOG_LEVEL" not in env
+    _, env = run_command(None, None, dict(given), {"KINETO_LOG_LEVEL": "2"})
+    assert env["KINETO_LOG_LEVEL"] == "2"
