@@ -2,7 +2,7 @@
 """Kernel taxonomy on real traces: per trace in shared/traces, the share of GPU kernel time
 (memcpy/memset excluded) left in category `other`, and the top 3 categories.
 
-Prints a Markdown table (the one in README.md, "Kernel taxonomy on real traces").
+Prints a Markdown table (the one in docs/report.md, "Kernel taxonomy on real traces").
 Usage: python scripts/taxonomy_report.py [--shared PATH]
 """
 from __future__ import annotations

@@ -101,7 +101,7 @@ def test_h100_against_v100(h100, v100):
     c = compare(h100, v100)
     check_against_own_analyses(c, h100, v100)
     cats = c.categories.set_index("category")
-    # Figures from each trace's own analysis (README / test_gpu_time_kernels check them against
+    # Figures from each trace's own analysis (docs/report.md / test_gpu_time_kernels check them against
     # TraceLens and HTA): reduction 262,629.125 us on the H100 (its layer norms, 4,242.816 us,
     # are `norm` since the taxonomy split them out), 37,056 us on the V100.
     assert cats.at["reduction", "total_us_delta"] == pytest.approx(37_056.0 - 262_629.125)

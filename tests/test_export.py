@@ -180,7 +180,7 @@ def test_perfetto_counts_match_the_analysis(traced, tmp_path):
 
 
 def test_perfetto_counts_on_the_h100_trace(tmp_path):
-    """The figures of the GPU trace itself (README: 5,165 GPU activities, 82 sync points)."""
+    """The figures of the GPU trace itself (5,165 GPU activities, 82 sync points)."""
     a, summary, d = export_pb(H100, tmp_path)
     assert (summary.gpu_slices, summary.flows, summary.sync_instants, summary.counter_tracks) == \
         (5165, 5165, 82, 1)

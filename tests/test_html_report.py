@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import struct
@@ -24,6 +25,8 @@ from helpers import clean_env, error_lines, run_cmd, write_tiny_config
 DATA = Path(__file__).parent / "data"
 H100 = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
 FIGURE_DIV = 'class="plotly-graph-div"'
+DOCS_PNG = Path(__file__).resolve().parent.parent / "docs" / "report.png"  # README's picture
+DOCS_PNG_SIZE = (1400, 1800)
 
 
 @pytest.fixture(scope="module")
@@ -223,9 +226,18 @@ def test_page_renders_in_headless_chromium(which, request, tmp_path):
     if which == "gpu":  # one screenshot is enough (and each costs ~1.5 s)
         screenshot = chromium(tmp_path, "shot", f"--screenshot={shot}", "--window-size=1400,4000",
                               page.as_uri())
+    # GOODHART_WRITE_SCREENSHOT=1 also refreshes the README's picture (docs/report.png): the top of
+    # the same page, drawn by the same browser.
+    docs_shot = None
+    if which == "gpu" and os.environ.get("GOODHART_WRITE_SCREENSHOT") == "1":
+        docs_shot = chromium(tmp_path, "docs", f"--screenshot={DOCS_PNG}",
+                             f"--window-size={DOCS_PNG_SIZE[0]},{DOCS_PNG_SIZE[1]}", page.as_uri())
     dom, err = dump.communicate(timeout=90)
     if screenshot is not None:
         screenshot.communicate(timeout=90)
+    if docs_shot is not None:
+        docs_shot.communicate(timeout=90)
+        assert docs_shot.returncode == 0 and png_size(DOCS_PNG) == DOCS_PNG_SIZE
     assert dump.returncode == 0, err[-2000:]
     assert 'data-probe="loaded"' in dom, "the page never finished loading"
     errors = re.search(r'data-js-errors="([^"]*)"', dom)

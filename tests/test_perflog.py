@@ -157,7 +157,7 @@ def test_row_figures_match_the_trace(tmp_path):
         totals[e["name"]] += e["dur"]
     top = max(totals, key=totals.get)
     assert row["iteration_ms"] == pytest.approx(sum(steps) / len(steps) / 1e3)
-    assert row["gpu_busy_pct"] == pytest.approx(100 * 566_759.473 / 1_078_288.379, rel=1e-6)  # README
+    assert row["gpu_busy_pct"] == pytest.approx(100 * 566_759.473 / 1_078_288.379, rel=1e-6)  # docs/report.md
     assert row["memcpy_htod_ms"] == pytest.approx(htod / 1e3) and htod > 0
     assert row["top_kernel"] == top
     assert row["top_kernel_pct"] == pytest.approx(100 * totals[top] / sum(totals.values()))
