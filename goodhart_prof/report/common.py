@@ -7,11 +7,13 @@ existing file is kept unless `--force`, a folder is refused, in the style of eve
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import UserError
 
@@ -74,8 +76,137 @@ def short_tail(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
+_RETURN_TYPE = re.compile(r"^(?:void|std::enable_if<.*?>::type)\s+")
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
+_CPP_NAME = re.compile(r"^(?:[A-Za-z_~][\w~]*::)*[A-Za-z_~][\w~]*(?=[<(])")  # a qualified name, then `<` or `(`
+_WRAPPERS = re.compile(r"^(?:\w+::)*(?:Kernel\d?|device_kernel)$")  # CUTLASS's `cutlass::Kernel2<the_kernel...>`
+_GENERIC = {"kernel", "Kernel", "run", "main", "impl"}
+
+
+def _inside(text: str, start: int) -> str:
+    """The text between the `<` at `start` and its matching `>`."""
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "<":
+            depth += 1
+        elif text[i] == ">":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1:i]
+    return text[start + 1:]
+
+
+def kernel_name(name: Any, width: int | None = None) -> str:
+    """A kernel's short name for tables: a C++ kernel loses its return type, namespaces, template
+    arguments and parameters (`void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float,
+    ...>(...)` -> `cunn_SoftMaxForward<...>`; CUTLASS's `cutlass::Kernel2<X>(X::Params)` -> `X`);
+    Triton, cuBLAS, hipBLASLt/Tensile (`Cijk_...`) and other plain names stay as they are. With a
+    width, cut to it with an ellipsis. The full name stays in the JSON and in hover text."""
+    full = str(name)
+    text = _ANONYMOUS.sub("", _RETURN_TYPE.sub("", full.strip()))
+    for _ in range(3):  # a wrapper's inner kernel may itself be qualified and templated
+        match = _CPP_NAME.match(text)
+        if not match:  # Triton, cuBLAS, Tensile, NCCL without arguments, memcpy: as they are
+            break
+        qualified, end = match.group(0), match.end()
+        templated = text[end] == "<"
+        if templated and _WRAPPERS.match(qualified):
+            inner = _inside(text, end).split(",")[0].strip()
+            if inner:
+                text = inner
+                continue
+        parts = qualified.split("::")
+        base = parts[-1]
+        if base in _GENERIC and len(parts) > 1:
+            base = f"{parts[-2]}::{base}"
+        text = base + ("<...>" if templated else "")
+        break
+    return text if width is None else short(text, width)
+
+
+def one_line(text: Any) -> Text:
+    """A table cell kept on one line, cut with an ellipsis when its column is narrower (the
+    column itself still shrinks first when the table is wider than the console)."""
+    return Text(str(text), no_wrap=True, overflow="ellipsis")
+
+
+_NAME_KEYS = {"site", "cause", "op", "name", "kernel", "frame"}
+_PERCENT_WORDS = ("share", "utilization", "ratio", "fraction", "overlap")
+_LIST_ITEMS = 3
+
+
+def _label(key: str) -> str:
+    key = str(key)
+    if key == "device":
+        return "GPU"
+    return re.sub(r"_us(?=_|$)", "", key).replace("_", " ").strip()
+
+
+def evidence_value(key: str, value: Any) -> str:
+    """One figure of a finding's evidence in its unit: `_us` keys as durations, shares and
+    utilizations in [0, 1] as percentages, byte counts in binary units, kernel names short."""
+    key = str(key)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        if re.search(r"_us(?:_|$)", key):
+            return duration(value)
+        if "bytes" in key:
+            return bytes_text(value)
+        if any(w in key for w in _PERCENT_WORDS) and 0 <= float(value) <= 1:
+            return percent(value)
+        value = float(value)
+        return f"{value:,.0f}" if value.is_integer() else f"{value:,.3g}"
+    if key in ("kernel", "name"):
+        return kernel_name(value, 80)
+    if isinstance(value, dict):
+        return ", ".join(_figure(k, v) for k, v in value.items() if v is not None)
+    if isinstance(value, (list, tuple)):
+        return ", ".join(evidence_value(key, v) for v in value)
+    return str(value)
+
+
+def _figure(key: str, value: Any) -> str:
+    """`label value`, or the value alone for a name; a nested dict as `label (figures)`."""
+    if isinstance(value, dict):
+        return f"{_label(key)} ({evidence_value(key, value)})"
+    if key in _NAME_KEYS:
+        return evidence_value(key, value)
+    if key == "count" and isinstance(value, (int, np.integer)):
+        return f"{value:,}x"
+    return f"{_label(key)} {evidence_value(key, value)}"
+
+
+def evidence_lines(evidence: dict, long_text: int = 60) -> list[str]:
+    """A finding's evidence as a few lines of labelled figures (`rank 7 · GPU 7 · utilization
+    24.3%`): scalars on the first line; each nested dict, long text and list of dicts (sites,
+    causes: one indented line per item, the first few) on lines of their own. The raw dict is
+    the JSON report's."""
+    head, rest = [], []
+    for key, value in evidence.items():
+        if value is None or value == [] or value == {}:
+            continue
+        if isinstance(value, (list, tuple)) and all(isinstance(v, dict) for v in value):
+            rest.append(f"{_label(key)}:" if key != "sites" else "at:")
+            for item in value[:_LIST_ITEMS]:
+                rest.append("  " + " · ".join(_figure(k, v) for k, v in item.items() if v is not None))
+            if len(value) > _LIST_ITEMS:
+                rest.append(f"  (+{len(value) - _LIST_ITEMS} more)")
+        elif isinstance(value, dict):
+            rest.append(f"{_label(key)}: " + " · ".join(_figure(k, v) for k, v in value.items()
+                                                        if v is not None))
+        elif isinstance(value, str) and key not in ("kernel", "name") and len(value) > long_text:
+            rest.append(f"{_label(key)}: {value}")
+        else:
+            head.append(_figure(key, value) if key not in _NAME_KEYS else
+                        f"{_label(key)} {evidence_value(key, value)}")
+    return ([" · ".join(head)] if head else []) + rest
+
+
 def make_table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
-    """A rich table in the reports' style: first column folds, the others cut with an ellipsis."""
+    """A rich table in the reports' style: first column folds, the others cut with an ellipsis.
+    A table wider than the console narrows its widest columns first; give a name cell `one_line`
+    to cut it with an ellipsis rather than wrap it."""
     out = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
     for i, col in enumerate(columns):
         out.add_column(col, justify="right" if i in right else "left",

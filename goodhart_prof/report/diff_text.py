@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .common import bytes_text, duration, make_table, percent, short
+from .common import bytes_text, duration, kernel_name, make_table, one_line, percent, short
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
 
@@ -115,7 +115,7 @@ def _kernels(c, console: Console, top: int) -> None:
                    "kernel", "category", "A", "B", "delta", "ratio", "count A", "count B",
                    right=(2, 3, 4, 5, 6, 7))
     for r in c.kernels.head(top).itertuples():
-        table.add_row(short(r.name), r.category, duration(r.total_us_a), duration(r.total_us_b),
+        table.add_row(one_line(kernel_name(r.name, 90)), r.category, duration(r.total_us_a), duration(r.total_us_b),
                       _signed_us(r.total_us_delta), _ratio(r.total_us_ratio, r.total_us_a),
                       _count(r.count_a), _count(r.count_b))
     console.print(table)

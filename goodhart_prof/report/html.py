@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from .common import percent, refuse_overwrite, short, short_tail
+from .common import kernel_name, percent, refuse_overwrite, short, short_tail
 from .html_common import LAYOUT as _LAYOUT
 from .html_common import duration_sig
 from .html_common import esc as _esc
@@ -188,7 +188,7 @@ def kernel_figure(a, top: int = TOP_KERNELS):
     go = _go()
     k = k.head(top).reset_index(drop=True)
     libs = k["library"].astype(str) if "library" in k else pd.Series([""] * len(k))
-    labels = [f"{i + 1}. {short(_plain_name(n), 70)}" + (f" [{lib}]" if lib else "")
+    labels = [f"{i + 1}. {kernel_name(n, 70)}" + (f" [{lib}]" if lib else "")
               for i, (n, lib) in enumerate(zip(k["name"].astype(str), libs))]
     fig = go.Figure()
     for cat in dict.fromkeys(k["category"].astype(str)):  # first-seen order for the legend
@@ -585,12 +585,6 @@ def _log_edges(dur: np.ndarray) -> np.ndarray | None:
 def _alpha(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
-
-
-
-
-def _plain_name(name: str) -> str:
-    return name[5:] if name.startswith("void ") else name
 
 
 def _unique(labels: list[str]) -> list[str]:

@@ -10,7 +10,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .common import duration, short
+from .common import duration
+from .html_common import wrap
 
 TITLE = "Efficiency against the hardware (roofline)"
 OP_COLOR, KERNEL_COLOR = "#1f77b4", "#ff7f0e"
@@ -55,7 +56,7 @@ def roofline_figure(eff):
         fig.add_trace(go.Scatter(
             x=frame["intensity"], y=frame["tflops"], mode="markers", name=label,
             marker=dict(size=size, color=color, opacity=0.7, line=dict(width=1, color="#333")),
-            hovertext=[_label(short(str(n), 90)) for n in frame[key]],
+            hovertext=[wrap(str(n)) for n in frame[key]],
             customdata=np.c_[frame["time_us"].to_numpy(float), frame["gbps"].to_numpy(float),
                              frame["pct_roof"].to_numpy(float)],
             hovertemplate="%{hovertext}<br>%{x:,.1f} FLOP/B, %{y:,.2f} TFLOP/s, %{customdata[1]:,.0f} GB/s"

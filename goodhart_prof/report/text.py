@@ -1,16 +1,14 @@
 """The terminal report: rich tables, one section per analysis, findings last."""
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 from rich.console import Console
+from rich.padding import Padding
+from rich.text import Text
 
-from .common import bytes_text, duration, make_table, percent, short
+from .common import bytes_text, duration, evidence_lines, kernel_name, make_table, one_line, percent, short
 from .text_comm import communication_section, ranks_section
 
-_RETURN_TYPE = re.compile(r"^(?:void|std::enable_if<.*?>::type)\s+")
-_WRAPPER = re.compile(r"^\w*::Kernel\d?<")  # CUTLASS's `cutlass::Kernel2<the_kernel_name...>`
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
@@ -55,7 +53,7 @@ def _kernels(a, console: Console, top: int) -> None:
                    "kernel", "category", "library", "count", "total", "mean", "share",
                    right=(3, 4, 5, 6))
     for r in a.kernels.head(top).itertuples():
-        table.add_row(short(r.name), r.category, getattr(r, "library", ""), f"{r.count:,}", duration(r.total_us), duration(r.mean_us),
+        table.add_row(one_line(kernel_name(r.name, 90)), r.category, getattr(r, "library", ""), f"{r.count:,}", duration(r.total_us), duration(r.mean_us),
                       f"{r.pct:.1f}%")
     console.print(table)
     console.print()
@@ -221,30 +219,32 @@ def _efficiency(a, console: Console, top: int) -> None:
         console.print(f"  rank {d.rank} / gpu {d.device}: {d.device_name or 'unnamed device'}; {peak}",
                       highlight=False)
     if not eff.ops.empty:
-        console.print(_roofline_table("by op type", eff.ops, "op", top))
+        console.print(_roofline_table("by op type", eff.ops, "op", top, console.width))
     if not eff.kernels.empty:
         console.print(_roofline_table(f"top {min(top, len(eff.kernels))} compute kernels", eff.kernels,
-                                      "name", top))
+                                      "name", top, console.width))
     if eff.unsized:
         console.print("FLOPs unknown (shapes or scalar arguments not recorded): "
                       + ", ".join(f"{op} x{n:,}" for op, n in eff.unsized.items()), highlight=False)
 
 
-def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int):
-    """Op rows show dtype and count; kernel rows give that room to the kernel's name."""
+def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int, width: int = 160):
+    """Op rows show dtype and count; kernel rows give that room to the kernel's name. A console
+    under 140 columns leaves out GFLOP and GB (FLOP/B and the rates say it) to keep names legible."""
     is_op = label == "op"
+    wide = width >= 140
     extra = ("dtype", "count") if is_op else ()
-    table = make_table(f"Roofline, {title}", "rank/dev", "aten op" if is_op else "kernel", *extra, "time", "GFLOP", "GB", "FLOP/B",
-                       "TFLOP/s", "GB/s", "% of peak", "% of roof", "bound",
-                       right=tuple(range(3, 12) if is_op else range(2, 10)))
-    table.columns[1].no_wrap = True  # one line per row; the start of a kernel name says enough
+    sizes = ("GFLOP", "GB") if wide else ()
+    columns = ("rank/dev", "aten op" if is_op else "kernel", *extra, "time", *sizes, "FLOP/B",
+               "TFLOP/s", "GB/s", "% of peak", "% of roof", "bound")
+    table = make_table(f"Roofline, {title}", *columns, right=tuple(range(2, len(columns) - 1)))
     for r in frame.head(top).itertuples():
         where = "cpu" if r.device < 0 else f"{r.rank}/{r.device}"
         cells = (r.dtype, f"{r.count:,}") if is_op else ()
-        shown = _RETURN_TYPE.sub("", str(getattr(r, label)))
-        shown = shown.removeprefix("aten::") if is_op else _WRAPPER.sub("", shown)
-        table.add_row(where, short(shown, 36 if is_op else 30), *cells,
-                      duration(r.time_us), f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3),
+        size_cells = (f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3)) if wide else ()
+        name = str(getattr(r, label))
+        shown = short(name.removeprefix("aten::"), 36) if is_op else kernel_name(name, 40)
+        table.add_row(where, one_line(shown), *cells, duration(r.time_us), *size_cells,
                       _num(r.intensity, 1), _num(r.tflops, 2),
                       _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), r.bound or "-")
     return table
@@ -269,11 +269,9 @@ def _each_finding(a, console: Console) -> None:
     for f in a.findings:
         style = SEVERITY_STYLE.get(f.severity, "")
         console.print(f"[{style}]{f.severity.upper():6s}[/{style}] [bold]{f.rule}[/bold]: {f.title}")
-        evidence = {k: v for k, v in f.evidence.items() if k != "sites"}
-        console.print(f"        evidence: {evidence}", highlight=False)
-        for site in f.evidence.get("sites", [])[:3]:
-            console.print(f"        at {site['site']} ({site['count']}x)", highlight=False)
-        console.print(f"        fix: {f.fix}", highlight=False)
+        for line in evidence_lines(f.evidence):  # wrapped lines keep the indent
+            console.print(Padding(Text(line.lstrip()), (0, 0, 0, 8 + len(line) - len(line.lstrip()))))
+        console.print(Padding(Text(f"fix: {f.fix}"), (0, 0, 0, 8)))
 
 
 def render_hta(frames: dict[str, pd.DataFrame], console: Console) -> None:
