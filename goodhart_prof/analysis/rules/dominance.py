@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import in_categories
+from ...trace.names import kernel_name
 from ..kernels import gpu_with_category
 from .base import Context, Finding, Need, Rule, Threshold
 
@@ -63,7 +64,7 @@ def _dominant_kernel(ctx: Context) -> Finding | None:
     who = evidence.get("op") or (launchers[0]["op"] if launchers else None)
     by = f" (launched by {who})" if who else " (launching op not in the trace: a CUDA graph " \
                                             "replay or a GPU-only trace)"
-    what = f"{evidence['op']}'s kernels" if subject == "op" else f"one kernel, {_short(top)},"
+    what = f"{evidence['op']}'s kernels" if subject == "op" else f"one kernel, {kernel_name(top, 60)},"
     return Finding(
         "dominant_kernel", "medium" if path else "low",
         f"{what} take{'s' if subject == 'kernel' else ''} {share:.0%} of GPU time{by}",
@@ -117,10 +118,6 @@ def _faster_path(ctx: Context, g: pd.DataFrame, kern: pd.DataFrame,
                     "batch_gemms")
     return ("Most GPU time goes to this work: it is where optimization pays off (look at its "
             "shapes and dtype, or whether it needs to run this often).", None)
-
-
-def _short(name: str, width: int = 60) -> str:
-    return name if len(name) <= width else name[:width - 3] + "..."
 
 
 DOMINANT_KERNEL = Rule(
