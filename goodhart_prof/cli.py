@@ -119,10 +119,8 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, w
         explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
         click.echo(json.dumps(to_document(result, top if explicit_top else None), indent=1))
         return
-    from rich.console import Console
     from .report.text import render, render_hta
-    import sys
-    console = Console(width=None if sys.stdout.isatty() else 140)  # files and pipes get full rows
+    console = _console()
     render(result, console, top)
     if hta:
         from .analysis.hta_bridge import hta_breakdowns
@@ -135,9 +133,16 @@ def _warn(trace) -> None:
         click.echo(f"warning: {warning}", err=True)
 
 
+PIPE_COLUMNS = 140  # files and pipes get full rows unless COLUMNS says otherwise
+
+
 def _console():
+    """The terminal's width; for a file or pipe, COLUMNS when set, else PIPE_COLUMNS."""
     from rich.console import Console
-    return Console(width=None if sys.stdout.isatty() else 140)  # files and pipes get full rows
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) >= 40 else PIPE_COLUMNS)
 
 
 @cli.command()

@@ -101,3 +101,18 @@ def test_evidence_reads_as_labelled_figures():
     assert lines[2] == "at:"
     assert lines[3:6] == ["  a > b · 21x · total 138.0 us"] * 3
     assert lines[6] == "  (+1 more)"
+
+
+@pytest.mark.parametrize("columns, widest", [("100", 100), ("", 140)])
+def test_the_cli_piped_follows_columns_else_full_rows(columns, widest):
+    """`goodhart-prof analyze` into a pipe or file: COLUMNS when set (a user's `COLUMNS=100`),
+    else 140-column rows; either way no line wider."""
+    from click.testing import CliRunner
+
+    from goodhart_prof.cli import cli
+    env = {"COLUMNS": columns} if columns else {"COLUMNS": ""}
+    out = CliRunner().invoke(cli, ["analyze", str(DATA / "tracelens" / "h100_owlv2_inference.json.gz")],
+                             env=env)
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert max(map(len, lines)) == widest
