@@ -7,6 +7,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from .common import bytes_text, duration, evidence_lines, kernel_name, make_table, one_line, percent, short
+from ..analysis.memory import device_label
 from .text_comm import communication_section, ranks_section
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -194,13 +195,9 @@ def _memory(a, console: Console) -> None:
         top = make_table("Allocations by phase and op (inside iterations)", "device", "phase", "op",
                          "per iteration", "median size", "still live at end", right=(3, 4, 5))
         for r in sites.itertuples():
-            top.add_row(device_label(r), short(r.phase, 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
+            top.add_row(device_label(r.rank, r.device_type, r.device), short(r.phase, 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
                         bytes_text(r.median_bytes), bytes_text(r.live_bytes))
         console.print(top)
-
-
-def device_label(r) -> str:
-    return f"rank{r.rank}/host" if r.device_type == 0 else f"rank{r.rank}/gpu{r.device}"
 
 
 def _efficiency(a, console: Console, top: int) -> None:
