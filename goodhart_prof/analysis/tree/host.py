@@ -55,6 +55,32 @@ class HostTree:
         """N of the ProfilerStep#N of the node's rank holding its start (-1: none)."""
         return iterations(self.trace, self.rank, self.ts)
 
+    @cached_property
+    def op_parent(self) -> np.ndarray:
+        """The nearest cpu op among each node's ancestors (-1: none); ProfilerStep#N is no op."""
+        return self.nearest(self.is_op & ~self.is_step)
+
+    @cached_property
+    def self_us(self) -> np.ndarray:
+        """Self time of each cpu op node: its duration less the union of the intervals of the
+        ops directly under it (its `op_parent` children; an annotation between them is the
+        op's own time). NaN for nodes that are not ops (annotations, ProfilerStep#N)."""
+        ops = self.is_op & ~self.is_step
+        out = np.where(ops, self.end - self.ts, np.nan)
+        child = np.flatnonzero(ops & (self.op_parent >= 0))
+        if len(child):
+            par = self.op_parent[child]
+            order = np.lexsort((self.ts[child], par))  # by parent, then start
+            child, par = child[order], par[order]
+            ts, end = self.ts[child], self.end[child]
+            # union of each parent's children: clip each start to the reach of the ones before
+            reach = pd.Series(end).groupby(par).cummax().to_numpy()
+            before = np.r_[-np.inf, reach[:-1]]
+            before[np.r_[True, par[1:] != par[:-1]]] = -np.inf  # a parent's first child
+            covered = np.maximum(0.0, end - np.maximum(ts, before))
+            np.subtract.at(out, par, covered)
+        return out
+
     def __len__(self) -> int:
         return len(self.row)
 
