@@ -40,7 +40,7 @@ def hot_ops(trace: Trace) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in
                              zip(COLUMNS, (object, np.int64, float, float, float, float))})
     self_us = tree.self_us[ops]
-    dur = tree.end[ops] - tree.ts[ops]
+    dur = trace.events["dur"].loc[tree.row[ops]].to_numpy(float)  # as recorded (not end - ts)
     outer = _outermost_of_name(tree, ops)
     codes, inverse = np.unique(tree.name[ops], return_inverse=True)
     sums = exact_sums(inverse, len(codes), self_us=self_us, total_us=np.where(outer, dur, 0.0))

@@ -66,7 +66,9 @@ class HostTree:
         ops directly under it (its `op_parent` children; an annotation between them is the
         op's own time). NaN for nodes that are not ops (annotations, ProfilerStep#N)."""
         ops = self.is_op & ~self.is_step
-        out = np.where(ops, self.end - self.ts, np.nan)
+        # durations as recorded: end - ts at epoch-scale stamps loses a few 1e-4 us per event
+        dur = self.trace.events["dur"].loc[self.row].to_numpy(float) if len(self.row) else np.zeros(0)
+        out = np.where(ops, dur, np.nan)
         child = np.flatnonzero(ops & (self.op_parent >= 0))
         if len(child):
             par = self.op_parent[child]
@@ -77,7 +79,7 @@ class HostTree:
             reach = pd.Series(end).groupby(par).cummax().to_numpy()
             before = np.r_[-np.inf, reach[:-1]]
             before[np.r_[True, par[1:] != par[:-1]]] = -np.inf  # a parent's first child
-            covered = np.maximum(0.0, end - np.maximum(ts, before))
+            covered = np.where(ts >= before, dur[child], np.maximum(0.0, end - before))
             np.subtract.at(out, par, covered)
         return out
 
