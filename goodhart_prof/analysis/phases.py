@@ -27,7 +27,8 @@ engine runs backward on its own thread, so a phase that calls `.backward()` show
 launches only.) For a `ProfilerStep#N` it means anywhere on the rank: an iteration owns all the
 work its rank does during it, backward thread and logging thread included.
 
-Order: annotations by cpu_us (largest first), then the iterations in step order; by rank within.
+Order of `phases`: annotations by cpu_us (largest first), then the iterations in step order.
+Order of `phases_by_rank`: annotations by (rank, name), then iterations by (rank, N).
 """
 from __future__ import annotations
 

@@ -281,8 +281,11 @@ def _findings(a, console: Console) -> None:
         console.print("[bold]Findings[/bold]: none of the rules fired")
     else:
         _each_finding(a, console)
+    by_reason: dict[str, list[str]] = {}  # one line per reason: a CPU-only trace has nine alike
     for n in a.not_judged:
-        console.print(f"[dim]not judged[/dim] {n.rule}: {n.reason}", highlight=False)
+        by_reason.setdefault(n.reason, []).append(n.rule)
+    for reason, rules in by_reason.items():
+        console.print(f"[dim]not judged[/dim] {', '.join(rules)}: {reason}", highlight=False)
 
 
 def _each_finding(a, console: Console) -> None:
