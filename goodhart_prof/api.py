@@ -15,8 +15,8 @@ from . import analysis
 
 @dataclasses.dataclass
 class Analysis(analysis.Analysis):
-    """`analysis.Analysis` (gpu, kernels, categories, sync_points, burstiness, phases,
-    communication, ranks, memory, efficiency, findings, ...) with its JSON document."""
+    """`analysis.Analysis` (gpu, kernels, categories, host_ops, sync_points, burstiness, phases,
+    phases_by_rank, communication, ranks, memory, efficiency, findings, ...) with its JSON document."""
 
     def to_json(self, top: int | None = None) -> dict[str, Any]:
         """The goodhart-prof/analysis/v1 document `analyze --json` prints (all kernels unless `top`)."""

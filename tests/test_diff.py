@@ -272,3 +272,17 @@ def test_diff_command_text_json_and_html(tmp_path, capsys):
 def test_diff_command_bad_input_is_one_line(tmp_path, capsys):
     code, _, err = run_main(["diff", str(tmp_path / "missing.json"), str(H100)], capsys)
     assert code == 2 and err.strip().count("\n") == 0 and "missing.json" in err
+
+
+def test_cpu_only_diff_leaves_out_the_gpu_rows(capsys):
+    """Two CPU-only traces of our trainer: no gpu_busy_us 0.0 us rows, one line saying why."""
+    ours = DATA / "ours"
+    code, out, _ = run_main(["diff", str(ours / "cpu_2rank_merged.json.gz"),
+                             str(ours / "cpu_full_mode.pt.trace.json.gz")], capsys)
+    assert code == 0
+    assert "Neither trace has GPU activity" in out
+    for metric in ("gpu_busy_us", "gpu_span_us", "gpu_utilization", "kernel_us", "iteration_gpu_us"):
+        assert metric not in out
+    assert "iteration_us" in out and "sync_points" in out
+    code, out, _ = run_main(["diff", str(H100), str(ours / "cpu_full_mode.pt.trace.json.gz")], capsys)
+    assert code == 0 and "gpu_busy_us" in out and "Neither trace" not in out

@@ -168,12 +168,40 @@ def test_cpu_only_trace_gets_sentences_not_empty_charts(cpu_page, cpu_analysis):
     page = cpu_page.read_text(encoding="utf-8")
     assert "No sync points: this is a CPU-only trace." in page and "would be a sync point" in page
     assert page.count(plotlyjs_head()) == 1
-    assert page.count("No GPU activity in this trace") == 5  # header + 4 GPU sections
+    assert page.count("This trace has no GPU activity") == 1  # one line says so ...
+    for key in report.GPU_SECTIONS:  # ... and the GPU sections are left out, navigation too
+        assert f'id="{key}"' not in page and f'href="#{key}"' not in page
     assert "none (no GPU activity)" in page
     assert page.count(FIGURE_DIV) == 1  # phases (no sync point to chart; lite mode: no memory)
     assert "No memory events" in page
     assert "ProfilerStep#1" in page and "ProfilerStep#2" in page
     assert "only CPU time is shown" in page
+
+
+def test_cpu_only_two_rank_page_has_host_sections_and_no_gpu_section():
+    """Our trainer on 2 CPU ranks (tests/data/ours): no GPU section, no empty chart, no zero
+    column; the hottest host ops and the phases of both ranks instead."""
+    a = analyze(load(DATA / "ours" / "cpu_2rank_merged.json.gz"))
+    assert a.gpu.empty and a.trace.ranks == [0, 1]
+    page = report.render_html(a)
+    ids = re.findall(r'<section id="([^"]+)"><h2>', page)
+    assert ids == [k for k in report.SECTIONS if k not in report.GPU_SECTIONS]
+    assert page.count("This trace has no GPU activity") == 1
+    rest = re.sub(r'<p class="empty" id="no-gpu">[^<]*</p>', "", page)  # the line naming them
+    for title in ("GPU utilization", "Top kernels", "Idle gaps", "Why the GPU idles",
+                  "kernel categories</b>", "idle gap classes", "GPU time launched"):
+        assert title not in rest
+    assert page.count(FIGURE_DIV) == 1  # the phases; the host reads are not sync points
+    # the host ops table: the top op by self time, its calls, self and total as the table has them
+    top = a.host_ops.iloc[0]
+    assert f"<code>{top['name']}</code></td><td>{int(top['calls']):,}</td>" in page
+    assert f"{top['self_pct']:.1f}%" in page
+    # phases: the median rank's and the slowest rank's CPU time, never their sum
+    phases = report.phase_figure(a)
+    assert [t.name for t in phases.data] == ["CPU time (median rank)", "CPU time (slowest rank)"]
+    steps = a.phases[a.phases["kind"] == "iteration"]
+    assert list(phases.data[0].x[:2]) == pytest.approx(list(steps["cpu_us"] / 1e3))
+    assert list(phases.data[1].x[:2]) == pytest.approx(list(steps["cpu_max_us"] / 1e3))
 
 
 def test_no_syncs_and_no_findings_read_as_sentences(gpu_analysis):

@@ -1,15 +1,23 @@
 """Phases: CPU time, GPU time launched and sync points per annotation and per iteration."""
 from __future__ import annotations
 
+import gzip
 import json
+import math
+from pathlib import Path
 
 import pytest
 
-from goodhart_prof.analysis.phases import COLUMNS, phases, phases_json
+from goodhart_prof.analysis.phases import COLUMNS, RANK_COLUMNS, phases, phases_by_rank, phases_json
 from goodhart_prof.analysis.syncs import sync_points
 from goodhart_prof.trace.load import load
 from helpers import clean_env, run_cmd, write_tiny_config
 from test_syncs import ann, cuda_item, kernel, load_events, rt
+
+
+def one_rank(row: dict, rank: int = 0) -> dict:
+    """A phase row of a single-rank trace: the rank's own figures, the rank columns repeating it."""
+    return {**row, "ranks": 1, "median_rank": rank, "cpu_max_us": row["cpu_us"], "max_rank": rank}
 
 
 def launch(ts, corr, gpu_ts, gpu_dur, tid=100):
@@ -33,18 +41,18 @@ def test_hand_built_phases(tmp_path):
     assert list(table.columns) == COLUMNS
     rows = {r["name"]: r for r in table.to_dict("records")}
     assert list(table["name"]) == ["rollout", "gae", "ProfilerStep#1", "ProfilerStep#2"]
-    assert rows["rollout"] == {"name": "rollout", "kind": "annotation", "iteration": -1, "count": 2,
-                               "cpu_us": 490.0, "gpu_us": 30 + 20 + 2 + 7, "gpu_kernels": 3,
-                               "syncs": 1}
-    assert rows["gae"] == {"name": "gae", "kind": "annotation", "iteration": -1, "count": 1,
-                           "cpu_us": 100.0, "gpu_us": 13.0, "gpu_kernels": 1, "syncs": 0}
-    assert rows["ProfilerStep#1"] == {"name": "ProfilerStep#1", "kind": "iteration", "iteration": 1,
-                                      "count": 1, "cpu_us": 1000.0,
-                                      "gpu_us": 30 + 20 + 2 + 7 + 11 + 13, "gpu_kernels": 5,
-                                      "syncs": 1}
-    assert rows["ProfilerStep#2"] == {"name": "ProfilerStep#2", "kind": "iteration", "iteration": 2,
-                                      "count": 1, "cpu_us": 500.0, "gpu_us": 4.0, "gpu_kernels": 1,
-                                      "syncs": 1}
+    assert rows["rollout"] == one_rank({"name": "rollout", "kind": "annotation", "iteration": -1,
+                                        "count": 2, "cpu_us": 490.0, "gpu_us": 30 + 20 + 2 + 7,
+                                        "gpu_kernels": 3, "syncs": 1})
+    assert rows["gae"] == one_rank({"name": "gae", "kind": "annotation", "iteration": -1, "count": 1,
+                                    "cpu_us": 100.0, "gpu_us": 13.0, "gpu_kernels": 1, "syncs": 0})
+    assert rows["ProfilerStep#1"] == one_rank({"name": "ProfilerStep#1", "kind": "iteration",
+                                               "iteration": 1, "count": 1, "cpu_us": 1000.0,
+                                               "gpu_us": 30 + 20 + 2 + 7 + 11 + 13, "gpu_kernels": 5,
+                                               "syncs": 1})
+    assert rows["ProfilerStep#2"] == one_rank({"name": "ProfilerStep#2", "kind": "iteration",
+                                               "iteration": 2, "count": 1, "cpu_us": 500.0,
+                                               "gpu_us": 4.0, "gpu_kernels": 1, "syncs": 1})
     doc = phases_json(table)
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc
     assert doc[0] == rows["rollout"] and type(doc[0]["count"]) is int
@@ -83,3 +91,68 @@ def test_trainer_trace_phases(tmp_path):
     assert rows["rollout"]["cpu_us"] < steps["cpu_us"].sum()
     assert rows["ppo_update"]["syncs"] >= rows["minibatch"]["syncs"] >= rows["optimizer_step"]["syncs"]
     assert json.loads(json.dumps(phases_json(table), allow_nan=False))
+
+
+# -- several ranks: never a sum over ranks ---------------------------------------------------------
+OURS_2RANK = Path(__file__).parent / "data" / "ours" / "cpu_2rank_merged.json.gz"
+
+
+def raw_per_rank(path: Path, names: set[str]) -> dict[tuple[int, str], list[float]]:
+    """Durations of the named annotations per (rank, name), read straight from the JSON (the
+    merged layout: pid = rank)."""
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    out: dict[tuple[int, str], list[float]] = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"] in names:
+            out.setdefault((int(e["pid"]), e["name"]), []).append(float(e["dur"]))
+    return out
+
+
+def test_two_rank_trace_phases_per_rank_and_over_ranks():
+    trace = load(OURS_2RANK)
+    assert trace.ranks == [0, 1]
+    points = sync_points(trace)
+    by_rank = phases_by_rank(trace, points)
+    table = phases(trace, points)
+    names = {"ProfilerStep#1", "ProfilerStep#2", "minibatch", "rollout", "policy_act"}
+    raw = raw_per_rank(OURS_2RANK, names)
+    for name in names:
+        mine = by_rank[by_rank["name"] == name].set_index("rank")
+        assert sorted(mine.index) == [0, 1], name
+        for rank in (0, 1):
+            durs = raw[(rank, name)]
+            assert mine.loc[rank, "count"] == len(durs)
+            assert mine.loc[rank, "cpu_us"] == pytest.approx(math.fsum(durs), abs=1e-6)
+        row = table[table["name"] == name].iloc[0]
+        totals = {r: math.fsum(raw[(r, name)]) for r in (0, 1)}
+        fast, slow = sorted(totals, key=lambda r: (totals[r], r))
+        # two ranks: the lower middle one is the median rank, the other the slowest; never the sum
+        assert row["ranks"] == 2 and row["median_rank"] == fast and row["max_rank"] == slow
+        assert row["cpu_us"] == pytest.approx(totals[fast], abs=1e-6)
+        assert row["cpu_max_us"] == pytest.approx(totals[slow], abs=1e-6)
+        assert row["count"] == len(raw[(fast, name)])
+        assert row["cpu_us"] < totals[0] + totals[1]
+    steps = table[table["kind"] == "iteration"]
+    assert list(steps["name"]) == ["ProfilerStep#1", "ProfilerStep#2"] and list(steps["count"]) == [1, 1]
+    doc = phases_json(table)
+    assert json.loads(json.dumps(doc, allow_nan=False)) == doc
+    assert {"ranks", "median_rank", "cpu_max_us", "max_rank"} <= set(doc[0])
+    assert set(phases_json(by_rank)[0]) == set(RANK_COLUMNS)
+
+
+def test_median_rank_of_three_and_ties(tmp_path):
+    """Three ranks' steps of 300, 100 and 200 us: the median is rank 2's, the slowest rank 0's;
+    with equal times the lower rank is the slowest."""
+    events = []
+    for rank, dur in ((0, 300), (1, 100), (2, 200)):
+        events += [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+                   ann("ProfilerStep#4", 0, dur, pid=rank, tid=1), ann("gae", 5, 50, pid=rank, tid=1)]
+    trace = load_events(tmp_path, events)
+    assert trace.ranks == [0, 1, 2]
+    rows = {r["name"]: r for r in phases(trace, sync_points(trace)).to_dict("records")}
+    assert rows["ProfilerStep#4"] == {"name": "ProfilerStep#4", "kind": "iteration", "iteration": 4,
+                                      "count": 1, "cpu_us": 200.0, "gpu_us": 0.0, "gpu_kernels": 0,
+                                      "syncs": 0, "ranks": 3, "median_rank": 2, "cpu_max_us": 300.0,
+                                      "max_rank": 0}
+    assert (rows["gae"]["cpu_us"], rows["gae"]["median_rank"], rows["gae"]["max_rank"]) == (50.0, 1, 0)

@@ -26,7 +26,7 @@ class Analysis:
     sync_points: pd.DataFrame         # syncs.sync_points on ranks with a device (one row each)
     syncs: SyncSummary
     burstiness: list[DeviceBurstiness]  # one per (rank, device)
-    phases: pd.DataFrame              # phases.phases
+    phases: pd.DataFrame              # phases.phases: per phase, the median rank's row
     # `.item()`/`nonzero`/`if tensor:` on CPU-only ranks: reads that would sync on a GPU
     host_reads: pd.DataFrame = field(default_factory=pd.DataFrame)
     reads: SyncSummary | None = None
@@ -37,6 +37,8 @@ class Analysis:
     ranks: Ranks | None = None  # stragglers.rank_tables: ranks side by side (None: not computed)
     memory: Memory | None = None  # memory.memory (None: not computed)
     efficiency: Efficiency | None = None  # efficiency.efficiency (None: not computed)
+    phases_by_rank: pd.DataFrame = field(default_factory=pd.DataFrame)  # phases.phases_by_rank
+    host_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # hotops.hot_ops (all ops)
 
 
 def analyze(trace: Trace) -> Analysis:
@@ -47,17 +49,19 @@ def analyze(trace: Trace) -> Analysis:
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
     from .memory import memory
-    from .phases import phases
+    from .hotops import hot_ops
+    from .phases import over_ranks, phases_by_rank
     from .stragglers import empty_ranks, rank_tables
     from .syncs import split_host_reads, sync_points, sync_summary
 
     points, reads = split_host_reads(trace, sync_points(trace))
+    by_rank = phases_by_rank(trace, points)
     result = Analysis(trace=trace, gpu=gpu_time(trace), kernels=kernel_table(trace),
                       categories=category_table(trace), sync_points=points,
                       syncs=sync_summary(points), burstiness=burstiness(trace),
-                      phases=phases(trace, points), host_reads=reads, reads=sync_summary(reads),
+                      phases=over_ranks(by_rank), phases_by_rank=by_rank, host_reads=reads, reads=sync_summary(reads),
                       libraries=library_table(trace), memory=memory(trace),
-                      efficiency=efficiency(trace))
+                      efficiency=efficiency(trace), host_ops=hot_ops(trace))
     result.ranks = (rank_tables(trace, comm_kernels(trace)) if has_communication(trace)
                     else empty_ranks("the trace has no communication kernels"))
     result.communication = communication(trace, result.ranks)

@@ -6,6 +6,13 @@ of enclosing annotations and ops on the thread from the host call tree (analysis
 outermost first, ending with the event itself, without the `ProfilerStep#N` element so that
 sites add up across iterations. An event seen only on the device (no host call in the trace) is
 `NAME (no host call)`.
+
+Torch's own events: an event inside an `Optimizer.step#`/`Optimizer.zero_grad#` annotation is
+the optimizer's doing, not a line the user wrote. With stacks, the innermost user frame around
+it is the line that called `optimizer.step()`, so the site says whose it is:
+`torch: Optimizer.step#Adam.step > aten::_fused_adam_ > aten::item (called at ppo.py:127 fn)`
+(the chain from the annotation down to the event, then the user's line). Without stacks the
+chain already names the annotation and is kept as it is.
 """
 from __future__ import annotations
 
@@ -15,7 +22,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, name_codes
+from .hostops import TORCH_ANNOTATION
 from .intervals import thread_groups
 from .tree import FrameNest, frame_nest, host_tree
 
@@ -45,6 +53,9 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
     encl = np.where(hosted, tree.enclosing(cols["rank"], cols["pid"], cols["tid"], cols["ts"],
                                            cols["end"]), -1)
     names, calls = points["name"].tolist(), points["call"].to_numpy(bool)
+    # A counted op is itself a node: its chain starts at itself.
+    starts = np.where((own >= 0) & ~calls, own, encl)
+    torch_own = _torch_annotation(trace, tree, starts)
     for key, pos in thread_groups(points).items():
         nest = frame_nest(trace, key)
         frames = nest.enclosing(cols["ts"][pos], cols["end"][pos]) if nest is not None else None
@@ -53,15 +64,33 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
                 out[p] = f"{names[p]} (no host call)"
                 continue
             user = _user_frame(nest, int(frames[j])) if frames is not None and frames[j] >= 0 else None
-            if user is not None:
+            if user is not None and torch_own[p] < 0:
                 out[p] = user
                 continue
-            # A counted op is itself a node: its chain starts at itself.
-            start = own[p] if (own[p] >= 0 and not calls[p]) else encl[p]
-            chain = tree.chain(int(start)) if start >= 0 else ()
+            start = int(starts[p])
+            chain = tree.chain(start) if start >= 0 else ()
             if calls[p] or own[p] < 0:
                 chain = chain + (names[p],)
+            if user is not None:  # torch's own, under the user's call: from the annotation down
+                above = len(tree.chain(int(tree.parent[torch_own[p]]))) if tree.parent[torch_own[p]] >= 0 else 0
+                out[p] = f"torch: {' > '.join(chain[above:])} (called at {user})"
+                continue
             out[p] = " > ".join(chain)
+    return out
+
+
+def _torch_annotation(trace: Trace, tree, nodes: np.ndarray) -> np.ndarray:
+    """For each node, the nearest Optimizer.step#/zero_grad# annotation among it and its
+    ancestors (-1: none, or node -1). 2021-era traces record these annotations as cpu ops."""
+    wanted = np.zeros(len(tree.names), dtype=bool)
+    wanted[name_codes(trace.events, TORCH_ANNOTATION)] = True
+    out = np.asarray(nodes, dtype=np.int64).copy()
+    if not wanted.any():
+        return np.full(len(out), -1, dtype=np.int64)
+    up = (out >= 0) & ~wanted[tree.name[np.maximum(out, 0)]]
+    while up.any():
+        out[up] = tree.parent[out[up]]
+        up = (out >= 0) & ~wanted[tree.name[np.maximum(out, 0)]]
     return out
 
 

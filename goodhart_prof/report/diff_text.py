@@ -65,11 +65,25 @@ def render(c, console: Console, top: int = 15) -> None:
 
 def _summary(c, console: Console) -> None:
     console.print()
+    if _no_gpu_either(c):
+        console.print("Neither trace has GPU activity (CPU-only runs): the GPU figures are left out.")
     table = make_table("Summary (B - A)", "metric", "A", "B", "delta", "ratio", right=(1, 2, 3, 4))
+    no_gpu = _no_gpu_either(c)
     for r in c.summary.itertuples():
+        if r.metric in no_gpu:  # neither trace has GPU activity: rows of zeros say nothing
+            continue
         table.add_row(r.metric, _summary_value(r.metric, r.a), _summary_value(r.metric, r.b),
                       _summary_value(r.metric, r.delta, signed=True), _ratio(r.ratio, r.a))
     console.print(table)
+
+
+GPU_METRICS = ("gpu_busy_us", "gpu_span_us", "gpu_utilization", "kernel_us", "iteration_gpu_us")
+
+
+def _no_gpu_either(c) -> tuple[str, ...]:
+    """The GPU metrics of the summary when neither trace has GPU activity (else none)."""
+    spans = c.summary.set_index("metric")[["a", "b"]].reindex(["gpu_span_us"]).fillna(0.0)
+    return GPU_METRICS if bool((spans.to_numpy() == 0).all()) else ()
 
 
 def _item_values(r) -> tuple[str, str, str]:

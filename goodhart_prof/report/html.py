@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from .common import kernel_name, percent, refuse_overwrite, short, short_tail
+from .common import kernel_name, percent, refuse_overwrite
 from .html_common import LAYOUT as _LAYOUT
 from .html_common import duration_sig
 from .html_common import esc as _esc
@@ -28,13 +28,18 @@ from .html_common import go as _go
 from .html_common import label as _label
 from .html_common import wrap as _wrap
 from . import html_ranks
+from .html_host import (HOST_OPS_KEY, HOST_OPS_TITLE, SYNC_COLORS, TOP_SITES, host_ops_section,
+                        phase_figure, phase_note, sync_iterations_figure, sync_note, sync_sites_figure)
+
+# The figure functions and sizes the page is made of, wherever they live (tests call them here).
+__all__ = ["write_html", "render_html", "category_figure", "kernel_figure", "timeline_figure",
+           "gap_histogram_figure", "sync_sites_figure", "sync_iterations_figure", "phase_figure",
+           "TOP_KERNELS", "TOP_SITES", "MARKED_GAPS", "SECTIONS"]
 from .html_memory import MEMORY_TITLE, memory_empty, memory_figure, memory_table_html
 from .html_efficiency import TITLE as EFFICIENCY_TITLE, efficiency_section
 
 
 TOP_KERNELS = 20
-TOP_SITES = 20
-TOP_PHASES = 15
 MARKED_GAPS = 40  # largest idle gaps shaded per device on the timeline
 
 # Section titles (ids are for links; tests look for the titles).
@@ -44,6 +49,7 @@ SECTIONS = {
     "timeline": "GPU utilization timeline",
     "gaps": "Idle gaps by class",
     "idle": "Why the GPU idles",
+    HOST_OPS_KEY: HOST_OPS_TITLE,
     "syncs": "Sync points",
     "phases": "Phases",
     html_ranks.KEY: html_ranks.TITLE,
@@ -64,13 +70,7 @@ GAP_MEANING = {
     "launch": "shorter than 30 us: launch overhead between queued kernels",
     "other": "work was queued but waited on something else (an event, another stream)",
 }
-SYNC_COLORS = {
-    "item": "#d62728", "nonzero": "#ff7f0e", "is_nonzero": "#bcbd22", "memcpy_dtoh": "#1f77b4",
-    "memcpy_htod_pageable": "#17becf", "stream_sync": "#9467bd", "device_sync": "#8c564b",
-    "event_sync": "#e377c2", "sync_memcpy": "#2ca02c",
-}
 SEVERITY_COLORS = {"high": "#c62828", "medium": "#ef6c00", "low": "#0277bd"}
-PHASE_COLORS = {"cpu": "#546e7a", "gpu": "#43a047"}
 _CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -89,30 +89,43 @@ def write_html(analysis, path: str | Path, force: bool = False) -> Path:
     return path
 
 
+# Sections about GPU activity: a trace without any leaves them out (one sentence in the header).
+GPU_SECTIONS = ("categories", "kernels", "timeline", "gaps", "idle", html_ranks.KEY)
+
+
 def render_html(a) -> str:
     """The whole page as a string."""
     page = _Page()
-    page.add_section("categories", [page.figure(category_figure(a), "categories"),
-                                    library_table_html(a)], _no_gpu_sentence(a))
-    page.add_section("kernels", [page.figure(kernel_figure(a), "kernels")], _no_gpu_sentence(a))
-    page.add_section("timeline", [page.figure(timeline_figure(a), "timeline")], _no_gpu_sentence(a),
-                     note=_timeline_note(a))
-    page.add_section("gaps", [page.figure(gap_histogram_figure(a), "gaps")],
-                     _no_gpu_sentence(a) if not a.burstiness else "No idle gaps: each device was "
-                     "busy from its first activity to its last.", note=_gap_note(a))
-    page.sections.append(_idle_section(a))
+    gpu = has_gpu(a)
+    if gpu:
+        page.add_section("categories", [page.figure(category_figure(a), "categories"),
+                                        library_table_html(a)], "No kernel categories.")
+        page.add_section("kernels", [page.figure(kernel_figure(a), "kernels")], "No kernels.")
+        page.add_section("timeline", [page.figure(timeline_figure(a), "timeline")],
+                         "No utilization timeline.", note=_timeline_note(a))
+        page.add_section("gaps", [page.figure(gap_histogram_figure(a), "gaps")],
+                         "No idle gaps: each device was busy from its first activity to its last.",
+                         note=_gap_note(a))
+        page.add_section("idle", [], "", raw=_idle_section(a))
+    page.add_section(HOST_OPS_KEY, [], "", raw=host_ops_section(a))
     page.add_section("syncs", [page.figure(sync_sites_figure(a), "sync-sites"),
                                page.figure(sync_iterations_figure(a), "sync-iterations")],
-                     _sync_note(a) or "No sync points: the host never waited for the device.",
-                     note=_sync_note(a))
+                     sync_note(a) or "No sync points: the host never waited for the device.",
+                     note=sync_note(a))
     page.add_section("phases", [page.figure(phase_figure(a), "phases")],
                      "No phases: the trace has no annotations (record_function) and no "
-                     "ProfilerStep#N.", note=_phase_note(a))
-    page.sections.append(html_ranks.ranks_section(a, page.figure))
+                     "ProfilerStep#N.", note=phase_note(a))
+    if gpu:
+        page.add_section(html_ranks.KEY, [], "", raw=html_ranks.ranks_section(a, page.figure))
     page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))
-    page.sections.append(efficiency_section(a, page.figure))
-    page.sections.append(_findings_section(a))
+    page.add_section("efficiency", [], "", raw=efficiency_section(a, page.figure))
+    page.add_section("findings", [], "", raw=_findings_section(a))
     return page.render(_header(a))
+
+
+def has_gpu(a) -> bool:
+    """Whether the trace has GPU activity (kernels, memcpys, memsets) at all."""
+    return a.gpu is not None and not a.gpu.empty
 
 
 class _Page:
@@ -120,6 +133,7 @@ class _Page:
 
     def __init__(self) -> None:
         self.sections: list[str] = []
+        self.keys: list[str] = []
         self.figures = 0
 
     def figure(self, fig, name: str) -> str | None:
@@ -132,7 +146,14 @@ class _Page:
         return pio.to_html(fig, full_html=False, include_plotlyjs=first, config=_CONFIG,
                            div_id=f"fig-{name}", default_height=f"{fig.layout.height or 450}px")
 
-    def add_section(self, key: str, figures: list[str | None], empty: str, note: str = "") -> None:
+    def add_section(self, key: str, figures: list[str | None], empty: str, note: str = "",
+                    raw: str | None = None) -> None:
+        """A section from its figures (a sentence when none), or `raw`, a whole `<section>`
+        another module built. Only the sections added appear in the navigation."""
+        self.keys.append(key)
+        if raw is not None:
+            self.sections.append(raw)
+            return
         shown = [f for f in figures if f is not None]
         body = "".join(f'<div class="figure">{f}</div>' for f in shown) if shown else \
             f'<p class="empty">{_esc(empty)}</p>'
@@ -141,7 +162,7 @@ class _Page:
         self.sections.append(f'<section id="{key}"><h2>{_esc(SECTIONS[key])}</h2>{body}</section>')
 
     def render(self, header: str) -> str:
-        nav = " · ".join(f'<a href="#{k}">{_esc(t)}</a>' for k, t in SECTIONS.items())
+        nav = " · ".join(f'<a href="#{k}">{_esc(SECTIONS[k])}</a>' for k in self.keys)
         return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
                 f"<title>goodhart-prof report</title><style>{_CSS}</style></head>\n<body>"
@@ -287,86 +308,6 @@ def gap_histogram_figure(a):
     return fig
 
 
-def sync_sites_figure(a, top: int = TOP_SITES):
-    """Sync points per (kind, site), most frequent first, coloured by kind."""
-    if a.syncs is None or not a.syncs.total or a.syncs.sites.empty:
-        return None
-    sites = a.syncs.sites
-    go = _go()
-    sites = sites.head(top).reset_index(drop=True)
-    labels = [_label(f"{i + 1}. {short_tail(s, 70)}") for i, s in enumerate(sites["site"].astype(str))]
-    fig = go.Figure()
-    for kind in _kinds(sites["kind"]):
-        sel = (sites["kind"].astype(str) == kind).to_numpy()
-        rows = sites[sel]
-        fig.add_trace(go.Bar(
-            x=rows["count"], y=[l for l, s in zip(labels, sel) if s], orientation="h", name=kind,
-            marker_color=SYNC_COLORS.get(kind, "#7f7f7f"),
-            hovertext=[_wrap(s) for s in rows["site"].astype(str)],
-            customdata=rows["total_us"].to_numpy(float) / 1e3,
-            hovertemplate="%{hovertext}<br>%{x:,} sync points, host time %{customdata:,.3f} ms"
-                          f"<extra>{_label(kind)}</extra>"))
-    fig.update_layout(**_LAYOUT, height=140 + 26 * len(sites), barmode="stack",
-                      xaxis_title="sync points", legend=dict(title_text="kind", traceorder="normal"),
-                      title=dict(text="per site", x=0, font=dict(size=13)),
-                      yaxis=dict(categoryorder="array", categoryarray=labels[::-1], automargin=True))
-    return fig
-
-
-def sync_iterations_figure(a):
-    """Sync points per traced iteration (`outside` = not inside any ProfilerStep#N), by kind."""
-    if a.syncs is None or not a.syncs.total or a.syncs.per_iteration.empty:
-        return None
-    per_it = a.syncs.per_iteration
-    go = _go()
-    order = sorted(int(i) for i in per_it["iteration"].unique())
-    order = [i for i in order if i >= 0] + [i for i in order if i < 0]
-    names = {i: (f"#{i}" if i >= 0 else "outside") for i in order}
-    fig = go.Figure()
-    for kind in _kinds(per_it["kind"]):
-        rows = per_it[(per_it["kind"].astype(str) == kind).to_numpy()]
-        fig.add_trace(go.Bar(x=[names[int(i)] for i in rows["iteration"]], y=rows["count"], name=kind,
-                             marker_color=SYNC_COLORS.get(kind, "#7f7f7f"),
-                             hovertemplate=f"{_label(kind)}, iteration " + "%{x}: %{y:,}<extra></extra>"))
-    fig.update_layout(**_LAYOUT, height=340, barmode="stack", bargap=0.5 if len(order) < 4 else 0.2,
-                      legend=dict(title_text="kind", traceorder="normal"),
-                      title=dict(text="per iteration", x=0, font=dict(size=13)),
-                      xaxis=dict(title="iteration (ProfilerStep#N)", type="category",
-                                 categoryorder="array", categoryarray=[names[i] for i in order]),
-                      yaxis_title="sync points")
-    return fig
-
-
-def phase_figure(a, top: int = TOP_PHASES):
-    """Per phase: CPU time next to the GPU time launched inside it (iterations, then annotations)."""
-    ph = a.phases
-    if ph is None or ph.empty:
-        return None
-    go = _go()
-    iterations = ph[ph["kind"] == "iteration"]
-    annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False,
-                                                             kind="stable").head(top)
-    rows = pd.concat([iterations, annotations], ignore_index=True)
-    labels = [_label(short(n, 60)) for n in rows["name"].astype(str)]
-    labels = _unique(labels)
-    custom = np.c_[rows["count"].to_numpy(), rows["gpu_kernels"].to_numpy(), rows["syncs"].to_numpy()]
-    fig = go.Figure()
-    series = [("cpu_us", "CPU time", PHASE_COLORS["cpu"])]
-    if (rows["gpu_us"] > 0).any():  # a CPU-only trace launches nothing: no empty second bar
-        series.append(("gpu_us", "GPU time launched", PHASE_COLORS["gpu"]))
-    for col, name, color in series:
-        fig.add_trace(go.Bar(
-            x=rows[col] / 1e3, y=labels, orientation="h", name=name, marker_color=color,
-            customdata=custom,
-            hovertemplate="%{y}: " + name + " %{x:,.3f} ms<br>%{customdata[0]:,} instances, "
-                          "%{customdata[1]:,} GPU kernels, %{customdata[2]:,} sync points<extra></extra>"))
-    fig.update_layout(**_LAYOUT, height=150 + 20 * len(series) * len(rows), barmode="group",
-                      xaxis_title="ms", showlegend=True,
-                      yaxis=dict(categoryorder="array", categoryarray=labels[::-1], automargin=True),
-                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, xanchor="left"))
-    return fig
-
-
 # -- page parts -------------------------------------------------------------------------------
 def _header(a) -> str:
     from .. import __version__
@@ -383,14 +324,15 @@ def _header(a) -> str:
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     warnings = "".join(f'<p class="warning">warning: {_esc(w)}</p>' for w in t.warnings)
     return (f"<header><h1>goodhart-prof report</h1><table class=\"facts\">{rows}</table>{warnings}"
-            f"{_gpu_table(a)}{_legend()}<p class=\"muted\">goodhart-prof {_esc(__version__)}; times "
+            f"{_gpu_table(a)}{_legend(has_gpu(a))}<p class=\"muted\">goodhart-prof {_esc(__version__)}; times "
             f"in the tables are microseconds unless marked; definitions in docs/DESIGN.md.</p></header>")
 
 
 def _gpu_table(a) -> str:
-    if a.gpu is None or a.gpu.empty:
-        return '<p class="empty">No GPU activity in this trace (a CPU-only run?): the GPU sections ' \
-               'below are empty; sync points and phases still apply.</p>'
+    if not has_gpu(a):
+        left_out = "; ".join(SECTIONS[k] for k in GPU_SECTIONS)
+        return (f'<p class="empty" id="no-gpu">This trace has no GPU activity (a CPU-only run?), so the '
+                f'GPU sections ({_esc(left_out)}) are left out; the host sections follow.</p>')
     head = "".join(f"<th>{h}</th>" for h in ("rank / device", "span", "busy", "idle", "utilization",
                                              "kernel time"))
     body = "".join(
@@ -400,18 +342,20 @@ def _gpu_table(a) -> str:
     return f'<table class="data"><caption>GPU time</caption><tr>{head}</tr>{body}</table>'
 
 
-def _legend() -> str:
+def _legend(gpu: bool = True) -> str:
+    """The colour keys; a trace without GPU activity gets only the host ones."""
     def chips(colors: dict[str, str], meaning: dict[str, str] | None = None) -> str:
         return " ".join(f'<span class="chip"><i style="background:{c}"></i>{_esc(k)}'
                         + (f": {_esc(meaning[k])}" if meaning else "") + "</span>"
                         for k, c in colors.items())
-    return ('<details open class="legend"><summary>Legend</summary>'
-            f"<p><b>kernel categories</b> {chips(CATEGORY_COLORS)}</p>"
-            f"<p><b>idle gap classes</b> {chips(GAP_COLORS, GAP_MEANING)}</p>"
-            f"<p><b>sync point kinds</b> {chips(SYNC_COLORS)}</p>"
-            "<p><b>utilization</b>: busy share (union of kernels, memcpys, memsets) of each window "
-            "of span/200; <b>phases</b>: CPU wall time of an annotation vs the GPU time of the work "
-            "launched inside it. Charts are interactive: hover for full names, drag to zoom, "
+    device = (f"<p><b>kernel categories</b> {chips(CATEGORY_COLORS)}</p>"
+              f"<p><b>idle gap classes</b> {chips(GAP_COLORS, GAP_MEANING)}</p>") if gpu else ""
+    words = ("<b>utilization</b>: busy share (union of kernels, memcpys, memsets) of each window "
+             "of span/200; <b>phases</b>: CPU wall time of an annotation vs the GPU time of the work "
+             "launched inside it." if gpu else "<b>phases</b>: CPU wall time of each annotation.")
+    return ('<details open class="legend"><summary>Legend</summary>' + device
+            + f"<p><b>sync point kinds</b> {chips(SYNC_COLORS)}</p>"
+            f"<p>{words} Charts are interactive: hover for full names, drag to zoom, "
             "double-click to reset.</p></details>")
 
 
@@ -475,10 +419,6 @@ def _evidence(evidence: dict[str, Any]) -> str:
     return f'<ul class="evidence">{"".join(parts)}</ul>' if parts else ""
 
 
-def _no_gpu_sentence(a) -> str:
-    return "No GPU activity in this trace (a CPU-only run?), so there is nothing to chart here."
-
-
 def _timeline_note(a) -> str:
     if not a.burstiness:
         return ""
@@ -496,36 +436,10 @@ def _gap_note(a) -> str:
             "time they add up to (bottom), stacked by class.")
 
 
-def _sync_note(a) -> str:
-    s, reads = a.syncs, a.reads
-    if reads is not None and reads.total and (s is None or not s.total):
-        kinds = ", ".join(f"{_esc(k)} {v:,}" for k, v in reads.by_kind.items() if v)
-        return (f"No sync points: this is a CPU-only trace. {reads.total:,} host reads ({kinds}) "
-                "wait for nothing here; each would be a sync point with the tensors on a GPU.")
-    if s is None or not s.total:
-        return ""
-    kinds = ", ".join(f"{_esc(k)} {v:,}" for k, v in s.by_kind.items() if v)
-    return f"{s.total:,} sync points ({kinds}); the top {TOP_SITES} sites by count."
-
-
-def _phase_note(a) -> str:
-    gpu = a.phases is not None and not a.phases.empty and bool((a.phases["gpu_us"] > 0).any())
-    return (f"Traced iterations (ProfilerStep#N, whole rank) first, then the {TOP_PHASES} "
-            "annotations with the most CPU time (their own thread). "
-            + ("GPU time counts kernels, memcpys and memsets launched inside." if gpu else
-               "No phase launched GPU work, so only CPU time is shown."))
-
-
 # -- small helpers ----------------------------------------------------------------------------
 def _subplots():
     from plotly.subplots import make_subplots
     return make_subplots
-
-
-def _kinds(column: pd.Series) -> list[str]:
-    """The sync kinds present, in the legend's (DESIGN.md's) order, unknown ones last."""
-    present = list(dict.fromkeys(column.astype(str)))
-    return [k for k in SYNC_COLORS if k in present] + [k for k in present if k not in SYNC_COLORS]
 
 
 def _device_title(a, b) -> str:
@@ -585,16 +499,6 @@ def _log_edges(dur: np.ndarray) -> np.ndarray | None:
 def _alpha(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
-
-
-def _unique(labels: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    out = []
-    for label in labels:
-        n = seen.get(label, 0)
-        seen[label] = n + 1
-        out.append(label if n == 0 else f"{label} ({n + 1})")
-    return out
 
 
 def _value(v: Any) -> str:

@@ -62,6 +62,8 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "host_reads": plain(a.reads.to_json()) if a.reads is not None else None,
         "burstiness": {device_key(b.rank, b.device): plain(b.to_json()) for b in a.burstiness},
         "phases": plain(_phases_json(a.phases)),
+        "phases_by_rank": plain(_phases_json(a.phases_by_rank)),
+        "host_ops": plain(_host_ops_json(a.host_ops, top)),
         "communication": plain(a.communication.to_json()) if a.communication is not None else [],
         "communication_sites": records(a.communication.sites, ["kind", "site", "count", "total_us"])
         if a.communication is not None else [],
@@ -77,6 +79,11 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
 def _phases_json(frame: pd.DataFrame) -> list[dict[str, Any]]:
     from ..analysis.phases import phases_json
     return phases_json(frame)
+
+
+def _host_ops_json(frame: pd.DataFrame, top: int | None) -> dict[str, Any]:
+    from ..analysis.hotops import hot_ops_json
+    return hot_ops_json(frame, top)
 
 
 EFFICIENCY_OP_KEYS = ["dtype", "count", "flops", "bytes", "time_us", "intensity", "tflops", "gbps",

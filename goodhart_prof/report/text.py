@@ -23,6 +23,7 @@ def render(a, console: Console, top: int = 15) -> None:
         console.print(f"[yellow]warning:[/yellow] {warning}")
     _gpu(a, console)
     _kernels(a, console, top)
+    _host_ops(a, console, top)
     _syncs(a, console, top)
     _burstiness(a, console)
     _phases(a, console, top)
@@ -150,14 +151,37 @@ def _phases(a, console: Console, top: int) -> None:
         return
     console.print()
     has_syncs = "syncs" in ph
-    table = make_table("Phases (annotations and traced iterations)", "phase", "count", "CPU time",
-                   "GPU time launched", "syncs", right=(1, 2, 3, 4))
+    multi = "ranks" in ph and bool((ph["ranks"] > 1).any())
+    gpu = not a.gpu.empty  # a CPU-only trace launches nothing: no column of zeros
+    title = ("Phases per rank (the median rank's figures; the slowest rank beside them)" if multi
+             else "Phases (annotations and traced iterations)")
+    heads = ["phase"] + (["ranks"] if multi else []) + ["count", "CPU time"]         + (["slowest (rank)"] if multi else []) + (["GPU time launched"] if gpu else []) + ["syncs"]
+    table = make_table(title, *heads, right=tuple(range(1, len(heads))))
     annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False).head(top)
     iterations = ph[ph["kind"] == "iteration"]
     for frame in (iterations, annotations):
         for r in frame.itertuples():
-            table.add_row(short(r.name, 60), f"{r.count:,}", duration(r.cpu_us), duration(r.gpu_us),
-                          f"{int(r.syncs):,}" if has_syncs else "-")
+            cells = [short(r.name, 60)] + ([f"{r.ranks:,}"] if multi else []) \
+                + [f"{r.count:,}", duration(r.cpu_us)] \
+                + ([f"{duration(r.cpu_max_us)} ({r.max_rank})"] if multi else []) \
+                + ([duration(r.gpu_us)] if gpu else []) + [f"{int(r.syncs):,}" if has_syncs else "-"]
+            table.add_row(*cells)
+    console.print(table)
+
+
+def _host_ops(a, console: Console, top: int) -> None:
+    """The hottest host ops by self time (analysis/hotops.py)."""
+    ops = a.host_ops
+    if ops is None or ops.empty:
+        return
+    console.print()
+    table = make_table(f"Top {min(top, len(ops))} of {len(ops)} host ops by self time "
+                       f"(host time {duration(ops['self_us'].sum())}, all threads and ranks)",
+                       "op", "calls", "self", "self share", "total (inclusive)", "total share",
+                       right=(1, 2, 3, 4, 5))
+    for r in ops.head(top).itertuples():
+        table.add_row(one_line(short(r.name, 80)), f"{r.calls:,}", duration(r.self_us), f"{r.self_pct:.1f}%",
+                      duration(r.total_us), f"{r.total_pct:.1f}%")
     console.print(table)
 
 
@@ -257,8 +281,11 @@ def _findings(a, console: Console) -> None:
         console.print("[bold]Findings[/bold]: none of the rules fired")
     else:
         _each_finding(a, console)
+    by_reason: dict[str, list[str]] = {}  # one line per reason: a CPU-only trace has nine alike
     for n in a.not_judged:
-        console.print(f"[dim]not judged[/dim] {n.rule}: {n.reason}", highlight=False)
+        by_reason.setdefault(n.reason, []).append(n.rule)
+    for reason, rules in by_reason.items():
+        console.print(f"[dim]not judged[/dim] {', '.join(rules)}: {reason}", highlight=False)
 
 
 def _each_finding(a, console: Console) -> None:

@@ -16,6 +16,8 @@ parent always comes before its children. Columns, one numpy array each:
 | top_op | the outermost cpu op among its ancestors and itself (the op the code on the host called); -1: none |
 | annotation | the innermost user annotation among its ancestors, `ProfilerStep#N` excluded; -1: none |
 | iteration | N of the `ProfilerStep#N` of its rank (any thread) whose interval holds its start; -1 |
+| op_parent | the nearest cpu op among its ancestors (`ProfilerStep#N` is no op); -1: none |
+| self_us | a cpu op's duration less the union of the ops directly under it (op_parent children); NaN for annotations |
 
 GPU work hangs off the tree through its launch call (`links.gpu_launches`: GPU activity -> launch
 call, by `correlation`); a launch call, a sync call or any other interval finds its place with

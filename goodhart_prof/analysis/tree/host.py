@@ -55,6 +55,34 @@ class HostTree:
         """N of the ProfilerStep#N of the node's rank holding its start (-1: none)."""
         return iterations(self.trace, self.rank, self.ts)
 
+    @cached_property
+    def op_parent(self) -> np.ndarray:
+        """The nearest cpu op among each node's ancestors (-1: none); ProfilerStep#N is no op."""
+        return self.nearest(self.is_op & ~self.is_step)
+
+    @cached_property
+    def self_us(self) -> np.ndarray:
+        """Self time of each cpu op node: its duration less the union of the intervals of the
+        ops directly under it (its `op_parent` children; an annotation between them is the
+        op's own time). NaN for nodes that are not ops (annotations, ProfilerStep#N)."""
+        ops = self.is_op & ~self.is_step
+        # durations as recorded: end - ts at epoch-scale stamps loses a few 1e-4 us per event
+        dur = self.trace.events["dur"].loc[self.row].to_numpy(float) if len(self.row) else np.zeros(0)
+        out = np.where(ops, dur, np.nan)
+        child = np.flatnonzero(ops & (self.op_parent >= 0))
+        if len(child):
+            par = self.op_parent[child]
+            order = np.lexsort((self.ts[child], par))  # by parent, then start
+            child, par = child[order], par[order]
+            ts, end = self.ts[child], self.end[child]
+            # union of each parent's children: clip each start to the reach of the ones before
+            reach = pd.Series(end).groupby(par).cummax().to_numpy()
+            before = np.r_[-np.inf, reach[:-1]]
+            before[np.r_[True, par[1:] != par[:-1]]] = -np.inf  # a parent's first child
+            covered = np.where(ts >= before, dur[child], np.maximum(0.0, end - before))
+            np.subtract.at(out, par, covered)
+        return out
+
     def __len__(self) -> int:
         return len(self.row)
 
