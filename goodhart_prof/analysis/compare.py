@@ -21,14 +21,25 @@ Tables (`Comparison` attributes):
 | memory | device label (`rank0/gpu0`, `rank0/host`; analysis/memory.py) | peak_allocated, peak_reserved, allocations_per_iteration, growth_per_iteration (a device without memory events on one side keeps NaN there) |
 | efficiency | op type (efficiency.py; all devices and dtypes of a side summed) | count, flops, time_us, tflops (achieved TFLOP/s = flops / time) |
 
-The headline ("what got better and what got worse") is one row per changed item, `verdict`
-`better` or `worse`, better ones first, each group by `impact_us` (largest first). Better means:
-less time (iteration time, a kernel category, a kernel, an annotation phase's CPU time), fewer
-sync points of a kind, higher utilization of a device, less kernel time of a collective kind. `impact_us` is what the change is worth
-in microseconds over the traced window: |delta| for times; the change in host wait for a sync
-kind; |delta mean iteration time| x the mean number of traced iterations for the iteration
-time; |delta utilization| x the mean span for a device. Items overlap (a kernel is inside its
-category, an annotation inside an iteration), so impacts are not to be added up.
+Noise first (docs/DESIGN.md "Noise"; `noise.py`, `spread.py`, `verdicts.py`): `spread` holds every
+time figure measured per counted iteration (iteration time and GPU time, annotation phases, kernel
+categories, kernels, collectives, env-steps/s of a run folder's untraced iterations) with each
+side's median and interval, delta (B - A medians), ratio and verdict; `counts` the exact counts
+per iteration (sync points and CPU-only host reads per kind, launched GPU kernels). The interval
+is the order-statistic confidence interval of the median at >= 95% coverage (`spread.py`: exact
+for any distribution, deterministic, no seed; [min, max] for up to 8 values), chosen over a
+bootstrap because a trace holds a handful of skewed values, where a bootstrap of the median is
+coarse and too narrow.
+
+The headline ("what got better and what got worse") is one row per real change, `verdict`
+`better` or `worse`, better ones first, each group by `impact_us` (largest first; counts without a
+time estimate last). A time figure is a real change only when both sides have 3+ counted
+iterations and the two intervals do not overlap (overlap: `within noise`, listed by
+`within_noise`; fewer: `not judged`, and `time_statement` says nothing can be concluded about
+time). Better means a lower median time, a higher env-steps/s, fewer counts. `impact_us`: |delta
+median| x the mean number of counted iterations for a time figure; the change in host time for a
+sync or host-read kind. Warm-up (the run's first iteration) never counts. Items overlap (a kernel
+is inside its category, an annotation inside an iteration), so impacts are not to be added up.
 """
 from __future__ import annotations
 

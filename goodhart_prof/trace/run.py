@@ -14,9 +14,13 @@ trace). What is read:
 time or throughput sample. **Throughput iterations** (`throughput`): the rows that are not
 warm-up and during which no profiler existed: not the profiler's warm-up iteration FIRST - 1,
 not the traced FIRST..LAST, not LAST + 1 (it writes the trace) -- the iterations the trainer's
-own `env_steps_per_s` is measured over, less the first. Their per-iteration env-steps/s, times
-the world size (ranks step in lockstep, each with its own envs), are the samples of the
-env-steps/s figure.
+own `env_steps_per_s` is measured over, less the first -- and of those, the ones before the
+window when there are 3 or more (the CPU preset traces 50-55 of 56: 48 of them), else the ones
+after it. The two are not mixed: after the window the process runs in another state (the trace
+written and its memory released), and on the 2-core CPU machine the iterations after a 2-7
+window ran 0.55x to 0.97x the time of those before it, differently in each of 4 runs of one
+configuration. Their per-iteration env-steps/s, times the world size (ranks step in lockstep,
+each with its own envs), are the samples of the env-steps/s figure.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from ..errors import UserError
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 WARMUP_ITERATIONS = 1  # the run's first iteration(s): compile, autotune, allocator growth
+MIN_SAMPLES = 3  # analysis/spread.py MIN_ITERATIONS: fewer values give no interval
 
 
 @dataclass
@@ -65,10 +70,14 @@ class RunRecord:
 
     def throughput(self) -> pd.DataFrame:
         """The metrics rows whose env-steps/s is a throughput sample, with `rate` and
-        `env_steps_all` (all ranks)."""
+        `env_steps_all` (all ranks): the untimed rows are left out, then the rows before the
+        window are taken when there are 3 or more, else those after it (module docstring)."""
         m = self.metrics
         it = m["iteration"].to_numpy(np.int64)
         keep = ~self.profiled(it) & ~np.isin(it, self.warmup) & m["env_steps_per_s"].notna().to_numpy()
+        if self.window is not None:
+            before = keep & (it < self.window[0])
+            keep = before if before.sum() >= MIN_SAMPLES else keep & (it > self.window[1])
         out = m[keep].copy()
         out["rate"] = out["env_steps_per_s"].astype(float) * self.world_size
         out["env_steps_all"] = pd.to_numeric(out["env_steps"], errors="coerce") * self.world_size
