@@ -12,7 +12,8 @@ first). Row fields (`FIELDS`):
 | date, created | local date (markdown) and ISO timestamp (JSONL) of the append |
 | change | what this run changed (`--change`) |
 | trace | PATH as given |
-| iteration_ms | mean CPU time of one `ProfilerStep#N` (all ranks' steps), ms |
+| iteration_ms | median CPU time of one `ProfilerStep#N` over the counted iterations (warm-up excluded; per iteration the largest rank's: `analysis/noise.py`), ms; without counted iterations, the mean over all steps |
+| iteration_ms_low, _high, _n | its interval (`analysis/spread.py`) and number of iterations (JSONL only) |
 | env_steps_per_s | median env-steps/s over the run's throughput iterations (metrics.jsonl of the run folder PATH is or lies in: untraced, warm-up excluded, `trace/run.py`); without metrics.jsonl, run.json's `env_steps_per_s` (no spread); empty without a run |
 | env_steps_per_s_low, _high, _n | the median's interval (`analysis/spread.py`) and the number of iterations (JSONL only; null: no spread recorded) |
 | gpu_busy_pct | GPU busy / span over all devices, % |
@@ -24,7 +25,7 @@ Concurrent writers are safe: an append holds an exclusive `fcntl.flock` on `PERF
 while it reads the markdown, writes the new text to a temporary file, appends the JSONL line and
 renames the temporary file over the markdown. Readers never see a half-written table.
 
-`compare` judges env-steps/s by its spread: when both rows carry an interval (3+ iterations each)
+`compare` judges iteration time and env-steps/s by their spread: when both rows carry an interval (3+ iterations each)
 and the intervals overlap, the verdict is `within noise` (never better/worse); a row without one
 (older rows, a run without metrics.jsonl) gives `no spread recorded`, fewer than 3 iterations
 `not judged`.
@@ -50,7 +51,8 @@ from .trace.run import read_run
 
 DEFAULT_LOG = "PERFLOG.md"
 HTOD_PREFIX = "Memcpy HtoD"
-FIELDS = ("id", "date", "created", "change", "trace", "iteration_ms", "env_steps_per_s",
+FIELDS = ("id", "date", "created", "change", "trace", "iteration_ms", "iteration_ms_low", "iteration_ms_high",
+          "iteration_ms_n", "env_steps_per_s",
           "env_steps_per_s_low", "env_steps_per_s_high", "env_steps_per_s_n", "gpu_busy_pct", "syncs_per_iteration", "top_kernel", "top_kernel_pct", "memcpy_htod_ms")
 # (field, markdown header, format): the markdown table's columns, in order.
 COLUMNS = (
@@ -66,7 +68,7 @@ TITLE = "## Performance log"
 INTRO = ("Added by `goodhart-prof log add`, newest first; the `.jsonl` file next to this one holds "
          "the same rows as JSON.")
 KERNEL_WIDTH = 60
-SPREAD_FIELDS = ("env_steps_per_s",)  # fields whose rows carry _low, _high, _n
+SPREAD_FIELDS = ("iteration_ms", "env_steps_per_s")  # fields whose rows carry _low, _high, _n
 # (field, better when) for `compare`; None: neither direction is better.
 COMPARED = (("iteration_ms", "lower"), ("env_steps_per_s", "higher"), ("gpu_busy_pct", "higher"),
             ("syncs_per_iteration", "lower"), ("top_kernel", None), ("top_kernel_pct", None),
@@ -128,15 +130,29 @@ def memcpy_htod_us(trace) -> float:
     return float(copies["dur"].to_numpy()[names.str.startswith(HTOD_PREFIX).to_numpy()].sum())
 
 
+def iteration_time(analysis, path: str | os.PathLike) -> dict[str, Any]:
+    """The iteration time fields: median and interval over the counted iterations (ms)."""
+    from .analysis.compare import mean_iteration_us
+    from .analysis.noise import ITERATION_TIME, noise
+
+    n = noise(analysis, _run(path))
+    if not n.n:
+        return {"iteration_ms": mean_iteration_us(analysis.phases) / 1e3, "iteration_ms_low": None,
+                "iteration_ms_high": None, "iteration_ms_n": None}
+    s = n.spread("iteration", ITERATION_TIME)
+    return {"iteration_ms": s.median / 1e3, "iteration_ms_low": s.low / 1e3, "iteration_ms_high": s.high / 1e3,
+            "iteration_ms_n": s.n}
+
+
 def measure(analysis, path: str | os.PathLike) -> dict[str, Any]:
     """The figures of one row (no id, date or change) from an analysis of the trace at path."""
-    from .analysis.compare import mean_iteration_us, syncs_per_iteration
+    from .analysis.compare import syncs_per_iteration
 
     busy, span = float(analysis.gpu["busy_us"].sum()), float(analysis.gpu["span_us"].sum())
     top = analysis.kernels.iloc[0] if len(analysis.kernels) else None
     return _finite({
         "trace": str(path),
-        "iteration_ms": mean_iteration_us(analysis.phases) / 1e3,
+        **iteration_time(analysis, path),
         **throughput(path),
         "gpu_busy_pct": 100 * busy / span if span > 0 else None,
         "syncs_per_iteration": syncs_per_iteration(analysis.phases),
