@@ -159,11 +159,13 @@ def diff(a, b, as_json, html_file, force, top):
     from .analysis import analyze as run_analysis
     from .analysis.compare import compare
     from .trace.load import load
+    from .trace.run import read_run
 
     if html_file:
         from .report.common import refuse_overwrite
         refuse_overwrite(html_file, force)  # fail before the work, not after it
-    comparison = compare(run_analysis(load(a)), run_analysis(load(b)))
+    runs = read_run(a), read_run(b)  # a broken run.json fails before the analyses
+    comparison = compare(run_analysis(load(a)), run_analysis(load(b)), *runs)
     if html_file:
         from .report.diff_html import write_html
         write_html(comparison, html_file, force=force, top=top)

@@ -12,8 +12,10 @@ first). Row fields (`FIELDS`):
 | date, created | local date (markdown) and ISO timestamp (JSONL) of the append |
 | change | what this run changed (`--change`) |
 | trace | PATH as given |
-| iteration_ms | mean CPU time of one `ProfilerStep#N` (all ranks' steps), ms |
-| env_steps_per_s | `env_steps_per_s` of the run.json in PATH (a folder) or beside PATH (a file); empty without one |
+| iteration_ms | median CPU time of one `ProfilerStep#N` over the counted iterations (warm-up excluded; per iteration the largest rank's: `analysis/noise.py`), ms; without counted iterations, the mean over all steps |
+| iteration_ms_low, _high, _n | its interval (`analysis/spread.py`) and number of iterations (JSONL only) |
+| env_steps_per_s | median env-steps/s over the run's throughput iterations (metrics.jsonl of the run folder PATH is or lies in: untraced, warm-up excluded, `trace/run.py`); without metrics.jsonl, run.json's `env_steps_per_s` (no spread); empty without a run |
+| env_steps_per_s_low, _high, _n | the median's interval (`analysis/spread.py`) and the number of iterations (JSONL only; null: no spread recorded) |
 | gpu_busy_pct | GPU busy / span over all devices, % |
 | syncs_per_iteration | sync points inside `ProfilerStep#N` per step |
 | top_kernel, top_kernel_pct | the kernel with the most GPU time and its share of GPU activity time, % |
@@ -22,6 +24,11 @@ first). Row fields (`FIELDS`):
 Concurrent writers are safe: an append holds an exclusive `fcntl.flock` on `PERFLOG.md.lock`
 while it reads the markdown, writes the new text to a temporary file, appends the JSONL line and
 renames the temporary file over the markdown. Readers never see a half-written table.
+
+`compare` judges iteration time and env-steps/s by their spread: when both rows carry an interval (3+ iterations each)
+and the intervals overlap, the verdict is `within noise` (never better/worse); a row without one
+(older rows, a run without metrics.jsonl) gives `no spread recorded`, fewer than 3 iterations
+`not judged`.
 
 Rows are named, for `compare`, by their row number in newest-first order (`1` is the newest, as
 `log show` numbers them) or by id (`id:7`).
@@ -40,11 +47,13 @@ from typing import Any, Iterator
 
 from .errors import UserError
 from .fileio import atomic_path
+from .trace.run import read_run
 
 DEFAULT_LOG = "PERFLOG.md"
 HTOD_PREFIX = "Memcpy HtoD"
-FIELDS = ("id", "date", "created", "change", "trace", "iteration_ms", "env_steps_per_s",
-          "gpu_busy_pct", "syncs_per_iteration", "top_kernel", "top_kernel_pct", "memcpy_htod_ms")
+FIELDS = ("id", "date", "created", "change", "trace", "iteration_ms", "iteration_ms_low", "iteration_ms_high",
+          "iteration_ms_n", "env_steps_per_s",
+          "env_steps_per_s_low", "env_steps_per_s_high", "env_steps_per_s_n", "gpu_busy_pct", "syncs_per_iteration", "top_kernel", "top_kernel_pct", "memcpy_htod_ms")
 # (field, markdown header, format): the markdown table's columns, in order.
 COLUMNS = (
     ("id", "#", "{}"), ("date", "Date", "{}"), ("change", "Change", "{}"), ("trace", "Trace", "{}"),
@@ -59,6 +68,7 @@ TITLE = "## Performance log"
 INTRO = ("Added by `goodhart-prof log add`, newest first; the `.jsonl` file next to this one holds "
          "the same rows as JSON.")
 KERNEL_WIDTH = 60
+SPREAD_FIELDS = ("iteration_ms", "env_steps_per_s")  # fields whose rows carry _low, _high, _n
 # (field, better when) for `compare`; None: neither direction is better.
 COMPARED = (("iteration_ms", "lower"), ("env_steps_per_s", "higher"), ("gpu_busy_pct", "higher"),
             ("syncs_per_iteration", "lower"), ("top_kernel", None), ("top_kernel_pct", None),
@@ -80,16 +90,34 @@ def lock_path(log: str | os.PathLike) -> Path:
 
 # -- measuring -------------------------------------------------------------------------------------
 def env_steps_per_s(path: str | os.PathLike) -> float | None:
-    """`env_steps_per_s` from the run.json in a folder, or beside a file; None without one."""
-    path = Path(path)
-    run = (path if path.is_dir() else path.parent) / "run.json"
-    if not run.is_file():
-        return None
+    """run.json's whole-run `env_steps_per_s` for the run path belongs to; None without one."""
+    run = _run(path)
+    return run.env_steps_per_s if run is not None else None
+
+
+def _run(path: str | os.PathLike):
     try:
-        value = json.loads(run.read_text()).get("env_steps_per_s")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise PerfLogError(f"{run}: not a readable run.json ({exc.__class__.__name__})") from None
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+        return read_run(path)
+    except UserError as exc:
+        raise PerfLogError(exc.message) from None
+
+
+def throughput(path: str | os.PathLike) -> dict[str, Any]:
+    """The row's env-steps/s fields: the median and interval of the run's per-iteration values
+    (metrics.jsonl), else run.json's figure without spread, else nothing."""
+    from .analysis.spread import median_interval
+
+    empty = {"env_steps_per_s": None, "env_steps_per_s_low": None, "env_steps_per_s_high": None,
+             "env_steps_per_s_n": None}
+    run = _run(path)
+    if run is None:
+        return empty
+    samples = run.throughput()
+    if samples.empty:
+        return {**empty, "env_steps_per_s": run.env_steps_per_s}
+    s = median_interval(samples["rate"].to_numpy(float))
+    return {"env_steps_per_s": s.median, "env_steps_per_s_low": s.low, "env_steps_per_s_high": s.high,
+            "env_steps_per_s_n": s.n}
 
 
 def memcpy_htod_us(trace) -> float:
@@ -102,16 +130,30 @@ def memcpy_htod_us(trace) -> float:
     return float(copies["dur"].to_numpy()[names.str.startswith(HTOD_PREFIX).to_numpy()].sum())
 
 
+def iteration_time(analysis, path: str | os.PathLike) -> dict[str, Any]:
+    """The iteration time fields: median and interval over the counted iterations (ms)."""
+    from .analysis.compare import mean_iteration_us
+    from .analysis.noise import ITERATION_TIME, noise
+
+    n = noise(analysis, _run(path))
+    if not n.n:
+        return {"iteration_ms": mean_iteration_us(analysis.phases) / 1e3, "iteration_ms_low": None,
+                "iteration_ms_high": None, "iteration_ms_n": None}
+    s = n.spread("iteration", ITERATION_TIME)
+    return {"iteration_ms": s.median / 1e3, "iteration_ms_low": s.low / 1e3, "iteration_ms_high": s.high / 1e3,
+            "iteration_ms_n": s.n}
+
+
 def measure(analysis, path: str | os.PathLike) -> dict[str, Any]:
     """The figures of one row (no id, date or change) from an analysis of the trace at path."""
-    from .analysis.compare import mean_iteration_us, syncs_per_iteration
+    from .analysis.compare import syncs_per_iteration
 
     busy, span = float(analysis.gpu["busy_us"].sum()), float(analysis.gpu["span_us"].sum())
     top = analysis.kernels.iloc[0] if len(analysis.kernels) else None
     return _finite({
         "trace": str(path),
-        "iteration_ms": mean_iteration_us(analysis.phases) / 1e3,
-        "env_steps_per_s": env_steps_per_s(path),
+        **iteration_time(analysis, path),
+        **throughput(path),
         "gpu_busy_pct": 100 * busy / span if span > 0 else None,
         "syncs_per_iteration": syncs_per_iteration(analysis.phases),
         "top_kernel": str(top["name"]) if top is not None else None,
@@ -125,11 +167,12 @@ def _finite(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def add(path: str | os.PathLike, change: str, log: str | os.PathLike = DEFAULT_LOG) -> dict[str, Any]:
-    """Analyse the trace at path and append its row to the log; returns the row as written."""
+    """Analyse the trace at path (a trace file, a folder of rank traces, or a run folder with its
+    run.json and metrics.jsonl) and append its row to the log; returns the row as written."""
     from .analysis import analyze
     from .trace.load import load
 
-    env_steps_per_s(path)  # a broken run.json fails before the analysis, not after it
+    _run(path)  # a broken run.json fails before the analysis, not after it
     analysis = analyze(load(path))
     return append(measure(analysis, path), change, log)
 
@@ -266,8 +309,24 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
             verdict = None
             if better and delta:
                 verdict = "better" if (delta < 0) == (better == "lower") else "worse"
+            if field in SPREAD_FIELDS:
+                verdict = _noise_verdict(field, a, b, verdict)
         out.append({"field": field, "a": va, "b": vb, "delta": delta, "ratio": ratio, "verdict": verdict})
     return out
+
+
+def _noise_verdict(field: str, a: dict[str, Any], b: dict[str, Any], verdict: str | None) -> str | None:
+    """better/worse only when both rows carry intervals that do not overlap (module docstring)."""
+    from .analysis.spread import MIN_ITERATIONS
+
+    spreads = [(r.get(f"{field}_low"), r.get(f"{field}_high"), r.get(f"{field}_n")) for r in (a, b)]
+    if any(not isinstance(n, int) or (n >= MIN_ITERATIONS and (lo is None or hi is None))
+           for lo, hi, n in spreads):
+        return "no spread recorded"
+    if any(n < MIN_ITERATIONS for _, _, n in spreads):
+        return "not judged"
+    (la, ha, _), (lb, hb, _) = spreads
+    return "within noise" if la <= hb and lb <= ha else verdict
 
 
 def require_rows(log: str | os.PathLike) -> list[dict[str, Any]]:
@@ -330,9 +389,17 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any], fields: list[dict[st
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.3f}x"
         style = {"better": "green", "worse": "red"}.get(r["verdict"], "")
         verdict = f"[{style}]{r['verdict']}[/{style}]" if style else (r["verdict"] or "")
-        table.add_row(r["field"], _short(_shown(r["a"], f)), _short(_shown(r["b"], f)), delta, ratio,
-                      verdict)
+        table.add_row(r["field"], _short(_shown(r["a"], f)) + _spread_text(a, r["field"], f),
+                      _short(_shown(r["b"], f)) + _spread_text(b, r["field"], f), delta, ratio, verdict)
     console.print(table)
+
+
+def _spread_text(row: dict[str, Any], field: str, fmt: str) -> str:
+    """` (low-high, n N)` for a field with a recorded interval, else nothing."""
+    low, high, n = (row.get(f"{field}_{k}") for k in ("low", "high", "n"))
+    if field not in SPREAD_FIELDS or low is None or high is None:
+        return ""
+    return f" ({fmt.format(low)}-{fmt.format(high)}, n {n})"
 
 
 def _short(text: str, width: int = KERNEL_WIDTH) -> str:

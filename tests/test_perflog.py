@@ -156,7 +156,8 @@ def test_row_figures_match_the_trace(tmp_path):
     for e in gpu:
         totals[e["name"]] += e["dur"]
     top = max(totals, key=totals.get)
-    assert row["iteration_ms"] == pytest.approx(sum(steps) / len(steps) / 1e3)
+    assert len(steps) == 1 and row["iteration_ms"] == pytest.approx(steps[0] / 1e3)  # one step: its own time
+    assert row["iteration_ms_n"] == 1 and row["iteration_ms_low"] is None  # under 3: no interval
     assert row["gpu_busy_pct"] == pytest.approx(100 * 566_759.473 / 1_078_288.379, rel=1e-6)  # docs/report.md
     assert row["memcpy_htod_ms"] == pytest.approx(htod / 1e3) and htod > 0
     assert row["top_kernel"] == top
@@ -207,7 +208,9 @@ def test_compare_rows_and_command(tmp_path, capsys):
     a, b = perflog.select(rows, "2"), perflog.select(rows, "id:2")
     assert (a["change"], b["change"]) == ("baseline", "no .item()")
     fields = {f["field"]: f for f in perflog.compare_rows(a, b)}
-    expect = {"iteration_ms": (-2.0, 0.8, "better"), "env_steps_per_s": (250.0, 1.25, "better"),
+    # rows without a recorded spread (as older rows) never call time or env-steps/s better or worse
+    expect = {"iteration_ms": (-2.0, 0.8, "no spread recorded"),
+              "env_steps_per_s": (250.0, 1.25, "no spread recorded"),
               "gpu_busy_pct": (10.0, 1.2, "better"), "syncs_per_iteration": (-4.0, 0.0, "better"),
               "top_kernel_pct": (-5.0, 25 / 30, None), "memcpy_htod_ms": (-1.0, 0.5, "better")}
     for name, (delta, ratio, verdict) in expect.items():
@@ -215,12 +218,18 @@ def test_compare_rows_and_command(tmp_path, capsys):
         assert (f["delta"], f["verdict"]) == (pytest.approx(delta), verdict), name
         assert f["ratio"] == pytest.approx(ratio), name
     assert fields["top_kernel"]["verdict"] == "changed" and fields["top_kernel"]["delta"] is None
-    assert [f["verdict"] for f in perflog.compare_rows(b, a)][:4] == ["worse"] * 4
+    assert [f["verdict"] for f in perflog.compare_rows(b, a)][:4] == ["no spread recorded", "no spread recorded", "worse", "worse"]
+    spread = {"env_steps_per_s_low": 900.0, "env_steps_per_s_high": 1100.0, "env_steps_per_s_n": 5}
+    for b_low, b_high, n, verdict in ((1050.0, 1400.0, 5, "within noise"), (1150.0, 1400.0, 5, "better"),
+                                      (1150.0, 1400.0, 2, "not judged")):
+        b2 = {**b, "env_steps_per_s_low": b_low, "env_steps_per_s_high": b_high, "env_steps_per_s_n": n}
+        got = {f["field"]: f["verdict"] for f in perflog.compare_rows({**a, **spread}, b2)}
+        assert got["env_steps_per_s"] == verdict, (b_low, n)
 
     code, out, _ = run_main(["log", "compare", "2", "1", "--log", str(log)], capsys)
     assert code == 0
     lines = {line.split()[0]: line for line in out.splitlines() if line.split()}
-    assert "-2.00" in lines["iteration_ms"] and "0.800x" in lines["iteration_ms"] and "better" in lines["iteration_ms"]
+    assert "-2.00" in lines["iteration_ms"] and "0.800x" in lines["iteration_ms"] and "no spread recorded" in lines["iteration_ms"]
     assert "+250" in lines["env_steps_per_s"] and "1.250x" in lines["env_steps_per_s"]
     assert "-4.00" in lines["syncs_per_iteration"] and "changed" in lines["top_kernel"]
     code, out, _ = run_main(["log", "show", "--log", str(log)], capsys)

@@ -21,14 +21,25 @@ Tables (`Comparison` attributes):
 | memory | device label (`rank0/gpu0`, `rank0/host`; analysis/memory.py) | peak_allocated, peak_reserved, allocations_per_iteration, growth_per_iteration (a device without memory events on one side keeps NaN there) |
 | efficiency | op type (efficiency.py; all devices and dtypes of a side summed) | count, flops, time_us, tflops (achieved TFLOP/s = flops / time) |
 
-The headline ("what got better and what got worse") is one row per changed item, `verdict`
-`better` or `worse`, better ones first, each group by `impact_us` (largest first). Better means:
-less time (iteration time, a kernel category, a kernel, an annotation phase's CPU time), fewer
-sync points of a kind, higher utilization of a device, less kernel time of a collective kind. `impact_us` is what the change is worth
-in microseconds over the traced window: |delta| for times; the change in host wait for a sync
-kind; |delta mean iteration time| x the mean number of traced iterations for the iteration
-time; |delta utilization| x the mean span for a device. Items overlap (a kernel is inside its
-category, an annotation inside an iteration), so impacts are not to be added up.
+Noise first (docs/DESIGN.md "Noise"; `noise.py`, `spread.py`, `verdicts.py`): `spread` holds every
+time figure measured per counted iteration (iteration time and GPU time, annotation phases, kernel
+categories, kernels, collectives, env-steps/s of a run folder's untraced iterations) with each
+side's median and interval, delta (B - A medians), ratio and verdict; `counts` the exact counts
+per iteration (sync points and CPU-only host reads per kind, launched GPU kernels). The interval
+is the order-statistic confidence interval of the median at >= 95% coverage (`spread.py`: exact
+for any distribution, deterministic, no seed; [min, max] for up to 8 values), chosen over a
+bootstrap because a trace holds a handful of skewed values, where a bootstrap of the median is
+coarse and too narrow.
+
+The headline ("what got better and what got worse") is one row per real change, `verdict`
+`better` or `worse`, better ones first, each group by `impact_us` (largest first; counts without a
+time estimate last). A time figure is a real change only when both sides have 3+ counted
+iterations and the two intervals do not overlap (overlap: `within noise`, listed by
+`within_noise`; fewer: `not judged`, and `time_statement` says nothing can be concluded about
+time). Better means a lower median time, a higher env-steps/s, fewer counts. `impact_us`: |delta
+median| x the mean number of counted iterations for a time figure; the change in host time for a
+sync or host-read kind. Warm-up (the run's first iteration) never counts. Items overlap (a kernel
+is inside its category, an annotation inside an iteration), so impacts are not to be added up.
 """
 from __future__ import annotations
 
@@ -38,7 +49,11 @@ import numpy as np
 import pandas as pd
 
 from . import Analysis
+from ..trace.run import RunRecord
+from .noise import Noise, noise
 from .syncs import KINDS
+from .verdicts import count_table, headline, iterations_line, spread_table, \
+    time_statement, with_host_time
 
 PRESENCE = {"both": "both", "left_only": "a_only", "right_only": "b_only"}
 # Relative change below which two floats are the same figure (sums taken in different orders).
@@ -57,7 +72,6 @@ DEVICE_QUANTITIES = ("span_us", "busy_us", "idle_us", "utilization", "kernel_us"
 PHASE_QUANTITIES = ("count", "cpu_us", "gpu_us", "gpu_kernels", "syncs")
 MEMORY_QUANTITIES = ("peak_allocated", "peak_reserved", "allocations_per_iteration", "growth_per_iteration")
 EFFICIENCY_QUANTITIES = ("count", "flops", "time_us", "tflops")
-HEADLINE_COLUMNS = ["verdict", "kind", "item", "metric", "a", "b", "delta", "ratio", "impact_us"]
 
 
 @dataclass
@@ -77,6 +91,12 @@ class Comparison:
     communication: pd.DataFrame
     memory: pd.DataFrame = None  # type: ignore[assignment]  # set by compare()
     efficiency: pd.DataFrame = None  # type: ignore[assignment]  # per op type, EFFICIENCY_QUANTITIES
+    spread: pd.DataFrame = None  # type: ignore[assignment]  # verdicts.spread_table: time figures
+    counts: pd.DataFrame = None  # type: ignore[assignment]  # verdicts.count_table: exact counts
+    noise_a: Noise | None = None  # per-iteration samples of each side (analysis/noise.py)
+    noise_b: Noise | None = None
+    time_statement: str | None = None  # "nothing can be concluded about time: ..." (a side < 3)
+    iterations_line: str = ""          # "A: 6 iterations (1 warm-up excluded); B: 6 iterations"
 
     @property
     def better(self) -> pd.DataFrame:
@@ -86,9 +106,16 @@ class Comparison:
     def worse(self) -> pd.DataFrame:
         return self.headline[self.headline["verdict"] == "worse"]
 
+    @property
+    def within_noise(self) -> pd.DataFrame:
+        """The time figures whose A and B intervals overlap (never better or worse)."""
+        return self.spread[self.spread["verdict"] == "within noise"]
 
-def compare(a: Analysis, b: Analysis) -> Comparison:
-    """Pair the tables of two analyses (pure: neither analysis is changed)."""
+
+def compare(a: Analysis, b: Analysis, run_a: RunRecord | None = None,
+            run_b: RunRecord | None = None) -> Comparison:
+    """Pair the tables of two analyses (pure: neither analysis is changed); `run_a`/`run_b`
+    are the run records of the sides' run folders (`trace.run.read_run`), when they have one."""
     categories = _paired(a.categories, b.categories, ["category"], ["count", "total_us"])
     kernels = _paired(a.kernels, b.kernels, ["name"], ["count", "total_us"], carry=["category"])
     sync_kinds = _paired(_kind_table(a), _kind_table(b), ["kind"], ["count", "total_us"])
@@ -98,14 +125,18 @@ def compare(a: Analysis, b: Analysis) -> Comparison:
     summary = _summary(a, b)
     communication = _by_size(_paired(_comm_table(a), _comm_table(b), ["kind"],
                                      ["count", "total_us", "bytes"]), "total_us", ["kind"])
+    na, nb = noise(a, run_a), noise(b, run_b)
+    spread = spread_table(na, nb)
+    counts = with_host_time(count_table(a, b, na, nb), a, b)
     return Comparison(
-        a=a, b=b, summary=summary,
+        a=a, b=b, summary=summary, spread=spread, counts=counts, noise_a=na, noise_b=nb,
+        time_statement=time_statement(na, nb), iterations_line=iterations_line(na, nb),
         categories=_by_size(categories, "total_us", ["category"]),
         kernels=_by_size(kernels, "total_us", ["name"]),
         sync_kinds=sync_kinds.set_index("kind").reindex(list(KINDS)).reset_index(),
         sync_sites=_by_size(sync_sites, "count", ["kind", "site"]),
         devices=devices, phases=_by_size(phases, "cpu_us", ["name"]),
-        headline=_headline(summary, categories, kernels, sync_kinds, devices, phases, communication),
+        headline=headline(spread, counts),
         communication=communication, memory=_memory(a, b),
         efficiency=_by_size(_paired(op_rates(a), op_rates(b), ["op"], list(EFFICIENCY_QUANTITIES)),
                             "time_us", ["op"]))
@@ -332,46 +363,3 @@ def _summary(a: Analysis, b: Analysis) -> pd.DataFrame:
     delta = qb - qa
     delta[_same(qa, qb)] = 0.0
     return frame.assign(delta=delta, ratio=ratio(qa, qb))[["metric", "a", "b", "delta", "ratio", "better"]]
-
-
-# -- headline --------------------------------------------------------------------------------------
-def _items(kind: str, item, metric: str, a, b, impact, higher_is_better: bool = False) -> pd.DataFrame:
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    delta = b - a
-    changed = ~_same(a, b) & np.isfinite(delta)
-    improved = delta > 0 if higher_is_better else delta < 0
-    frame = pd.DataFrame({"verdict": np.where(improved, "better", "worse"), "kind": kind,
-                          "item": np.asarray(item, dtype=object), "metric": metric, "a": a, "b": b,
-                          "delta": delta, "ratio": ratio(a, b),
-                          "impact_us": np.abs(np.asarray(impact, dtype=float))})
-    return frame[changed]
-
-
-def _headline(summary: pd.DataFrame, categories: pd.DataFrame, kernels: pd.DataFrame,
-              sync_kinds: pd.DataFrame, devices: pd.DataFrame, phases: pd.DataFrame,
-              communication: pd.DataFrame) -> pd.DataFrame:
-    s = summary.set_index("metric")
-    it_a, it_b = s.at["iteration_us", "a"], s.at["iteration_us", "b"]
-    n_it = (s.at["iterations", "a"] + s.at["iterations", "b"]) / 2
-    dev = devices[devices["presence"] == "both"]
-    mean_span = (dev["span_us_a"].to_numpy(float) + dev["span_us_b"].to_numpy(float)) / 2
-    parts = [
-        _items("iteration", ["mean ProfilerStep time"], "time_us", [it_a], [it_b], [(it_b - it_a) * n_it]),
-        _items("utilization", dev["label"], "utilization", dev["utilization_a"], dev["utilization_b"],
-               dev["utilization_delta"].to_numpy(float) * mean_span, higher_is_better=True),
-        _items("category", categories["category"], "time_us", categories["total_us_a"],
-               categories["total_us_b"], categories["total_us_delta"]),
-        _items("kernel", kernels["name"], "time_us", kernels["total_us_a"], kernels["total_us_b"],
-               kernels["total_us_delta"]),
-        _items("sync", sync_kinds["kind"], "count", sync_kinds["count_a"], sync_kinds["count_b"],
-               sync_kinds["total_us_delta"]),
-        _items("phase", phases["name"], "time_us", phases["cpu_us_a"], phases["cpu_us_b"],
-               phases["cpu_us_delta"]),
-        _items("communication", communication["kind"], "time_us", communication["total_us_a"],
-               communication["total_us_b"], communication["total_us_delta"]),
-    ]
-    out = pd.concat([p for p in parts if len(p)] or [parts[0]], ignore_index=True)
-    rank = (out["verdict"] != "better").astype(int)
-    out = out.assign(_rank=rank).sort_values(["_rank", "impact_us", "kind", "item"],
-                                             ascending=[True, False, True, True], kind="stable")
-    return out[HEADLINE_COLUMNS].reset_index(drop=True)

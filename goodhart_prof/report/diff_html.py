@@ -2,7 +2,8 @@
 
 Grouped A-vs-B bars for kernel categories, top kernels, sync points by kind, annotation phases and
 collectives,
-after the summary and the better/worse headline as tables. The page is written to a temporary file
+after the summary, the better/worse headline, the within-noise line, the per-iteration medians
+with their intervals and the exact counts as tables. The page is written to a temporary file
 and renamed; an existing file is kept unless `force`.
 """
 from __future__ import annotations
@@ -78,6 +79,8 @@ def figures(c, top: int = 15) -> list:
 
 def _table(frame: pd.DataFrame, columns: list[str]) -> str:
     def cell(v) -> str:
+        if v is None:
+            return ""
         if isinstance(v, float):
             return "" if v != v else f"{v:,.3f}"
         return html.escape(str(v))
@@ -102,7 +105,14 @@ def page(c, top: int = 15) -> str:
     plots = "".join(f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs))
     sides = "".join(f"<p><b>{s}</b>: {html.escape(', '.join(str(p) for p in a.trace.paths))}</p>"
                     for s, a in (("A", c.a), ("B", c.b)))
-    cols = ["kind", "item", "metric", "a", "b", "delta", "ratio", "impact_us"]
+    cols = ["kind", "item", "metric", "a", "b", "delta", "ratio", "impact_us", "low_a", "high_a",
+            "low_b", "high_b", "site"]
+    spread_cols = ["kind", "item", "n_a", "a", "low_a", "high_a", "n_b", "b", "low_b", "high_b", "delta",
+                   "verdict"]
+    noise = c.within_noise
+    noise_line = (f"<p><b>within noise</b> (intervals overlap): "
+                  f"{html.escape(', '.join(str(i) for i in noise['item']))}</p>" if len(noise) else "")
+    statement = f"<p><b>Time</b>: {html.escape(c.time_statement)}</p>" if c.time_statement else ""
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>goodhart-prof diff</title>
 <style>body{{font-family:sans-serif;margin:24px}}
@@ -111,9 +121,13 @@ td,th{{border:1px solid #ddd;padding:3px 8px;text-align:right}}
 td:first-child,td:nth-child(2){{text-align:left}}</style>
 </head><body>
 <h1>goodhart-prof diff</h1>{sides}
+<p>{html.escape(c.iterations_line)}</p>{statement}
 <h2>Summary (delta = B - A, ratio = B / A)</h2>{_table(c.summary, ["metric", "a", "b", "delta", "ratio"])}
 <h2>What got better</h2>{_table(c.better.head(top), cols) if len(c.better) else "<p>nothing</p>"}
 <h2>What got worse</h2>{_table(c.worse.head(top), cols) if len(c.worse) else "<p>nothing</p>"}
+{noise_line}
+<h2>Per iteration: median and interval (time in us, env-steps/s)</h2>{_table(c.spread, spread_cols)}
+<h2>Counts (exact; per iteration when both sides have counted iterations)</h2>{_table(c.counts, ["kind", "item", "site", "a", "b", "delta", "verdict"])}
 {_memory_table(c)}
 {plots}
 </body></html>

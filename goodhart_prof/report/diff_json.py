@@ -4,7 +4,18 @@ Keys: `schema`; `a`, `b` {`paths`, `ranks`, `devices`}; `summary` [ {`metric`, `
 `ratio`, `better`} ]; `headline` {`better`, `worse`} (lists of {`verdict`, `kind`, `item`, `metric`,
 `a`, `b`, `delta`, `ratio`, `impact_us`}); `categories`, `kernels`, `sync_points` {`by_kind`, `sites`},
 `devices`, `phases`, `communication`, `memory`, `efficiency` (achieved TFLOP/s per op type): the `Comparison` tables as records (columns `q_a`, `q_b`, `q_delta`, `q_ratio`
-per quantity, see `goodhart_prof.analysis.compare`). Times in microseconds; B - A and B / A;
+per quantity, see `goodhart_prof.analysis.compare`).
+
+Noise (additive to v1): `iterations` {`a`, `b`: {`counted` (iterations compared), `warmup`
+(traced iterations left out), `throughput` (untraced iterations of the run giving env-steps/s)},
+`line` (the sentence the text report prints)}; `time_statement` (null, or "nothing can be
+concluded about time: ..." when a side has fewer than 3 counted iterations); `spread` [ {`kind`,
+`item`, `metric`, `n_a`, `a` (median), `low_a`, `high_a`, `n_b`, `b`, `low_b`, `high_b`, `delta`,
+`ratio`, `verdict` (`better`, `worse`, `within noise`, `not judged`), `impact_us`} ] (every time
+figure); `counts` [ {`kind` (`sync`, `host_read`, `kernels`), `item`, `site`, `a`, `b`, `delta`,
+`ratio`, `verdict`, `impact_us`, `per_iteration`} ]; `within_noise` [ {`kind`, `item`} ]; headline
+items also carry `low_a`, `high_a`, `low_b`, `high_b` (a time item's intervals; null for counts)
+and `site` (a count's site that changed most). Times in microseconds; B - A and B / A;
 undefined values (a ratio over zero, a device missing on one side) are null, never NaN.
 """
 from __future__ import annotations
@@ -28,6 +39,11 @@ def _side(analysis) -> dict[str, Any]:
             "devices": [device_key(r, d) for r, d in t.devices]}
 
 
+def _iterations(n) -> dict[str, Any]:
+    return {"counted": [int(i) for i in n.iterations], "warmup": [int(i) for i in n.warmup],
+            "throughput": [int(i) for i in n.throughput["iteration"]]}
+
+
 def to_document(c, top: int | None = None) -> dict[str, Any]:
     """The diff as plain JSON types; `top` limits kernels, sync sites, phases and each headline list."""
     def head(frame: pd.DataFrame) -> pd.DataFrame:
@@ -39,6 +55,12 @@ def to_document(c, top: int | None = None) -> dict[str, Any]:
         "b": _side(c.b),
         "summary": _all(c.summary),
         "headline": {"better": _all(head(c.better)), "worse": _all(head(c.worse))},
+        "iterations": {"a": _iterations(c.noise_a), "b": _iterations(c.noise_b), "line": c.iterations_line},
+        "time_statement": c.time_statement,
+        "spread": _all(c.spread),
+        "counts": _all(c.counts),
+        "within_noise": [{"kind": str(k), "item": str(i)}
+                         for k, i in c.within_noise[["kind", "item"]].itertuples(index=False)],
         "categories": _all(c.categories),
         "kernels": _all(head(c.kernels)),
         "sync_points": {"by_kind": _all(c.sync_kinds), "sites": _all(head(c.sync_sites))},

@@ -1,6 +1,7 @@
 """The terminal report of `goodhart-prof diff`: rich tables of a `Comparison`, headline first."""
 from __future__ import annotations
 
+import pandas as pd
 from rich.console import Console
 
 from .common import bytes_text, duration, kernel_name, make_table, one_line, percent, short
@@ -51,8 +52,12 @@ def render(c, console: Console, top: int = 15) -> None:
         paths = analysis.trace.paths
         console.print(f"[bold]{side}[/bold]: {', '.join(str(p) for p in paths[:3])}"
                       f"{' …' if len(paths) > 3 else ''}")
+    if c.iterations_line:
+        console.print(c.iterations_line, highlight=False)
     _summary(c, console)
     _headline(c, console, top)
+    _noise(c, console, top)
+    _counts(c, console)
     _categories(c, console)
     _kernels(c, console, top)
     _syncs(c, console, top)
@@ -86,27 +91,96 @@ def _no_gpu_either(c) -> tuple[str, ...]:
     return GPU_METRICS if bool((spans.to_numpy() == 0).all()) else ()
 
 
-def _item_values(r) -> tuple[str, str, str]:
-    if r.metric == "time_us":
-        return duration(r.a), duration(r.b), _signed_us(r.delta)
-    if r.metric == "utilization":
-        return percent(r.a), percent(r.b), f"{100 * r.delta:+.1f} pt"
-    return _count(r.a), _count(r.b), _signed_count(r.delta)
+def _value(metric: str, value) -> str:
+    if not _num(value):
+        return "-"
+    if metric == "time_us":
+        return duration(value)
+    if metric == "env_steps_per_s":
+        return f"{value:,.0f}"
+    if metric == "count_per_iteration":
+        return f"{value:,.2f}"
+    return _count(value)
+
+
+def _signed(metric: str, value) -> str:
+    if not _num(value):
+        return "-"
+    if metric == "time_us":
+        return _signed_us(value)
+    return ("+" if value > 0 else "") + _value(metric, value)
+
+
+def _interval(metric: str, low, high) -> str:
+    return f"{_value(metric, low)}-{_value(metric, high)}" if _num(low) and _num(high) else ""
 
 
 def _headline(c, console: Console, top: int) -> None:
+    if c.time_statement:
+        console.print()
+        console.print(f"[bold]Time[/bold]: {c.time_statement}", highlight=False)
     for verdict, frame, style in (("better", c.better, BETTER_STYLE), ("worse", c.worse, WORSE_STYLE)):
         console.print()
         if frame.empty:
             console.print(f"[bold {style}]What got {verdict}[/bold {style}]: nothing")
             continue
         table = make_table(f"What got {verdict} ({min(top, len(frame))} of {len(frame)}, by impact)",
-                       "item", "kind", "A", "B", "delta", "ratio", "impact", right=(2, 3, 4, 5, 6))
+                           "item", "kind", "A", "B", "delta", "ratio", "impact", "A interval", "B interval",
+                           right=(2, 3, 4, 5, 6))
         for r in frame.head(top).itertuples():
-            a, b, delta = _item_values(r)
-            table.add_row(f"[{style}]{short(r.item, 80)}[/{style}]", r.kind, a, b, delta,
-                          _ratio(r.ratio, r.a), duration(r.impact_us))
+            item = short(r.item, 80) + (f" at {short(r.site, 70)}" if isinstance(r.site, str) and r.site else "")
+            unit = " /it" if r.metric == "count_per_iteration" else ""
+            table.add_row(f"[{style}]{item}[/{style}]", r.kind, _value(r.metric, r.a) + unit,
+                          _value(r.metric, r.b) + unit, _signed(r.metric, r.delta), _ratio(r.ratio, r.a),
+                          duration(r.impact_us) if _num(r.impact_us) else "-",
+                          _interval(r.metric, r.low_a, r.high_a), _interval(r.metric, r.low_b, r.high_b))
         console.print(table)
+    noise = c.within_noise
+    if len(noise):
+        names = [_noise_name(r) for r in noise.itertuples()]
+        more = f" and {len(names) - top} more" if len(names) > top else ""
+        console.print()
+        console.print(f"[bold]within noise[/bold]: {', '.join(names[:top])}{more} (intervals overlap)",
+                      highlight=False)
+
+
+def _counts(c, console: Console) -> None:
+    """Exact counts: sync points and host reads per kind, GPU kernels (per iteration when both
+    sides have counted iterations)."""
+    counts = c.counts
+    if counts is None or counts.empty:
+        return
+    per_it = bool(counts["per_iteration"].iloc[0])
+    metric = "count_per_iteration" if per_it else "count"
+    names = {"sync": "sync points", "host_read": "host reads (CPU-only)", "kernels": "GPU kernels"}
+    console.print()
+    table = make_table(f"Counts {'per iteration' if per_it else '(whole traces)'} (exact)", "kind", "what",
+                       "A", "B", "delta", "verdict", "site that changed most", right=(2, 3, 4))
+    for r in counts.itertuples():
+        table.add_row(r.item, names.get(r.kind, r.kind), _value(metric, r.a), _value(metric, r.b),
+                      _signed(metric, r.delta), r.verdict if isinstance(r.verdict, str) else "same",
+                      short(r.site, 70) if isinstance(r.site, str) else "")
+    console.print(table)
+
+
+def _noise_name(r) -> str:
+    return r.item if r.kind in ("iteration", "throughput", "phase") else f"{r.kind} {short(r.item, 50)}"
+
+
+def _noise(c, console: Console, top: int) -> None:
+    """Every time figure with its median and interval per side (kernels: the top ones)."""
+    spread = c.spread
+    if spread is None or spread.empty:
+        return
+    shown = pd.concat([spread[spread["kind"] != "kernel"], spread[spread["kind"] == "kernel"].head(top)])
+    console.print()
+    table = make_table("Per iteration: median and interval over the counted iterations", "figure", "kind",
+                       "A", "A interval", "B", "B interval", "delta", "verdict", right=(2, 3, 4, 5, 6))
+    for r in shown.itertuples():
+        table.add_row(short(r.item, 50), r.kind, _value(r.metric, r.a), _interval(r.metric, r.low_a, r.high_a),
+                      _value(r.metric, r.b), _interval(r.metric, r.low_b, r.high_b), _signed(r.metric, r.delta),
+                      r.verdict)
+    console.print(table)
 
 
 def _categories(c, console: Console) -> None:
@@ -195,6 +269,9 @@ def _communication(c, console: Console) -> None:
     for r in comm.itertuples():
         table.add_row(r.kind, duration(r.total_us_a), duration(r.total_us_b), _signed_us(r.total_us_delta),
                       _ratio(r.total_us_ratio, r.total_us_a), _count(r.count_a), _count(r.count_b))
+    console.print(table)
+
+
 def _memory(c, console: Console) -> None:
     """Peak allocated/reserved and allocations per iteration per device (analysis/memory.py)."""
     if c.memory is None or c.memory.empty:
@@ -210,6 +287,8 @@ def _memory(c, console: Console) -> None:
                       bytes_text(r.growth_per_iteration_a, signed=True),
                       bytes_text(r.growth_per_iteration_b, signed=True))
     console.print(table)
+
+
 def _efficiency(c, console: Console) -> None:
     """Achieved TFLOP/s per op type, A against B (analysis/efficiency.py)."""
     eff = getattr(c, "efficiency", None)

@@ -1,0 +1,141 @@
+"""A run folder's own record: `run.json` and `metrics.jsonl` beside the traces.
+
+The trainer (trainer/launch.py) writes both into the run's output folder. A compared path is part
+of a run when it is that folder (it holds run.json) or a file inside it (a rank trace, the merged
+trace). What is read:
+
+- from run.json: `profiling.iterations` (the traced window FIRST..LAST, when profiling was
+  enabled), `world_size`, `env_steps_per_s` (the trainer's own whole-run figure);
+- from metrics.jsonl: one row per finished iteration, `iteration`, `env_steps` (rank 0's),
+  `iteration_s`, `env_steps_per_s` (rank 0's env steps / its iteration time).
+
+**Warm-up** (docs/DESIGN.md "Noise"): the run's first iteration (the first row of metrics.jsonl;
+0 without a run record) pays for compilation, autotuning and allocator growth, and is never a
+time or throughput sample. **Throughput iterations** (`throughput`): the rows that are not
+warm-up and during which no profiler existed: not the profiler's warm-up iteration FIRST - 1,
+not the traced FIRST..LAST, not LAST + 1 (it writes the trace) -- the iterations the trainer's
+own `env_steps_per_s` is measured over, less the first -- and of those, the ones before the
+window when there are 3 or more (the CPU preset traces 50-55 of 56: 48 of them), else the ones
+after it. The two are not mixed: after the window the process runs in another state (the trace
+written and its memory released), and on the 2-core CPU machine the iterations after a 2-7
+window ran 0.55x to 0.97x the time of those before it, differently in each of 4 runs of one
+configuration. Their per-iteration env-steps/s, times the world size (ranks step in lockstep,
+each with its own envs), are the samples of the env-steps/s figure.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import UserError
+
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.jsonl"
+WARMUP_ITERATIONS = 1  # the run's first iteration(s): compile, autotune, allocator growth
+MIN_SAMPLES = 3  # analysis/spread.py MIN_ITERATIONS: fewer values give no interval
+
+
+@dataclass
+class RunRecord:
+    """What a run folder says about its run (module docstring)."""
+
+    folder: Path
+    world_size: int
+    window: tuple[int, int] | None  # traced iterations FIRST..LAST (None: profiling off)
+    env_steps_per_s: float | None   # run.json's whole-run figure
+    metrics: pd.DataFrame = field(repr=False)  # iteration, env_steps, iteration_s, env_steps_per_s
+
+    @property
+    def first_iteration(self) -> int | None:
+        """The run's first iteration (metrics.jsonl's first row); None without rows."""
+        return int(self.metrics["iteration"].iloc[0]) if len(self.metrics) else None
+
+    @property
+    def warmup(self) -> list[int]:
+        first = self.first_iteration
+        return [] if first is None else list(range(first, first + WARMUP_ITERATIONS))
+
+    def profiled(self, iteration: np.ndarray) -> np.ndarray:
+        """A profiler existed during the iteration (warm-up FIRST - 1, FIRST..LAST, LAST + 1)."""
+        if self.window is None:
+            return np.zeros(len(iteration), dtype=bool)
+        first, last = self.window
+        return (iteration >= first - 1) & (iteration <= last + 1)
+
+    def throughput(self) -> pd.DataFrame:
+        """The metrics rows whose env-steps/s is a throughput sample, with `rate` and
+        `env_steps_all` (all ranks): the untimed rows are left out, then the rows before the
+        window are taken when there are 3 or more, else those after it (module docstring)."""
+        m = self.metrics
+        it = m["iteration"].to_numpy(np.int64)
+        keep = ~self.profiled(it) & ~np.isin(it, self.warmup) & m["env_steps_per_s"].notna().to_numpy()
+        if self.window is not None:
+            before = keep & (it < self.window[0])
+            keep = before if before.sum() >= MIN_SAMPLES else keep & (it > self.window[1])
+        out = m[keep].copy()
+        out["rate"] = out["env_steps_per_s"].astype(float) * self.world_size
+        out["env_steps_all"] = pd.to_numeric(out["env_steps"], errors="coerce") * self.world_size
+        return out.reset_index(drop=True)
+
+
+def run_folder(path: str | os.PathLike) -> Path | None:
+    """The run folder of path: path itself when it holds run.json, else the folder of a file
+    whose folder holds one; None when path is not part of a run."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    return folder if (folder / RUN_FILE).is_file() else None
+
+
+def read_run(path: str | os.PathLike) -> RunRecord | None:
+    """The RunRecord of the run path belongs to (None: not part of a run). A run.json that is
+    not JSON is a one-line error naming it; a missing or torn metrics.jsonl line is skipped."""
+    folder = run_folder(path)
+    if folder is None:
+        return None
+    run_path = folder / RUN_FILE
+    try:
+        record = json.loads(run_path.read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{run_path}: not a readable run.json ({exc.__class__.__name__})") from None
+    profiling = record.get("profiling") or {}
+    window = profiling.get("iterations") if profiling.get("enabled") else None
+    window = (int(window[0]), int(window[1])) if _pair(window) else None
+    world = record.get("world_size")
+    rate = record.get("env_steps_per_s")
+    return RunRecord(folder=folder, world_size=int(world) if isinstance(world, int) and world > 0 else 1,
+                     window=window,
+                     env_steps_per_s=float(rate) if _number(rate) else None,
+                     metrics=_metrics(folder / METRICS_FILE))
+
+
+def _pair(value) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _metrics(path: Path) -> pd.DataFrame:
+    rows = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a torn last line of an interrupted run
+            if isinstance(row, dict) and isinstance(row.get("iteration"), int):
+                rate = row.get("env_steps_per_s")
+                rows.append((row["iteration"], row.get("env_steps"), row.get("iteration_s"),
+                             float(rate) if _number(rate) else math.nan))
+    frame = pd.DataFrame(rows, columns=["iteration", "env_steps", "iteration_s", "env_steps_per_s"])
+    frame = frame.drop_duplicates("iteration", keep="last").sort_values("iteration", kind="stable")
+    return frame.astype({"iteration": np.int64, "env_steps_per_s": float}).reset_index(drop=True)
