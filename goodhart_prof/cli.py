@@ -60,6 +60,7 @@ def run(iterations, mode, verbose, name, **trainer_values):
     window = iterations if iterations is not None else run_options.env_window(os.environ)
     if name is not None:
         runs.check_name(name)
+    root_made = not root.exists()
     folder = runs.resume_folder(root, name) if trainer_values["resume"] else \
         runs.create_run_folder(root, name)
     argv, env = run_options.run_command(window, mode, {**trainer_values, "output_dir": str(folder)},
@@ -78,6 +79,8 @@ def run(iterations, mode, verbose, name, **trainer_values):
         except OSError as exc:  # e.g. a folder named latest that someone made: keep the run
             click.echo(f"warning: {root / runs.LATEST} not updated ({exc.strerror or exc})", err=True)
     runs.discard_if_empty(folder)
+    if root_made:
+        runs.discard_if_empty(root)
     sys.exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell says
 
 

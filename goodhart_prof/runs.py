@@ -245,7 +245,8 @@ def resume_folder(root: Path, name: str | None) -> Path:
 
 
 def discard_if_empty(folder: Path) -> None:
-    """Remove a run folder the trainer wrote nothing into (it stopped on a bad flag or config)."""
+    """Remove a folder left empty: a run folder the trainer wrote nothing into (it stopped on a
+    bad flag or config), the root `run` made for it."""
     try:
         folder.rmdir()  # fails unless empty
     except OSError:
