@@ -12,7 +12,7 @@ import pytest
 
 from goodhart_prof import runs
 from goodhart_prof.errors import UserError
-from helpers import TINY_CONFIG, clean_env, error_lines, run_cmd
+from helpers import TINY_CONFIG, clean_env, error_lines, read_trace, run_cmd, step_labels
 
 NOW = time.mktime((2026, 11, 23, 12, 40, 55, 0, 0, -1))
 STAMP = "2026-11-23T12-40-55"
@@ -191,12 +191,13 @@ def test_run_twice_then_diff_compares_them_and_keeps_both(tmp_path):
     env = clean_env(OMP_NUM_THREADS="1")
     run = ["-m", "goodhart_prof.cli", "run", "--iterations", "1", "--config", str(cfg),
            "--output-dir", str(root), "--no-progress"]
-    first = run_cmd(run, env=env)
+    first = run_cmd(run + ["--checkpoint-every", "1"], env=env)
     assert first.returncode == 0, first.stderr
     (a,) = [p for p in root.iterdir() if p.name != "latest"]
     assert os.readlink(root / "latest") == a.name
     kept = {p.name: p.read_bytes() for p in a.iterdir()}
-    assert {"run.json", "metrics.jsonl", "merged_trace.json", "rank-0.pt.trace.json.gz"} <= set(kept)
+    assert {"run.json", "metrics.jsonl", "merged_trace.json", "rank-0.pt.trace.json.gz",
+            "checkpoint-rank0.pt"} <= set(kept)
     assert f"run folder: {a} (run.json)" in first.stdout
 
     second = run_cmd(run + ["--name", "after", "--seed", "7"], env=env)
@@ -233,3 +234,12 @@ def test_run_twice_then_diff_compares_them_and_keeps_both(tmp_path):
     assert error_lines(added.stderr) == [f"adding the latest run: {b} ({record['created']})"]
     row = json.loads(log.with_suffix(".jsonl").read_text().splitlines()[-1])
     assert row["env_steps_per_s"] == record["env_steps_per_s"] and row["trace"] == str(b)
+
+    # --resume without --name continues the newest run with a checkpoint (A), in its folder.
+    resumed = run_cmd(["-m", "goodhart_prof.cli", "run", "--iterations", "2", "--config", str(cfg),
+                       "--output-dir", str(root), "--no-progress", "--resume"], env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(p.name for p in root.iterdir()) == sorted([a.name, "after", "latest"])
+    assert os.readlink(root / "latest") == a.name
+    assert [json.loads(line)["iteration"] for line in (a / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert step_labels(read_trace(a / "rank-0.pt.trace.json.gz")["traceEvents"]) == ["ProfilerStep#2"]
