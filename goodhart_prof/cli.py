@@ -41,13 +41,30 @@ def _iterations(ctx, param, value):
                    f"(default: PROF_MODE or {DEFAULT_MODE}).")
 @click.option("--verbose", is_flag=True,
               help="Let the profiler (Kineto) print its own log lines (quiet by default).")
+@click.option("--name", default=None, metavar="NAME",
+              help="Name of this run's folder under the output folder (default: the start time, "
+                   "e.g. 2026-11-23T12-40-55); an existing name is an error, never replaced. "
+                   "With --resume: the run to continue.")
 @run_options.run_side()
-def run(iterations, mode, verbose, **trainer_values):
+def run(iterations, mode, verbose, name, **trainer_values):
     """Train the bundled trainer with profiling on and write the traces.
 
-    Writes rank-<r>.pt.trace.json.gz per rank, merged_trace.json and run.json to the output folder.
+    Each run gets its own folder, OUTPUT_DIR/NAME (OUTPUT_DIR: --output-dir, PROF_OUTPUT_DIR or
+    traces), holding rank-<r>.pt.trace.json.gz per rank, merged_trace.json, run.json and
+    metrics.jsonl; OUTPUT_DIR/latest then points at it. --resume continues the run --name names,
+    else the newest run with a checkpoint, in its own folder.
     """
-    argv, env = run_options.run_command(iterations, mode, trainer_values, os.environ, verbose)
+    from . import runs
+
+    root = runs.output_root(trainer_values["output_dir"], os.environ)
+    window = iterations if iterations is not None else run_options.env_window(os.environ)
+    if name is not None:
+        runs.check_name(name)
+    root_made = not root.exists()
+    folder = runs.resume_folder(root, name) if trainer_values["resume"] else \
+        runs.create_run_folder(root, name)
+    argv, env = run_options.run_command(window, mode, {**trainer_values, "output_dir": str(folder)},
+                                        os.environ, verbose)
     proc = subprocess.Popen(argv, env=env)
     # A SIGTERM to us goes to the trainer too (it records the interruption, then exits 143).
     signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
@@ -55,11 +72,29 @@ def run(iterations, mode, verbose, **trainer_values):
         code = proc.wait()
     except KeyboardInterrupt:  # the trainer got the same SIGINT; let it finish cleanly
         code = proc.wait()
+    finished = runs.read_run(folder)
+    if code == 0 and finished is not None and finished.complete:
+        try:
+            runs.point_latest(root, folder)
+        except OSError as exc:  # e.g. a folder named latest that someone made: keep the run
+            click.echo(f"warning: {root / runs.LATEST} not updated ({exc.strerror or exc})", err=True)
+    runs.discard_if_empty(folder)
+    if root_made:
+        runs.discard_if_empty(root)
     sys.exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell says
 
 
+def _latest(what: str) -> str:
+    """The latest run's folder under PROF_OUTPUT_DIR or traces, for a command given no PATH."""
+    from . import runs
+
+    run = runs.latest_run(runs.output_root(None, os.environ))
+    click.echo(f"{what} the latest run: {run.describe()}", err=True)
+    return str(run.folder)
+
+
 @cli.command()
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=click.Path(path_type=str), required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the goodhart-prof/analysis/v1 JSON document.")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Kernels, sites and phases to list (JSON: kernels to include; all when not given).")
@@ -83,7 +118,10 @@ def run(iterations, mode, verbose, **trainer_values):
                    "the analysis (exit 2); by default it is skipped with a warning naming it.")
 def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, workers, scheduler,
             strict):
-    """Analyze a trace: a .json/.json.gz file, a merged trace, or a folder of per-rank traces."""
+    """Analyze a trace: a .json/.json.gz file, a merged trace, or a folder of per-rank traces.
+
+    Without PATH: the latest run (PROF_OUTPUT_DIR or traces, its `latest`).
+    """
     from .analysis import analyze as run_analysis
     from .trace.load import load
 
@@ -96,6 +134,8 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, w
         require_hta()  # fail before the work, not after the report
     if workers is not None and scheduler is not None:
         raise UserError("--workers and --scheduler exclude each other (the scheduler's cluster has its own workers)")
+    if path is None:
+        path = _latest("analyzing")
     if workers is not None or scheduler is not None:
         from .trace.cluster import load_on_cluster
         trace = load_on_cluster(path, workers, scheduler, strict)
@@ -146,21 +186,37 @@ def _console():
 
 
 @cli.command()
-@click.argument("a", type=click.Path(path_type=str))
-@click.argument("b", type=click.Path(path_type=str))
+@click.argument("a", required=False)
+@click.argument("b", required=False)
+@click.option("--root", type=click.Path(file_okay=False, path_type=str), default=None,
+              help="Where the runs are (default: PROF_OUTPUT_DIR or traces).")
 @click.option("--json", "as_json", is_flag=True, help="Print the goodhart-prof/diff/v1 JSON document.")
 @click.option("--html", "html_file", type=click.Path(dir_okay=False), default=None,
               help="Also write a self-contained page with A-vs-B charts to this file.")
 @click.option("--force", is_flag=True, help="Overwrite the --html file if it exists.")
 @click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
               help="Headline items, kernels, sites and phases to list (JSON: all when not given).")
-def diff(a, b, as_json, html_file, force, top):
-    """Compare two traces (A: before, B: after): what got better and what got worse."""
+def diff(a, b, root, as_json, html_file, force, top):
+    """Compare two traces (A: before, B: after): what got better and what got worse.
+
+    A and B are trace files, folders, run folders or run names under the root. Without them:
+    the last two complete runs under the root (by run.json `created`).
+    """
+    from . import runs
     from .analysis import analyze as run_analysis
     from .analysis.compare import compare
     from .trace.load import load
     from .trace.run import read_run
 
+    root_dir = runs.output_root(root, os.environ)
+    if a is None:
+        older, newer = runs.last_two(root_dir)
+        a, b = str(older.folder), str(newer.folder)
+        click.echo(f"A: {older.describe()}, B: {newer.describe()}", err=True)
+    elif b is None:
+        raise UserError("diff takes two traces or runs (A B), or none to compare the last two runs")
+    else:
+        a, b = str(runs.resolve(a, root_dir)), str(runs.resolve(b, root_dir))
     if html_file:
         from .report.common import refuse_overwrite
         refuse_overwrite(html_file, force)  # fail before the work, not after it
@@ -191,12 +247,17 @@ _LOG_OPTION = click.option("--log", "log_file", type=click.Path(dir_okay=False),
 
 
 @perf_log.command("add")
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=click.Path(path_type=str), required=False)
 @click.option("--change", required=True, help='What this run changed, e.g. "torch.compile A/B".')
 @_LOG_OPTION
 def log_add(path, change, log_file):
-    """Analyze PATH (a trace file or folder) and add its row to the log (newest first)."""
+    """Analyze PATH (a trace file or folder) and add its row to the log (newest first).
+
+    Without PATH: the latest run's folder (its run.json gives env-steps/s).
+    """
     from . import perflog
+    if path is None:
+        path = _latest("adding")
     row = perflog.add(path, change, log_file)
     click.echo(f"added to {log_file}: {perflog.describe(row)}")
 
@@ -225,13 +286,13 @@ def log_compare(first, second, log_file):
 
 
 @cli.command()
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=click.Path(path_type=str), required=False)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Output file: .pftrace (Perfetto protobuf) or .json / .json.gz (Chrome trace JSON).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 def export(path, output, force):
     """Export a trace with our analysis (utilization counters, sync instants, launch flows) for
-    the Perfetto UI."""
+    the Perfetto UI. Without PATH: the latest run."""
     from .analysis import analyze as run_analysis
     from .report.export_common import check_output
     from .report.perfetto import output_format, write_perfetto
@@ -240,6 +301,8 @@ def export(path, output, force):
 
     fmt = output_format(output)
     check_output(output, force)  # before the work, not after it
+    if path is None:
+        path = _latest("exporting")
     trace = load(path)
     _warn(trace)
     result = run_analysis(trace)

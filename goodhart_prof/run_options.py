@@ -60,7 +60,8 @@ TRAINER_OPTIONS = (
                   click.Path(file_okay=False),
                   trainer_note="default: PROF_OUTPUT_DIR or the config's, {output_dir}; "
                                "traces go to PROF_OUTPUT_DIR whenever it is set",
-                  run_note=f"default: PROF_OUTPUT_DIR or {DEFAULT_OUTPUT_DIR}"),
+                  run_note=f"run: the folder that holds one folder per run, OUTPUT_DIR/NAME, and "
+                           f"OUTPUT_DIR/latest; default: PROF_OUTPUT_DIR or {DEFAULT_OUTPUT_DIR}"),
     TrainerOption("--nproc", "Ranks to run with torch.distributed (gloo on CPU, NCCL on CUDA); "
                   "each profiled rank writes its own trace, merged afterwards",
                   click.IntRange(min=1), default=1),
@@ -73,7 +74,9 @@ TRAINER_OPTIONS = (
     TrainerOption("--inject", "Plant known slowdowns (the anti-pattern zoo, "
                   "trainer/antipatterns.py; each NAME is the rule id of the finding that detects it)",
                   metavar="NAME[,NAME...]"),
-    TrainerOption("--resume", "Continue from the checkpoint in the output folder", is_flag=True),
+    TrainerOption("--resume", "Continue from the checkpoint in the output folder", is_flag=True,
+                  run_note="run: continue the run --name names, else the newest run with a "
+                           "checkpoint, in its own folder"),
     TrainerOption("--no-progress", "No progress bar", is_flag=True),
 )
 
@@ -118,13 +121,15 @@ def run_command(iterations: tuple[int, int] | None, mode: str | None, values: Ma
                 environ: Mapping[str, str], verbose: bool = False) -> tuple[list[str], dict[str, str]]:
     """`goodhart-prof run`'s child: `python -m trainer` with profiling on, and its environment.
 
-    Flags win over the PROF_* variables; the profiler's own log is quiet unless `verbose`. One folder takes everything, traces included; unless told
-    otherwise the trainer stops after the window's last iteration.
+    Flags win over the PROF_* variables; the profiler's own log is quiet unless `verbose`. One
+    folder, `values["output_dir"]` (the run's own folder: cli.py makes it under the output root),
+    takes everything, traces included; unless told otherwise the trainer stops after the window's
+    last iteration.
     """
     env = dict(environ)
     if not verbose:  # a KINETO_LOG_LEVEL the user set wins
         env.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO)
-    first, last = iterations if iterations is not None else _env_window(env)
+    first, last = iterations if iterations is not None else env_window(env)
     output_dir = values["output_dir"] or env.get("PROF_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR
     env.update(PROF_ENABLED="1", PROF_ITERATIONS=f"{first}-{last}",
                PROF_MODE=mode or env.get("PROF_MODE", DEFAULT_MODE), PROF_OUTPUT_DIR=output_dir)
@@ -134,7 +139,8 @@ def run_command(iterations: tuple[int, int] | None, mode: str | None, values: Ma
     return [sys.executable, "-m", "trainer", *trainer_argv(forwarded)], env
 
 
-def _env_window(env: Mapping[str, str]) -> tuple[int, int]:
+def env_window(env: Mapping[str, str]) -> tuple[int, int]:
+    """The window PROF_ITERATIONS names (else the default); a malformed value is a UserError."""
     try:
         return parse_iterations(env.get("PROF_ITERATIONS", DEFAULT_WINDOW))
     except SettingsError as exc:

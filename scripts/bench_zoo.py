@@ -72,7 +72,7 @@ def child_env(args) -> dict[str, str]:
 def record(name: str, out: Path, args) -> dict:
     argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--iterations", args.iterations,
             "--total-iterations", str(args.total_iterations), "--mode", args.mode,
-            "--output-dir", str(out), "--device", args.device, "--no-progress"]
+            "--output-dir", str(out.parent), "--name", out.name, "--device", args.device, "--no-progress"]
     argv += ["--config", args.config] if args.config else []
     argv += ["--inject", name] if name != "clean" else []
     env = child_env(args)

@@ -130,9 +130,10 @@ def test_interrupted_trainer_records_it(tmp_path, signum, window, code):
 
 def test_goodhart_prof_run_passes_sigterm_on(tmp_path):
     cfg = write_tiny_config(tmp_path)
-    out = tmp_path / "traces"
+    out = tmp_path / "traces" / "stopped"
     proc = start(["-m", "goodhart_prof.cli", "run", "--iterations", "3-390", "--total-iterations",
-                  "400", "--config", str(cfg), "--output-dir", str(out), "--no-progress"])
+                  "400", "--config", str(cfg), "--output-dir", str(out.parent), "--name", "stopped",
+                  "--no-progress"])
     wait_for(lambda: len(metrics_rows(out)) >= 5, proc, "iteration 5")
     children = descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)  # to the CLI only, as `kill` or a job scheduler would
@@ -143,6 +144,7 @@ def test_goodhart_prof_run_passes_sigterm_on(tmp_path):
     assert record["interrupted"]["signal"] == "SIGTERM" and record["merged_trace"] is None
     assert not list(out.glob("*trace*")) and leftovers(out) == []
     assert still_running(children) == []
+    assert not (out.parent / "latest").exists()  # an interrupted run is not a complete one
 
 
 def test_two_ranks_sigterm_to_the_launcher_stops_the_ranks(tmp_path):
@@ -201,17 +203,19 @@ def test_sigkill_after_a_checkpoint_then_resume_is_bit_identical(tmp_path):
     assert leftovers(split) == []
 
 
-def test_a_second_run_says_what_it_replaces(tmp_path):
+def test_a_second_trainer_run_in_one_folder_says_what_it_replaces(tmp_path):
+    """`python -m trainer --output-dir X` writes into X itself (goodhart-prof run gives each run
+    its own folder: tests/test_runs.py)."""
     cfg = write_tiny_config(tmp_path)
     out = tmp_path / "traces"
-    args = ["-m", "goodhart_prof.cli", "run", "--iterations", "1", "--config", str(cfg),
+    args = ["-m", "trainer", "--total-iterations", "2", "--config", str(cfg),
             "--output-dir", str(out), "--no-progress"]
-    first = run_cmd(args, env=env())
+    first = run_cmd(args, env=env(PROF_ENABLED="1", PROF_ITERATIONS="1"))
     assert first.returncode == 0 and "replacing" not in first.stderr, first.stderr
     (out / "rank-3.pt.trace.json.gz").write_bytes(b"from a run with more ranks")
     (out / ".run.json.abc123.tmp").write_bytes(b"left by a killed run")
     before = json.loads((out / "run.json").read_text())["created"]
-    second = run_cmd(args + ["--seed", "7"], env=env())
+    second = run_cmd(args + ["--seed", "7"], env=env(PROF_ENABLED="1", PROF_ITERATIONS="1"))
     assert second.returncode == 0, second.stderr
     lines = [line for line in second.stderr.splitlines() if line.startswith("replacing")]
     assert len(lines) == 1, second.stderr

@@ -238,7 +238,7 @@ def clean_run(tmp_path_factory) -> Path:
     """A clean CPU run, three traced iterations, full mode."""
     root = tmp_path_factory.mktemp("memory")
     argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--iterations", "2-4", "--mode", "full",
-            "--config", str(write_tiny_config(root)), "--output-dir", str(root / "clean"), "--no-progress"]
+            "--config", str(write_tiny_config(root)), "--output-dir", str(root), "--name", "clean", "--no-progress"]
     res = subprocess.run(argv, env=clean_env(OMP_NUM_THREADS="1"), capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -22,7 +22,7 @@ from trainer.__main__ import cli as trainer
 from trainer.config import Config
 
 RUN = goodhart_prof.commands["run"]
-RUN_ONLY = {"--iterations", "--mode", "--verbose"}
+RUN_ONLY = {"--iterations", "--mode", "--verbose", "--name"}
 SHARED = {option.flag for option in TRAINER_OPTIONS}
 
 

@@ -38,10 +38,13 @@ def test_profiling_off_writes_no_trace(tmp_path):
 
 def test_run_traces_iterations_50_to_55(tmp_path):
     cfg = write_tiny_config(tmp_path)
-    out = tmp_path / "traces"
+    root = tmp_path / "traces"
     res = run_cmd(["-m", "goodhart_prof.cli", "run", "--iterations", "50-55", "--config", str(cfg),
-                   "--output-dir", str(out)])
+                   "--output-dir", str(root)])
     assert res.returncode == 0, res.stderr
+    (out,) = [p for p in root.iterdir() if p.name != "latest"]  # the run's own folder, a timestamp
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d", out.name), out.name
+    assert (root / "latest").resolve() == out.resolve()
     assert {"rank-0.pt.trace.json.gz", "merged_trace.json", "run.json"} <= {p.name for p in out.iterdir()}
     events = read_trace(out / "rank-0.pt.trace.json.gz")["traceEvents"]
     assert step_labels(events) == [f"ProfilerStep#{i}" for i in range(50, 56)]
@@ -55,7 +58,9 @@ def test_run_traces_iterations_50_to_55(tmp_path):
     assert record["iterations_run"] == 56  # --total-iterations defaults to last traced + 1
     assert record["profiling"]["iterations_traced"] == list(range(50, 56))
     assert record["torch_version"] == torch.__version__
-    assert record["merged_trace"].endswith("merged_trace.json")
+    assert record["merged_trace"] == str(out / "merged_trace.json")
+    assert (record["run_dir"], record["run_name"]) == (str(out), out.name)
+    assert f"| run folder: {out} (run.json)" in res.stdout
     assert record["env_steps_per_s"] > 0
 
 
@@ -148,9 +153,9 @@ def test_checkpoint_resume_is_bit_identical(tmp_path):
 
 def test_two_ranks_on_cpu_merge_into_one_trace(tmp_path):
     cfg = write_tiny_config(tmp_path)
-    out = tmp_path / "out"
+    out = tmp_path / "out" / "two"
     res = run_cmd(["-m", "goodhart_prof.cli", "run", "--iterations", "2-3", "--nproc", "2",
-                   "--config", str(cfg), "--output-dir", str(out)])
+                   "--config", str(cfg), "--output-dir", str(out.parent), "--name", out.name])
     assert res.returncode == 0, res.stderr
     for rank in (0, 1):
         doc = read_trace(out / f"rank-{rank}.pt.trace.json.gz")

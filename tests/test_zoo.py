@@ -61,7 +61,7 @@ def recorded(tmp_path_factory) -> dict[str, Path]:
     for name in ("clean", *EXPECTED, GROWTH):
         out = root / name
         argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--iterations", WINDOW.get(name, "2-3"), "--mode",
-                "full", "--config", str(cfg), "--output-dir", str(out), "--no-progress"]
+                "full", "--config", str(cfg), "--output-dir", str(root), "--name", name, "--no-progress"]
         argv += [] if name == "clean" else ["--inject", name]
         procs[name] = (out, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                              stderr=subprocess.PIPE, text=True))

@@ -94,9 +94,8 @@ def summary_line(record: dict) -> str:
     if m.get("proxy_return") is not None:
         parts.append(f"last iteration: proxy return {m['proxy_return']:.2f}, true return "
                      f"{m['true_return']:.2f} (Goodhart gap {m.get('goodhart_gap', 0):.2f})")
-    out = Path(record["config"]["output_dir"]) / "run.json"
     parts.append(f"merged trace: {record['merged_trace']}" if record.get("merged_trace") else "no trace")
-    parts.append(f"run record: {out}")
+    parts.append(f"run folder: {record.get('run_dir') or record['config']['output_dir']} (run.json)")
     return " | ".join(parts)
 
 

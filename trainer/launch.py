@@ -26,6 +26,7 @@ from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import atomic_path, write_json
 from goodhart_prof.hooks import ProfSettings, trace_name
 from goodhart_prof.merge import merge_rank_traces
+from goodhart_prof.runs import CREATED
 
 from .config import Config
 from .train import RunResult, checkpoint_path, train
@@ -163,7 +164,10 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
               if settings.enabled and window_done and traces and first <= i < end]
     record = {
         "schema": RUN_SCHEMA,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": time.strftime(CREATED),
+        # The run's folder (goodhart-prof run makes one per run under the output root) and its name.
+        "run_dir": str(out_dir),
+        "run_name": out_dir.resolve().name,
         "command": argv,
         "git_revision": git_revision(),
         "torch_version": torch.__version__,
