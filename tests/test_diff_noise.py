@@ -15,6 +15,7 @@ import pytest
 from goodhart_prof import perflog
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare import compare
+from goodhart_prof.analysis.noise import profiler_cost
 from goodhart_prof.analysis.spread import coverage, median_interval, overlap
 from goodhart_prof.cli import main
 from goodhart_prof.report.diff_html import page
@@ -217,3 +218,40 @@ def test_log_compare_of_two_runs_of_one_configuration(tmp_path, capsys):
     for field in ("iteration_ms", "env_steps_per_s"):
         line = next(x for x in out.splitlines() if x.startswith(field))
         assert code == 0 and "within noise" in line and "better" not in line and "worse" not in line
+
+
+def test_profiler_cost_of_a_run_by_its_own_clock():
+    run = read_run(AB / "clean_1")
+    rows = [json.loads(line) for line in (AB / "clean_1" / "metrics.jsonl").read_text().splitlines()]
+    traced = sorted(r["iteration_s"] for r in rows if 10 <= r["iteration"] <= 15)
+    untraced = sorted(r["iteration_s"] for r in rows if 1 <= r["iteration"] <= 8)
+    cost = profiler_cost(run)  # n <= 8: the intervals are [min, max]
+    assert cost.median == pytest.approx(np.median(traced) / np.median(untraced))
+    assert (cost.low, cost.high) == (pytest.approx(traced[0] / untraced[-1]), pytest.approx(traced[-1] / untraced[0]))
+
+
+def test_a_machine_that_changed_speed_withholds_every_time_verdict(tmp_path, clean_2, capsys):
+    """clean_1 with its untraced iterations made twice as fast (as when other work stops during the
+    run): its traced iterations now cost 3.17x the untraced ones against clean_2's 1.24x, so no
+    time figure is judged, and the counts are still compared."""
+    folder = tmp_path / "drifted"
+    folder.mkdir()
+    for name in ("rank-0.pt.trace.json.gz", "run.json"):
+        (folder / name).write_bytes((AB / "clean_1" / name).read_bytes())
+    rows = [json.loads(line) for line in (AB / "clean_1" / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["iteration"] < 9:
+            r["iteration_s"] /= 2
+            r["env_steps_per_s"] *= 2
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a, b = analyze(load(folder)), clean_2[0]
+    c = compare(a, b, read_run(folder), clean_2[1])
+    ca, cb = c.noise_a.profiler_cost, c.noise_b.profiler_cost
+    assert ca.low > cb.high  # 1.86-4.58x against 0.58-1.51x
+    assert c.time_statement.startswith("nothing can be concluded about time: the machine's speed changed")
+    assert f"{ca.median:.2f}x" in c.time_statement and f"{cb.median:.2f}x" in c.time_statement
+    assert set(c.spread["verdict"]) == {"not judged"} and c.headline.empty  # same code: same counts
+    code, out, _ = run_main(["diff", str(folder), str(AB / "clean_2")], capsys)
+    assert code == 0 and "the machine's speed changed between or during the runs" in " ".join(out.split())
+    # the undisturbed pair is not flagged
+    assert compare(*clean_2[:1], *clean_2[:1], clean_2[1], clean_2[1]).time_statement is None

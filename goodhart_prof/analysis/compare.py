@@ -53,7 +53,7 @@ from ..trace.run import RunRecord
 from .noise import Noise, noise
 from .syncs import KINDS
 from .verdicts import count_table, headline, iterations_line, spread_table, \
-    time_statement, with_host_time
+    drift_statement, time_statement, with_host_time
 
 PRESENCE = {"both": "both", "left_only": "a_only", "right_only": "b_only"}
 # Relative change below which two floats are the same figure (sums taken in different orders).
@@ -126,11 +126,12 @@ def compare(a: Analysis, b: Analysis, run_a: RunRecord | None = None,
     communication = _by_size(_paired(_comm_table(a), _comm_table(b), ["kind"],
                                      ["count", "total_us", "bytes"]), "total_us", ["kind"])
     na, nb = noise(a, run_a), noise(b, run_b)
-    spread = spread_table(na, nb)
+    drift = drift_statement(na, nb)
+    spread = spread_table(na, nb, withheld=drift is not None)
     counts = with_host_time(count_table(a, b, na, nb), a, b)
     return Comparison(
         a=a, b=b, summary=summary, spread=spread, counts=counts, noise_a=na, noise_b=nb,
-        time_statement=time_statement(na, nb), iterations_line=iterations_line(na, nb),
+        time_statement=time_statement(na, nb) or drift, iterations_line=iterations_line(na, nb),
         categories=_by_size(categories, "total_us", ["category"]),
         kernels=_by_size(kernels, "total_us", ["name"]),
         sync_kinds=sync_kinds.set_index("kind").reindex(list(KINDS)).reset_index(),

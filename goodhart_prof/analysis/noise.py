@@ -52,6 +52,7 @@ class Noise:
     samples: pd.DataFrame = field(repr=False)     # SAMPLE_COLUMNS
     throughput: pd.DataFrame = field(repr=False)  # iteration, rate, env_steps_all (RunRecord.throughput)
     counts: pd.DataFrame = field(repr=False)      # kind, item, site, count (in counted iterations)
+    profiler_cost: Spread | None = None  # traced / untraced iteration time of the run (`profiler_cost`)
 
     @property
     def n(self) -> int:
@@ -87,7 +88,24 @@ def noise(analysis, run: RunRecord | None = None) -> Noise:
         {"iteration": pd.Series(dtype=np.int64), "rate": pd.Series(dtype=float),
          "env_steps_all": pd.Series(dtype=float)})
     return Noise(iterations=counted, warmup=warmup, samples=samples[SAMPLE_COLUMNS],
-                 throughput=throughput, counts=_counts(analysis, counted))
+                 throughput=throughput, counts=_counts(analysis, counted),
+                 profiler_cost=profiler_cost(run) if run is not None else None)
+
+
+def profiler_cost(run: RunRecord) -> Spread | None:
+    """How much longer the run's traced iterations took than its untraced ones, by its own clock
+    (metrics.jsonl `iteration_s`): the median ratio, and as interval the ratio of the two
+    medians' intervals taken at their extremes (traced low / untraced high, traced high /
+    untraced low). None when either side has fewer than 3 iterations. One configuration on one
+    machine pays the same profiler cost; two runs whose costs differ beyond these intervals ran
+    on a machine whose speed changed (DESIGN.md "Noise", machine drift)."""
+    traced = median_interval(run.traced_seconds())
+    untraced = median_interval(pd.to_numeric(run.throughput()["iteration_s"], errors="coerce").to_numpy(float))
+    if not (traced.judged and untraced.judged) or not untraced.low > 0:
+        return None
+    return Spread(n=min(traced.n, untraced.n), median=traced.median / untraced.median,
+                  low=traced.low / untraced.high, high=traced.high / untraced.low,
+                  confidence=traced.confidence * untraced.confidence)
 
 
 def _empty() -> pd.DataFrame:

@@ -8,6 +8,9 @@ docs/DESIGN.md "Noise" and the module docstring of `analysis/compare.py`.
   interval (`spread.median_interval`). Verdict `better`/`worse` only when both sides have 3 or
   more values and the intervals do not overlap; `within noise` when they overlap; `not judged`
   when a side has fewer than 3 values. Better: a lower median time, a higher env-steps/s.
+- **Machine drift** (`drift_statement`): each run's traced iterations against its untraced ones
+  (metrics.jsonl), `noise.profiler_cost`; when the two runs' ratios do not overlap, the machine's
+  speed changed under one of them and every time verdict is `not judged`, with that sentence.
 - **Counts** (`count_table`: sync points per kind, CPU-only host reads per kind, GPU kernels):
   per iteration (count in the counted iterations / their number) when both sides have counted
   iterations, else the whole traces' totals (kernels then not compared); any difference is
@@ -19,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .noise import ENV_STEPS, Noise
-from .spread import MIN_ITERATIONS
+from .spread import MIN_ITERATIONS, overlap
 
 TIME_KINDS = ("throughput", "iteration", "phase", "category", "kernel", "communication")
 SPREAD_COLUMNS = ["kind", "item", "metric", "n_a", "a", "low_a", "high_a", "n_b", "b", "low_b",
@@ -35,9 +38,22 @@ def _ratio(a: float, b: float) -> float:
     return b / a
 
 
-def spread_table(na: Noise, nb: Noise) -> pd.DataFrame:
+def drift_statement(na: Noise, nb: Noise) -> str | None:
+    """The sentence that withholds every time verdict when the machine's speed changed between
+    or during the runs (their profiler costs, `noise.profiler_cost`, do not overlap); else None."""
+    ca, cb = na.profiler_cost, nb.profiler_cost
+    if ca is None or cb is None or overlap(ca, cb):
+        return None
+    return (f"nothing can be concluded about time: the machine's speed changed between or during the runs. "
+            f"Their traced iterations took {ca.median:.2f}x ({ca.low:.2f}-{ca.high:.2f}x) the untraced "
+            f"ones in A and {cb.median:.2f}x ({cb.low:.2f}-{cb.high:.2f}x) in B, where one profiler "
+            "costs the same in both; repeat both runs back to back on a quiet machine (on a shared "
+            "CPU, OMP_NUM_THREADS=1); counts are still compared")
+
+
+def spread_table(na: Noise, nb: Noise, withheld: bool = False) -> pd.DataFrame:
     """One row per time figure seen on either side (module docstring), largest median first
-    within each kind."""
+    within each kind; `withheld` (a drift statement) makes every verdict `not judged`."""
     rows = []
     n_mean = (na.n + nb.n) / 2
     for kind in TIME_KINDS:
@@ -54,7 +70,7 @@ def spread_table(na: Noise, nb: Noise) -> pd.DataFrame:
             sa, sb = na.spread(kind, item), nb.spread(kind, item)
             delta = sb.median - sa.median
             higher_better = kind == "throughput"
-            if not (sa.judged and sb.judged):
+            if withheld or not (sa.judged and sb.judged):
                 verdict = "not judged"
             elif sa.low <= sb.high and sb.low <= sa.high:
                 verdict = "within noise"

@@ -68,6 +68,15 @@ class RunRecord:
         first, last = self.window
         return (iteration >= first - 1) & (iteration <= last + 1)
 
+    def traced_seconds(self) -> np.ndarray:
+        """iteration_s of the traced iterations FIRST..LAST (warm-up left out): the run's own
+        clock of the iterations the trace holds, profiler cost included (empty: no window)."""
+        if self.window is None:
+            return np.zeros(0)
+        it = self.metrics["iteration"].to_numpy(np.int64)
+        keep = (it >= self.window[0]) & (it <= self.window[1]) & ~np.isin(it, self.warmup)
+        return pd.to_numeric(self.metrics["iteration_s"][keep], errors="coerce").to_numpy(float)
+
     def throughput(self) -> pd.DataFrame:
         """The metrics rows whose env-steps/s is a throughput sample, with `rate` and
         `env_steps_all` (all ranks): the untimed rows are left out, then the rows before the
