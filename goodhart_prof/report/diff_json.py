@@ -7,9 +7,11 @@ Keys: `schema`; `a`, `b` {`paths`, `ranks`, `devices`}; `summary` [ {`metric`, `
 per quantity, see `goodhart_prof.analysis.compare`).
 
 Noise (additive to v1): `iterations` {`a`, `b`: {`counted` (iterations compared), `warmup`
-(traced iterations left out), `throughput` (untraced iterations of the run giving env-steps/s)},
-`line` (the sentence the text report prints)}; `time_statement` (null, or "nothing can be
-concluded about time: ..." when a side has fewer than 3 counted iterations); `spread` [ {`kind`,
+(traced iterations left out), `throughput` (untraced iterations of the run giving env-steps/s),
+`profiler_cost` (null, or {`n`, `median`, `low`, `high`, `confidence`}: the run's traced / untraced
+iteration time, `analysis/noise.py`)}, `line` (the sentence the text report prints)};
+`time_statement` (null, or "nothing can be concluded about time: ..." when a side has fewer than
+3 counted iterations or the two profiler costs do not overlap: the machine changed speed); `spread` [ {`kind`,
 `item`, `metric`, `n_a`, `a` (median), `low_a`, `high_a`, `n_b`, `b`, `low_b`, `high_b`, `delta`,
 `ratio`, `verdict` (`better`, `worse`, `within noise`, `not judged`), `impact_us`} ] (every time
 figure); `counts` [ {`kind` (`sync`, `host_read`, `kernels`), `item`, `site`, `a`, `b`, `delta`,
@@ -41,7 +43,8 @@ def _side(analysis) -> dict[str, Any]:
 
 def _iterations(n) -> dict[str, Any]:
     return {"counted": [int(i) for i in n.iterations], "warmup": [int(i) for i in n.warmup],
-            "throughput": [int(i) for i in n.throughput["iteration"]]}
+            "throughput": [int(i) for i in n.throughput["iteration"]],
+            "profiler_cost": n.profiler_cost.to_json() if n.profiler_cost is not None else None}
 
 
 def to_document(c, top: int | None = None) -> dict[str, Any]:
