@@ -92,3 +92,22 @@ def test_sync_points(kernel_env):
     assert texts[0].strip() == f"82 sync points, host wait {duration(a.sync_points['dur'].sum())}"
     top_site = a.syncs.sites.iloc[0]
     assert top_site["site"][:40] in texts[2] and duration(top_site["total_us"]) in texts[2]
+
+
+def test_ab_compare(kernel_env):
+    from goodhart_prof.analysis.compare import compare
+    from goodhart_prof.trace.run import read_run
+
+    texts = execute("03_ab_compare.ipynb")
+    ab = ROOT / "tests/data/ours/ab"
+    a, b = goodhart_prof.analyze(ab / "clean_1"), goodhart_prof.analyze(ab / "item_logging")
+    c = compare(a, b, read_run(ab / "clean_1"), read_run(ab / "item_logging"))
+    assert texts[0].splitlines()[0] == c.iterations_line
+    head = texts[1].splitlines()
+    worse = c.worse.iloc[0]
+    assert head[:3] == ["What got better: nothing", "What got worse: 1",
+                        f"  host_read item: {worse.a:.2f} -> {worse.b:.2f} per iteration ({worse.ratio:.2f}x); "
+                        "the site that changed most: rollout > env_step > aten::item"]
+    assert head[3] == "within noise: " + ", ".join(c.within_noise["item"])  # every time figure
+    assert len(c.within_noise) == len(c.spread)
+    assert "item_logging" in texts[5] and "rollout > env_step > aten::item" in texts[5]
