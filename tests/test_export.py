@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
 from pathlib import Path
 
 import msgspec
 import numpy as np
 import pytest
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as PerfettoTrace
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 from goodhart_prof.analysis import analyze
 from goodhart_prof.cli import main
@@ -23,6 +20,7 @@ from goodhart_prof.report.perfetto import assign_lanes, to_ns, write_perfetto
 from goodhart_prof.trace.load import load
 from goodhart_prof.trace.model import GPU_ACTIVITY_CATS
 from helpers import clean_env, error_lines, run_cmd, write_tiny_config
+from pftrace import decode
 
 DATA = Path(__file__).parent / "data"
 H100 = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
@@ -53,73 +51,6 @@ def analysis_of(path: Path):
 @pytest.fixture(params=["h100", "mi250", "cpu"])
 def traced(request, cpu_trace) -> Path:
     return {"h100": H100, "mi250": MI250, "cpu": cpu_trace}[request.param]
-
-
-# -- decoding the protobuf ------------------------------------------------------------------------
-@dataclass
-class Decoded:
-    tracks: dict = field(default_factory=dict)        # uuid -> TrackDescriptor
-    slices: list = field(default_factory=list)        # (uuid, begin, end, name, cat, depth)
-    instants: list = field(default_factory=list)      # (uuid, ts, name, annotations, category)
-    counters: dict = field(default_factory=lambda: defaultdict(list))  # uuid -> [(ts, value)]
-    flows_out: list = field(default_factory=list)     # (flow id, cat of the slice)
-    flows_in: list = field(default_factory=list)
-
-    def name(self, uuid: int) -> str:
-        d = self.tracks[uuid]
-        if d.HasField("process"):
-            return d.process.process_name
-        return d.thread.thread_name if d.HasField("thread") else d.name
-
-    def rank_of(self, uuid: int) -> str:
-        """The process (`rank <r>`) a track belongs to."""
-        d = self.tracks[uuid]
-        if d.HasField("thread"):
-            return next(self.name(u) for u, p in self.tracks.items()
-                        if p.HasField("process") and p.process.pid == d.thread.pid)
-        return self.name(d.parent_uuid) if d.parent_uuid else self.name(uuid)
-
-
-def decode(path: Path) -> Decoded:
-    """Read the file with the perfetto package's protos and check nesting while doing so: per
-    track, times never go back, every END closes the innermost open slice, which lies inside the
-    one below it, and nothing is left open."""
-    trace = PerfettoTrace()
-    trace.ParseFromString(Path(path).read_bytes())
-    out = Decoded()
-    stacks: dict[int, list] = defaultdict(list)
-    last: dict[int, int] = {}
-    for packet in trace.packet:
-        if packet.HasField("track_descriptor"):
-            desc = packet.track_descriptor
-            assert desc.uuid not in out.tracks
-            out.tracks[desc.uuid] = desc
-            continue
-        te, ts = packet.track_event, packet.timestamp
-        uuid = te.track_uuid
-        assert uuid in out.tracks, "event on an undeclared track"
-        assert ts >= last.get(uuid, 0), "time goes back on a track"
-        last[uuid] = ts
-        stack = stacks[uuid]
-        if te.type == TrackEvent.TYPE_SLICE_BEGIN:
-            stack.append((ts, te.name, te.categories[0] if te.categories else ""))
-            out.flows_out += [(f, stack[-1][2]) for f in te.flow_ids]
-            out.flows_in += [(f, stack[-1][2]) for f in te.terminating_flow_ids]
-        elif te.type == TrackEvent.TYPE_SLICE_END:
-            assert stack, "END without an open slice"
-            begin, name, cat = stack.pop()
-            if stack:
-                assert stack[-1][0] <= begin, "child begins before its parent"
-            out.slices.append((uuid, begin, ts, name, cat, len(stack)))
-        elif te.type == TrackEvent.TYPE_INSTANT:
-            ann = {a.name: (a.string_value if a.HasField("string_value") else
-                            a.int_value if a.HasField("int_value") else a.double_value)
-                   for a in te.debug_annotations}
-            out.instants.append((uuid, ts, te.name, ann, te.categories[0] if te.categories else ""))
-        elif te.type == TrackEvent.TYPE_COUNTER:
-            out.counters[uuid].append((ts, te.double_counter_value))
-    assert not any(stacks.values()), "slices left open"
-    return out
 
 
 def export_pb(path: Path, tmp_path: Path):

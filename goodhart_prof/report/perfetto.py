@@ -158,17 +158,18 @@ class _Plan:
                 keys.append((True, rank) + stream if stream else (False, rank, pid, tid))
             self.extra_keys.append(keys)
         cpu = [k for k in shown if not k[0]]
-        counts = pd.Series(np.bincount(codes, minlength=len(combos)) if len(codes) else [],
-                           dtype=np.int64)
-        main: dict = {}
-        for k, n in sorted(zip(shown, counts.tolist()), key=lambda kn: -kn[1]):
+        # a rank's main process: the CPU pid with the most slices (events and Python frames)
+        counts: dict = {}
+        for k, n in zip(shown, np.bincount(codes, minlength=len(combos)).tolist() if len(codes) else []):
             if not k[0]:
-                main.setdefault(k[1], k[2])
+                counts[k[1], k[2]] = counts.get((k[1], k[2]), 0) + n
         for f, e in enumerate(self.extras):
-            if e.py_count():
-                for k, n in zip(self.extra_keys[f], np.bincount(e.py_thread, minlength=len(e.threads))):
-                    if n and not k[0]:
-                        main.setdefault(k[1], k[2])
+            for k, n in zip(self.extra_keys[f], np.bincount(e.py_thread, minlength=len(e.threads)).tolist()):
+                if not k[0]:
+                    counts[k[1], k[2]] = counts.get((k[1], k[2]), 0) + n
+        main: dict = {}
+        for (rank, pid), n in sorted(counts.items(), key=lambda kn: -kn[1]):
+            main.setdefault(rank, pid)
         threads = list(dict.fromkeys([(r, a, b) for _, r, a, b in cpu] +
                                      [(r, a, b) for keys in self.extra_keys for g, r, a, b in keys if not g]))
         by_rank = len(trace.ranks) > 1 or trace.rank_source != "single file"
