@@ -122,7 +122,7 @@ def test_perfetto_counts_on_the_h100_trace(tmp_path):
     assert (summary.gpu_slices, summary.flows, summary.sync_instants, summary.counter_tracks) == \
         (5165, 5165, 82, 1)
     # Kineto's events nest on this trace but for ProfilerStep#6, which starts inside the Python
-    # frame of profiler.step() and ends after it: it and the 6 annotations inside it overflow.
+    # frame of profiler.step() and ends after it: it and the 6 DataLoader annotations inside it overflow.
     assert (summary.overflow_tracks, summary.overflow_slices) == (1, 7)
 
 

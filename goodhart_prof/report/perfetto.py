@@ -4,11 +4,17 @@ Perfetto's JSON importer drops complete events that overlap partially on one thr
 writes TrackEvent protobuf packets (the `perfetto` package's `TraceProtoBuilder`) on tracks laid
 out here:
 
-- every rank is a process named `rank <r>`; each CPU thread of it a thread track (`thread <tid>`,
-  `pid <pid> thread <tid>` when the rank has several CPU processes); each GPU stream its own track
-  `GPU <d> stream <s>` under the rank. Every complete event is one slice (TYPE_SLICE_BEGIN/END;
-  name = event name, category = normalised `cat`). GPU-side annotations (`gpu_user_annotation`)
-  go on the stream track their kernels are on.
+- every rank is a process (named as its main CPU process in the trace's metadata, `python3`, or
+  `rank <r>` in a multi-rank or merged trace); each CPU thread of it a thread track named from the
+  metadata (`perfetto_tracks.py`); each GPU stream its own track `GPU <d> stream <s>` under the
+  rank. Every complete event of the trace is one slice (TYPE_SLICE_BEGIN/END; name = event name,
+  category = normalised `cat`): the events table's rows, and every `python_function` frame (torch's
+  own too), read again from the file (`trace/extra_events.py`). GPU-side annotations
+  (`gpu_user_annotation`) go on the stream track their kernels are on.
+- the trace's instants (`ph: i`/`I`, `[memory]` and the rest) as instants with their args as
+  debug annotations: on their thread (`s: t`), their rank's process (`s: p`) or the top-level
+  track `global instants` (`s: g`); the trace's counters (`ph: C`) as counter tracks
+  `<name> <series>` under the rank.
 - nesting: on a track a slice must lie inside the slice open below it. Events are never clipped:
   an event that would overlap the open slice partially goes to the first overflow track
   `<track> (overlap k)` of that track (a sibling under the rank) where it nests, so every slice keeps
@@ -17,7 +23,7 @@ out here:
   to the activity's slice (`flow_ids` / `terminating_flow_ids`).
 - counters: per GPU device a track `GPU <d> utilization` (percent) with one sample per burstiness
   window at the window's start (`analysis.burstiness`), and 0 at the device's last activity end.
-- instants: one per sync point, named `sync <kind>`, on the thread it happened on (lane 0), with
+- sync instants: one per sync point, named `sync <kind>`, on the thread it happened on (lane 0), with
   debug annotations kind, site, iteration and dur_us.
 - iterations: a track `iterations` per rank with one slice `iteration N` per `ProfilerStep#N`.
 
@@ -28,8 +34,8 @@ negative times cannot be written (Perfetto timestamps are unsigned).
 
 Thread and process ids: a rank's Perfetto pid is its main CPU pid and a thread keeps its tid when
 those are positive 32-bit ids used once in the whole trace; otherwise (merged traces, where pid =
-rank, string ids, tids reused across ranks) a synthetic id from 10,000,000 up is used. The original
-tid stays in the track name.
+rank, string ids, tids reused across ranks) a synthetic id from 10,000,000 up is used. Track names
+keep the trace's own ids (the text of a string id, never the loader's negative stand-in).
 
 Packets are built in chunks of `CHUNK_PACKETS` and each chunk is serialised as its own `Trace`
 message; concatenated `Trace` messages are one valid trace (the packet field is repeated).
