@@ -27,6 +27,7 @@ class ExportSummary:
     format: str                       # "perfetto" or "chrome-json"
     slices: int = 0                   # complete events written as slices (perfetto) / kept (json)
     gpu_slices: int = 0               # of which GPU activity (kernel, memcpy, memset)
+    python_slices: int = 0            # of which python_function frames (perfetto)
     overflow_tracks: int = 0
     overflow_slices: int = 0
     flows: int = 0                    # launch -> GPU activity flows
@@ -34,9 +35,17 @@ class ExportSummary:
     counter_tracks: int = 0
     counter_samples: int = 0
     iterations: int = 0               # slices on the per-rank `iterations` tracks (perfetto)
+    trace_instants: int = 0           # the trace's own instants (perfetto)
+    trace_counter_tracks: int = 0     # the trace's own counters (`ph: C`, perfetto)
+    trace_counter_samples: int = 0
 
     def line(self) -> str:
-        parts = [f"{self.slices:,} slices ({self.gpu_slices:,} GPU)"]
+        kinds = f"{self.gpu_slices:,} GPU" + (f", {self.python_slices:,} Python" if self.python_slices else "")
+        parts = [f"{self.slices:,} slices ({kinds})"]
+        if self.trace_instants:
+            parts.append(f"{self.trace_instants:,} trace instants")
+        if self.trace_counter_tracks:
+            parts.append(f"{self.trace_counter_tracks} trace counter(s)")
         if self.overflow_tracks:
             parts.append(f"{self.overflow_slices:,} on {self.overflow_tracks} overflow track(s)")
         parts += [f"{self.flows:,} launch flows", f"{self.sync_instants:,} sync instants",

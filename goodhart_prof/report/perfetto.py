@@ -4,11 +4,17 @@ Perfetto's JSON importer drops complete events that overlap partially on one thr
 writes TrackEvent protobuf packets (the `perfetto` package's `TraceProtoBuilder`) on tracks laid
 out here:
 
-- every rank is a process named `rank <r>`; each CPU thread of it a thread track (`thread <tid>`,
-  `pid <pid> thread <tid>` when the rank has several CPU processes); each GPU stream its own track
-  `GPU <d> stream <s>` under the rank. Every complete event is one slice (TYPE_SLICE_BEGIN/END;
-  name = event name, category = normalised `cat`). GPU-side annotations (`gpu_user_annotation`)
-  go on the stream track their kernels are on.
+- every rank is a process (named as its main CPU process in the trace's metadata, `python3`, or
+  `rank <r>` in a multi-rank or merged trace); each CPU thread of it a thread track named from the
+  metadata (`perfetto_tracks.py`); each GPU stream its own track `GPU <d> stream <s>` under the
+  rank. Every complete event of the trace is one slice (TYPE_SLICE_BEGIN/END; name = event name,
+  category = normalised `cat`): the events table's rows, and every `python_function` frame (torch's
+  own too), read again from the file (`trace/extra_events.py`). GPU-side annotations
+  (`gpu_user_annotation`) go on the stream track their kernels are on.
+- the trace's instants (`ph: i`/`I`, `[memory]` and the rest) as instants with their args as
+  debug annotations: on their thread (`s: t`), their rank's process (`s: p`) or the top-level
+  track `global instants` (`s: g`); the trace's counters (`ph: C`) as counter tracks
+  `<name> <series>` under the rank.
 - nesting: on a track a slice must lie inside the slice open below it. Events are never clipped:
   an event that would overlap the open slice partially goes to the first overflow track
   `<track> (overlap k)` of that track (a sibling under the rank) where it nests, so every slice keeps
@@ -17,7 +23,7 @@ out here:
   to the activity's slice (`flow_ids` / `terminating_flow_ids`).
 - counters: per GPU device a track `GPU <d> utilization` (percent) with one sample per burstiness
   window at the window's start (`analysis.burstiness`), and 0 at the device's last activity end.
-- instants: one per sync point, named `sync <kind>`, on the thread it happened on (lane 0), with
+- sync instants: one per sync point, named `sync <kind>`, on the thread it happened on (lane 0), with
   debug annotations kind, site, iteration and dur_us.
 - iterations: a track `iterations` per rank with one slice `iteration N` per `ProfilerStep#N`.
 
@@ -28,8 +34,8 @@ negative times cannot be written (Perfetto timestamps are unsigned).
 
 Thread and process ids: a rank's Perfetto pid is its main CPU pid and a thread keeps its tid when
 those are positive 32-bit ids used once in the whole trace; otherwise (merged traces, where pid =
-rank, string ids, tids reused across ranks) a synthetic id from 10,000,000 up is used. The original
-tid stays in the track name.
+rank, string ids, tids reused across ranks) a synthetic id from 10,000,000 up is used. Track names
+keep the trace's own ids (the text of a string id, never the loader's negative stand-in).
 
 Packets are built in chunks of `CHUNK_PACKETS` and each chunk is serialised as its own `Trace`
 message; concatenated `Trace` messages are one valid trace (the packet field is repeated).
@@ -38,145 +44,25 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from ..fileio import atomic_path
+from ..trace.decode import DecodeError
+from ..trace.extra_events import PYTHON_CAT, Extras, read_extras
 from ..trace.model import GPU_ACTIVITY_CATS, Trace
 from .export_common import ExportError, ExportSummary, check_output, linked_launches, to_ns, utilization_samples
+from .perfetto_tracks import Layout, RankOf, Track, file_ranks, loaded_keys, metadata, text_ids
 
 CHUNK_PACKETS = 50_000
-SYNTHETIC_ID_BASE = 10_000_000
-INT32_MAX = 2**31 - 1
 SEQUENCE_ID = 1
 
 # Operation codes of the packet plan (packets of equal time keep the order they were planned in).
-_BEGIN, _END, _BEGIN_ITERATION, _INSTANT, _COUNTER = 1, 2, 3, 4, 5
-
-
-# -- track layout ---------------------------------------------------------------------------------
-@dataclass
-class _Track:
-    uuid: int
-    name: str
-    rank: int
-    kind: str                 # process, thread, gpu, overflow, counter, iterations
-    pid: int = 0              # Perfetto pid (process and thread tracks)
-    tid: int = 0              # Perfetto tid (thread tracks)
-    parent: int = 0           # parent track uuid (0: none)
-    overflow: list = field(default_factory=list)  # uuids of this track's overflow tracks
-
-
-class _Layout:
-    """Tracks and Perfetto ids: one process per rank, thread and GPU stream tracks, overflows.
-
-    `event_track[i]` is the track (index into `tracks`) of event i: GPU activity by (rank, device,
-    stream); any other event on a GPU activity's (rank, pid, tid), such as a GPU-side annotation,
-    goes to that stream's track; the rest to their (rank, pid, tid) thread.
-    """
-
-    def __init__(self, ev: pd.DataFrame, ranks: list[int]):
-        self.tracks: list[_Track] = []
-        self.process: dict[int, _Track] = {}
-        self._used: set[int] = set()
-        self._next = SYNTHETIC_ID_BASE
-        keys = _track_keys(ev)
-        threads = keys.loc[keys["gpu"] == 0, ["rank", "a", "b"]].drop_duplicates()
-        threads.columns = ["rank", "pid", "tid"]
-        counts = keys[keys["gpu"] == 0].groupby(["rank", "a"]).size().reset_index(name="n")
-        self._main_pid = (counts.sort_values(["rank", "n"], ascending=[True, False], kind="stable")
-                          .drop_duplicates("rank").set_index("rank")["a"].to_dict())
-        self._real_ids = _unique_ids(threads)
-        for r in sorted(set(ranks) | set(ev["rank"].unique().tolist())):
-            self._add_process(int(r))
-        several = (threads.groupby("rank")["pid"].nunique() > 1).to_dict()
-        codes, combos = pd.factorize(pd.MultiIndex.from_frame(keys[["gpu", "rank", "a", "b"]]))
-        positions = []
-        for g, r, a, b in combos.tolist():
-            track = (self._gpu(int(r), int(a), int(b)) if g else
-                     self._thread(int(r), int(a), int(b), several.get(r, False)))
-            positions.append(track.uuid - 1)
-        self.event_track = np.asarray(positions, dtype=np.int64)[codes] if len(codes) else \
-            np.empty(0, dtype=np.int64)
-
-    def _id(self, wanted: int) -> int:
-        if wanted in self._real_ids and wanted not in self._used:
-            self._used.add(wanted)
-            return wanted
-        while self._next in self._real_ids or self._next in self._used:
-            self._next += 1
-        self._used.add(self._next)
-        return self._next
-
-    def _new(self, **kw) -> _Track:
-        track = _Track(uuid=len(self.tracks) + 1, **kw)
-        self.tracks.append(track)
-        return track
-
-    def _add_process(self, rank: int) -> None:
-        pid = self._id(int(self._main_pid.get(rank, -1)))
-        self.process[rank] = self._new(name=f"rank {rank}", rank=rank, kind="process", pid=pid)
-
-    def _thread(self, rank: int, pid: int, tid: int, several_pids: bool) -> _Track:
-        proc = self.process[rank]
-        main_thread = pid == tid == proc.pid  # Perfetto's main thread: tid == pid
-        ptid = proc.pid if main_thread else self._id(tid)
-        name = f"pid {pid} thread {tid}" if several_pids else f"thread {tid}"
-        return self._new(name=name, rank=rank, kind="thread", pid=proc.pid, tid=ptid)
-
-    def _gpu(self, rank: int, device: int, stream: int) -> _Track:
-        return self._new(name=f"GPU {device} stream {stream}", rank=rank, kind="gpu",
-                         parent=self.process[rank].uuid)
-
-    def lane(self, track: _Track, k: int) -> int:
-        """uuid of lane k of a track (0: the track itself, k > 0: its k-th overflow track)."""
-        if k == 0:
-            return track.uuid
-        while len(track.overflow) < k:
-            extra = self._new(name=f"{track.name} (overlap {len(track.overflow) + 1})",
-                              rank=track.rank, kind="overflow", parent=self.process[track.rank].uuid)
-            track.overflow.append(extra.uuid)
-        return track.overflow[k - 1]
-
-    def custom(self, rank: int, name: str, kind: str) -> _Track:
-        return self._new(name=name, rank=rank, kind=kind, parent=self.process[rank].uuid)
-
-
-def _track_keys(ev: pd.DataFrame) -> pd.DataFrame:
-    """Per event: gpu (1 for a stream track), rank, a, b ((device, stream) or (pid, tid))."""
-    is_gpu = ev["cat"].isin(GPU_ACTIVITY_CATS).to_numpy()
-    rank, pid, tid = (ev[c].to_numpy(np.int64) for c in ("rank", "pid", "tid"))
-    device, stream = ev["device"].to_numpy(np.int64), ev["stream"].to_numpy(np.int64)
-    keys = pd.DataFrame({"gpu": is_gpu.astype(np.int8), "rank": rank,
-                         "a": np.where(is_gpu, device, pid), "b": np.where(is_gpu, stream, tid)})
-    streams = (pd.DataFrame({"rank": rank[is_gpu], "pid": pid[is_gpu], "tid": tid[is_gpu],
-                             "device": device[is_gpu], "stream": stream[is_gpu]})
-               .drop_duplicates(["rank", "pid", "tid"]))
-    if len(streams):
-        on_stream = pd.DataFrame({"rank": rank, "pid": pid, "tid": tid}).merge(
-            streams, on=["rank", "pid", "tid"], how="left")
-        moved = ~is_gpu & on_stream["device"].notna().to_numpy()
-        keys.loc[moved, "gpu"] = 1
-        keys.loc[moved, "a"] = on_stream.loc[moved, "device"].to_numpy(np.int64)
-        keys.loc[moved, "b"] = on_stream.loc[moved, "stream"].to_numpy(np.int64)
-    return keys
-
-
-def _unique_ids(threads: pd.DataFrame) -> set[int]:
-    """Positive 32-bit ids used once among all (rank, pid) processes and their tids; a process's
-    main thread (tid == pid) may share its pid's id. Only these are kept as Perfetto ids."""
-    procs = threads[["rank", "pid"]].drop_duplicates()["pid"]
-    ids = np.concatenate([procs.to_numpy(), threads["tid"].to_numpy()])
-    vals, counts = np.unique(ids, return_counts=True)
-    main = threads.loc[threads["pid"] == threads["tid"], "tid"].to_numpy()
-    main_vals, main_counts = np.unique(main, return_counts=True)
-    shared = dict(zip(main_vals.tolist(), main_counts.tolist()))
-    return {v for v, c in zip(vals.tolist(), counts.tolist())
-            if 0 < v <= INT32_MAX and c - shared.get(v, 0) <= 1}
+_BEGIN, _END, _BEGIN_ITERATION, _INSTANT, _COUNTER, _TRACE_INSTANT = 1, 2, 3, 4, 5, 6
 
 
 def assign_lanes(begin: list[int], end: list[int]) -> tuple[list[int], list[tuple[int, int, int]]]:
@@ -226,25 +112,28 @@ def write_perfetto(analysis, path: str | os.PathLike, force: bool = False) -> Ex
 
 class _Plan:
     """Everything the protobuf holds: the track layout, then timed operations as parallel lists
-    (time ns, op code, track uuid, ref: an event position, a step number, or an index into the
-    sync or counter lists)."""
+    (time ns, op code, track uuid, ref: a slice position (the trace's events table, then the
+    Python frames), a step number, or an index into the instant or counter lists)."""
 
     def __init__(self, analysis):
         trace: Trace = analysis.trace
         ev = trace.events
-        if len(ev) and not (float(ev["ts"].min()) >= 0 and np.isfinite(ev["end"].to_numpy()).all()):
-            raise ExportError(f"{_name(trace)}: has negative or non-finite times; Perfetto "
-                              f"timestamps are unsigned nanoseconds")
-        self.layout = _Layout(ev, trace.ranks)
+        self.extras = _read_extras(trace)
+        _check_times(trace, self.extras)
+        ranks = file_ranks(trace, self.extras)
+        self.rank_of = RankOf(trace, self.extras, ranks)
         self.summary = ExportSummary(Path(), "perfetto")
         self.time: list[int] = []
         self.code: list[int] = []
         self.track: list[int] = []
         self.ref: list[int] = []
+        self._tracks(trace, ev)
         self._columns(ev)
         self._slices(ev)
         self._flows(trace)
         self._syncs(analysis.sync_points, ev)
+        self._trace_instants()
+        self._trace_counters()
         self._counters(analysis)
         self._iterations(ev)
         self.summary.overflow_tracks = sum(len(t.overflow) for t in self.layout.tracks)
@@ -255,20 +144,77 @@ class _Plan:
         self.track.append(uuid)
         self.ref.append(ref)
 
+    # -- tracks -----------------------------------------------------------------------------------
+    def _tracks(self, trace: Trace, ev: pd.DataFrame) -> None:
+        """Every event's track: the events table's rows by their (rank, pid, tid) or GPU stream,
+        the file's own events (Python frames, instants) by the ids they carry."""
+        pid_text, tid_text = text_ids(ev, self.extras)
+        codes, combos = loaded_keys(ev)
+        shown = [(g, r, a, b) if g else (g, r, pid_text.get((r, a), a), tid_text.get((r, a, b), b))
+                 for g, r, a, b in combos]
+        gpu = ev[ev["cat"].isin(GPU_ACTIVITY_CATS).to_numpy()]
+        on_stream = {(r, p, t): (d, s) for r, p, t, d, s in gpu[["rank", "pid", "tid", "device", "stream"]]
+                     .drop_duplicates(["rank", "pid", "tid"]).to_numpy().tolist()}
+        self.extra_keys = []  # per file, per interned thread: (gpu, rank, a, b)
+        for f, e in enumerate(self.extras):
+            keys = []
+            for pid, tid in e.threads:
+                rank = self.rank_of(f, pid)
+                stream = on_stream.get((rank, pid, tid))
+                keys.append((True, rank) + stream if stream else (False, rank, pid, tid))
+            self.extra_keys.append(keys)
+        cpu = [k for k in shown if not k[0]]
+        # a rank's main process: the CPU pid with the most slices (events and Python frames)
+        counts: dict = {}
+        for k, n in zip(shown, np.bincount(codes, minlength=len(combos)).tolist() if len(codes) else []):
+            if not k[0]:
+                counts[k[1], k[2]] = counts.get((k[1], k[2]), 0) + n
+        for f, e in enumerate(self.extras):
+            for k, n in zip(self.extra_keys[f], np.bincount(e.py_thread, minlength=len(e.threads)).tolist()):
+                if not k[0]:
+                    counts[k[1], k[2]] = counts.get((k[1], k[2]), 0) + n
+        main: dict = {}
+        for (rank, pid), n in sorted(counts.items(), key=lambda kn: -kn[1]):
+            main.setdefault(rank, pid)
+        threads = list(dict.fromkeys([(r, a, b) for _, r, a, b in cpu] +
+                                     [(r, a, b) for keys in self.extra_keys for g, r, a, b in keys if not g]))
+        by_rank = len(trace.ranks) > 1 or trace.rank_source != "single file"
+        meta = metadata(self.extras, self.rank_of)
+        self.layout = Layout(trace.ranks, threads, main, meta, by_rank)
+        positions = np.asarray([self._track_of(k).uuid - 1 for k in shown], dtype=np.int64)
+        self.event_track = positions[codes] if len(codes) else np.empty(0, dtype=np.int64)
+
+    def _track_of(self, key: tuple):
+        g, r, a, b = key
+        return self.layout.gpu(r, a, b) if g else self.layout.thread(r, a, b)
+
+    # -- slices -----------------------------------------------------------------------------------
     def _columns(self, ev: pd.DataFrame) -> None:
         names = ev["name"].cat.categories.astype(str).tolist()
         cats = ev["cat"].cat.categories.astype(str).tolist()
+        self.n_events = len(ev)
         self.name = [names[c] for c in ev["name"].cat.codes.tolist()]
         self.cat = [cats[c] for c in ev["cat"].cat.codes.tolist()]
+        for e in self.extras:  # Python frames follow the events table's rows
+            self.name.extend(e.names[c] for c in e.py_name.tolist())
         self.is_gpu = ev["cat"].isin(GPU_ACTIVITY_CATS).to_numpy().tolist()
         self.cols = {c: ev[c].tolist() for c in ("device", "stream", "correlation", "external_id",
                                                  "bytes")}
 
     def _slices(self, ev: pd.DataFrame) -> None:
-        begin, end = to_ns(ev["ts"].to_numpy()), to_ns(ev["end"].to_numpy())
+        begin = [to_ns(ev["ts"].to_numpy())]
+        end = [to_ns(ev["end"].to_numpy())]
+        tracks = [self.event_track]
+        for f, e in enumerate(self.extras):
+            begin.append(to_ns(e.py_ts))
+            end.append(to_ns(e.py_ts + e.py_dur))
+            uuids = np.full(len(e.threads), -1, dtype=np.int64)
+            for k in np.unique(e.py_thread).tolist():  # threads with frames only: no empty track
+                uuids[k] = self._track_of(self.extra_keys[f][k]).uuid - 1
+            tracks.append(uuids[e.py_thread])
+        begin, end, tracks = np.concatenate(begin), np.concatenate(end), np.concatenate(tracks)
         end = np.maximum(end, begin)
-        tracks = self.layout.event_track
-        order = np.lexsort((np.arange(len(ev)), -end, begin, tracks))
+        order = np.lexsort((np.arange(len(begin)), -end, begin, tracks))
         bounds = np.flatnonzero(np.diff(tracks[order])) + 1
         for idx in (np.split(order, bounds) if len(order) else []):
             track = self.layout.tracks[int(tracks[idx[0]])]
@@ -278,7 +224,8 @@ class _Plan:
             rows = idx.tolist()
             for t, op, j in ops:
                 self._add(t, op, uuids[lanes[j]], rows[j])
-        self.summary.slices = len(ev)
+        self.summary.slices = len(begin)
+        self.summary.python_slices = len(begin) - len(ev)
         self.summary.gpu_slices = int(sum(self.is_gpu))
 
     def _flows(self, trace: Trace) -> None:
@@ -291,19 +238,54 @@ class _Plan:
             self.flow_in[gpu_pos] = flow_id
         self.summary.flows = len(pairs)
 
+    # -- instants and counters --------------------------------------------------------------------
     def _syncs(self, points: pd.DataFrame, ev: pd.DataFrame) -> None:
         """An instant per sync point on the track of its own event (the host op or call; the GPU
         or sync event when the host call is not in the trace), lane 0."""
         positions = ev.index.get_indexer(points["row"].to_numpy())
         self.syncs = list(points[["kind", "site", "iteration", "dur"]].itertuples(index=False))
         for k, (t, pos) in enumerate(zip(to_ns(points["ts"].to_numpy()).tolist(), positions.tolist())):
-            self._add(t, _INSTANT, int(self.layout.event_track[pos]) + 1, k)
+            self._add(t, _INSTANT, int(self.event_track[pos]) + 1, k)
         self.summary.sync_instants = len(points)
 
-    def _counters(self, analysis) -> None:
+    def _trace_instants(self) -> None:
+        """The trace's own instants: on their thread (`s: t`), their rank's process (`s: p`) or
+        the global track (`s: g`)."""
+        self.instants: list[tuple] = []
+        for f, e in enumerate(self.extras):
+            for thread, name, cat, scope, ts, args in e.instants:
+                if scope == "g":
+                    uuid = self.layout.global_track().uuid
+                elif scope == "p":
+                    uuid = self.layout.process[self.rank_of(f, e.threads[thread][0])].uuid
+                else:
+                    uuid = self._track_of(self.extra_keys[f][thread]).uuid
+                self._add(int(to_ns(ts)), _TRACE_INSTANT, uuid, len(self.instants))
+                self.instants.append((e.names[name], e.names[cat], args))
+        self.summary.trace_instants = len(self.instants)
+
+    def _trace_counters(self) -> None:
+        """The trace's counters (`ph: C`): a counter track per (rank, pid, name, id, series)."""
         self.counter_values: list[float] = []
+        tracks: dict = {}
+        for f, e in enumerate(self.extras):
+            for pid, name, cid, ts, series in e.counters:
+                rank = self.rank_of(f, pid)
+                for key, value in series.items():
+                    label = name if len(series) == 1 and key in (name, "value") else f"{name} {key}"
+                    if cid is not None:
+                        label = f"{label} (id {cid})"
+                    ident = (rank, pid, label)
+                    if ident not in tracks:
+                        tracks[ident] = self.layout.custom(rank, label, "counter")
+                    self._add(int(to_ns(ts)), _COUNTER, tracks[ident].uuid, len(self.counter_values))
+                    self.counter_values.append(value)
+                    self.summary.trace_counter_samples += 1
+        self.summary.trace_counter_tracks = len(tracks)
+
+    def _counters(self, analysis) -> None:
         for rank, device, times, values in utilization_samples(analysis):
-            track = self.layout.custom(rank, f"GPU {device} utilization", "counter")
+            track = self.layout.custom(rank, f"GPU {device} utilization", "counter", unit="%")
             for t, v in zip(to_ns(times).tolist(), values.tolist()):
                 self._add(t, _COUNTER, track.uuid, len(self.counter_values))
                 self.counter_values.append(v)
@@ -368,13 +350,23 @@ class _Plan:
             _annotate(te, "site", str(site))
             _annotate(te, "iteration", int(iteration))
             _annotate(te, "dur_us", float(dur))
+        elif code == _TRACE_INSTANT:
+            name, cat, args = self.instants[ref]
+            te.type = TrackEvent.TYPE_INSTANT
+            te.name = name
+            if cat:
+                te.categories.append(cat)
+            _annotate_args(te, args)
         else:
             te.type = TrackEvent.TYPE_COUNTER
             te.double_counter_value = self.counter_values[ref]
 
     def _slice_fields(self, te, i: int) -> None:
-        cols = self.cols
         te.name = self.name[i]
+        if i >= self.n_events:
+            te.categories.append(PYTHON_CAT)
+            return
+        cols = self.cols
         te.categories.append(self.cat[i])
         if self.is_gpu[i]:
             _annotate(te, "device", cols["device"][i])
@@ -393,22 +385,71 @@ class _Plan:
             te.flow_ids.extend(flows_out)
 
 
-def _descriptor(packet, track: _Track) -> None:
+def _read_extras(trace: Trace) -> list[Extras]:
+    out = []
+    for path in trace.paths:
+        try:
+            out.append(read_extras(path))
+        except DecodeError as exc:
+            raise ExportError(f"{path}: {exc} (reading it again for the export)") from None
+    return out
+
+
+def _check_times(trace: Trace, extras: list[Extras]) -> None:
+    ev = trace.events
+    ok = not len(ev) or (float(ev["ts"].min()) >= 0 and np.isfinite(ev["end"].to_numpy()).all())
+    for e in extras:
+        ok = ok and (not e.py_count() or float(e.py_ts.min()) >= 0)
+        ok = ok and all(i[4] >= 0 for i in e.instants) and all(c[3] >= 0 for c in e.counters)
+    if not ok:
+        raise ExportError(f"{_name(trace)}: has negative or non-finite times; Perfetto "
+                          f"timestamps are unsigned nanoseconds")
+
+def _descriptor(packet, track: Track) -> None:
     packet.trusted_packet_sequence_id = SEQUENCE_ID
     desc = packet.track_descriptor
     desc.uuid = track.uuid
     if track.kind == "process":
         desc.process.pid = track.pid
         desc.process.process_name = track.name
+        desc.process.process_labels.extend(track.labels)
+        if track.sort_index is not None:
+            desc.process.legacy_sort_index = _int32(track.sort_index)
     elif track.kind == "thread":
         desc.thread.pid = track.pid
         desc.thread.tid = track.tid
         desc.thread.thread_name = track.name
+        if track.sort_index is not None:
+            desc.thread.legacy_sort_index = _int32(track.sort_index)
     else:
         desc.name = track.name
-        desc.parent_uuid = track.parent
-        if track.kind == "counter":
-            desc.counter.unit_name = "%"
+        if track.parent:
+            desc.parent_uuid = track.parent
+        if track.kind == "counter" and track.unit:
+            desc.counter.unit_name = track.unit
+
+
+def _int32(v: int) -> int:
+    return max(-(2**31), min(2**31 - 1, v))
+
+
+def _annotate_args(te, args: bytes) -> None:
+    """A trace event's `args` as debug annotations: numbers and strings as they are, anything
+    else (lists, objects) as its JSON text."""
+    if not args:
+        return
+    try:
+        values = msgspec.json.decode(args)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return
+    if not isinstance(values, dict):
+        return
+    for key, value in values.items():
+        if value.__class__ is bool or value is None or not isinstance(value, (int, float, str)):
+            value = msgspec.json.encode(value).decode()
+        elif value.__class__ is int and not -(2**63) <= value < 2**63:
+            value = float(value)
+        _annotate(te, str(key), value)
 
 
 def _annotate(te, name: str, value) -> None:

@@ -1,0 +1,269 @@
+"""The events a trace's tables leave out, read again for the Perfetto export: every
+`python_function` slice (torch's own frames too), every instant (`ph: i`/`I`), every counter
+sample (`ph: C`), the metadata (`ph: M`: process and thread names, labels, sort indices), and the
+complete events whose pid or tid is not a number (so that their tracks keep the trace's names).
+
+A file is read piece by piece (`decode.stream_pieces`, `PIECE_BYTES` at a time) and each piece is
+turned into compact columns before the next is read: memory follows the events kept, not the
+file. The ids stay as the trace wrote them (an int, or the text of a string id). Analyses never
+use this: they read `Trace` tables.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+
+from .decode import (GZIP_MAGIC, BadCut, DecodeError, gzip_chunks, parse_json, plain_chunks,
+                     read_bytes, stream_pieces)
+
+PIECE_BYTES = 64 << 20
+PYTHON_CAT = "python_function"
+
+
+class _X(msgspec.Struct, tag_field="ph", tag="X", frozen=True, gc=False):
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+
+
+class _I(msgspec.Struct, tag_field="ph", tag="i", frozen=True, gc=False):
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    s: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _OldI(_I, tag="I"):
+    """The deprecated spelling of an instant."""
+
+
+class _C(msgspec.Struct, tag_field="ph", tag="C", frozen=True, gc=False):
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    id: Any = None
+    ts: Any = None
+    args: Any = None
+
+
+class _M(msgspec.Struct, tag_field="ph", tag="M", frozen=True, gc=False):
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    args: Any = None
+
+
+def _skipped(tag: str) -> type:
+    return msgspec.defstruct(f"Other_{tag}", [], tag_field="ph", tag=tag, frozen=True, gc=False)
+
+
+_OTHER_PHASES = "BEbenstfPONDRTcv"
+_Event = Union[tuple([_X, _I, _OldI, _C, _M] + [_skipped(t) for t in _OTHER_PHASES])]
+_HEADER_FIELDS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "goodhartProf")
+
+
+class _Doc(msgspec.Struct, gc=False):
+    traceEvents: list[_Event]
+    distributedInfo: Any = None
+    deviceProperties: msgspec.Raw = msgspec.Raw(b"")
+    baseTimeNanoseconds: msgspec.Raw = msgspec.Raw(b"")
+    goodhartProf: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _LooseDoc(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw]
+    distributedInfo: Any = None
+    deviceProperties: msgspec.Raw = msgspec.Raw(b"")
+    baseTimeNanoseconds: msgspec.Raw = msgspec.Raw(b"")
+    goodhartProf: msgspec.Raw = msgspec.Raw(b"")
+
+
+_doc_decoder = msgspec.json.Decoder(_Doc)
+_event_decoder = msgspec.json.Decoder(_Event)
+
+
+def _is_number(v) -> bool:
+    return v.__class__ in (int, float) and math.isfinite(v)
+
+
+def _id(v) -> "int | str":
+    """An id as the trace wrote it: ints (and numeric text) as ints, None as -1, anything else as
+    its text."""
+    if v.__class__ is int:
+        return v
+    if v is None:
+        return -1
+    if v.__class__ is str:
+        try:
+            return int(v)
+        except ValueError:
+            return v
+    return str(v)
+
+
+def _text(v) -> str:
+    return v if v.__class__ is str else ("" if v is None else str(v))
+
+
+@dataclass
+class Extras:
+    """What one trace file holds beyond its tables. Threads are interned: `threads[k]` is the
+    (pid, tid) of thread k as the trace wrote them (int, or the text of a string id)."""
+
+    path: Path
+    threads: list = field(default_factory=list)
+    names: list = field(default_factory=list)        # interned event names and categories
+    # python_function slices: thread, name code, ts (us), dur (us)
+    py_thread: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    py_name: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    py_ts: np.ndarray = field(default_factory=lambda: np.empty(0))
+    py_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
+    # instants: thread, name code, cat code, scope ("t", "p", "g"), ts (us), args (raw JSON bytes)
+    instants: list = field(default_factory=list)
+    counters: list = field(default_factory=list)     # (pid, name, id, ts, {series: value})
+    metadata: list = field(default_factory=list)     # (name, pid, tid, args dict)
+    odd_complete: list = field(default_factory=list)  # (ts, name, pid, tid) of X with text ids
+    distributed_rank: "int | None" = None
+    skipped: int = 0                                 # events with no numeric ts
+
+    def py_count(self) -> int:
+        return len(self.py_ts)
+
+
+class _Builder:
+    def __init__(self, path: Path):
+        self.out = Extras(path)
+        self._threads: dict = {}
+        self._names: dict = {}
+        self._py: list = [[], [], [], []]
+
+    def thread(self, pid, tid) -> int:
+        key = (_id(pid), _id(tid))
+        k = self._threads.get(key)
+        if k is None:
+            k = self._threads[key] = len(self._threads)
+            self.out.threads.append(key)
+        return k
+
+    def name(self, v) -> int:
+        text = _text(v)
+        k = self._names.get(text)
+        if k is None:
+            k = self._names[text] = len(self._names)
+            self.out.names.append(text)
+        return k
+
+    def add(self, events: list) -> None:
+        out = self.out
+        py_thread, py_name, py_ts, py_dur = self._py
+        for ev in events:
+            cls = ev.__class__
+            if cls is _X:
+                if ev.cat == PYTHON_CAT:
+                    if not _is_number(ev.ts):
+                        out.skipped += 1
+                        continue
+                    py_thread.append(self.thread(ev.pid, ev.tid))
+                    py_name.append(self.name(ev.name))
+                    py_ts.append(float(ev.ts))
+                    d = ev.dur
+                    py_dur.append(float(d) if _is_number(d) and d > 0 else 0.0)
+                elif ev.pid.__class__ not in (int, type(None)) or ev.tid.__class__ not in (int, type(None)):
+                    if _is_number(ev.ts):
+                        out.odd_complete.append((float(ev.ts), _text(ev.name), _id(ev.pid), _id(ev.tid)))
+            elif cls is _I or cls is _OldI:
+                if not _is_number(ev.ts):
+                    out.skipped += 1
+                    continue
+                scope = ev.s if ev.s in ("g", "p") else "t"
+                out.instants.append((self.thread(ev.pid, ev.tid), self.name(ev.name), self.name(ev.cat),
+                                     scope, float(ev.ts), bytes(ev.args)))
+            elif cls is _C:
+                if not _is_number(ev.ts) or not isinstance(ev.args, dict):
+                    out.skipped += 1
+                    continue
+                series = {str(k): float(v) for k, v in ev.args.items() if _is_number(v)}
+                out.counters.append((_id(ev.pid), _text(ev.name), ev.id, float(ev.ts), series))
+            elif cls is _M:
+                out.metadata.append((_text(ev.name), _id(ev.pid), _id(ev.tid),
+                                     ev.args if isinstance(ev.args, dict) else {}))
+
+    def finish(self) -> Extras:
+        py_thread, py_name, py_ts, py_dur = self._py
+        out = self.out
+        out.py_thread = np.asarray(py_thread, np.int32)
+        out.py_name = np.asarray(py_name, np.int32)
+        out.py_ts = np.asarray(py_ts, np.float64)
+        out.py_dur = np.asarray(py_dur, np.float64)
+        return out
+
+
+def _decode(raw) -> "tuple[_Doc | _LooseDoc, list]":
+    """A document (or piece) -> its typed events; a document with an event of an unknown phase
+    or odd fields is decoded event by event, keeping what decodes (as the loader does)."""
+    try:
+        doc = _doc_decoder.decode(raw)
+        return doc, doc.traceEvents
+    except (msgspec.ValidationError, UnicodeDecodeError):
+        pass
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"not valid JSON ({exc})") from None
+    try:
+        doc = parse_json(raw, type=_LooseDoc)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"not a trace ({exc})") from None
+    events = []
+    for ev in doc.traceEvents:
+        try:
+            events.append(_event_decoder.decode(ev))
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            continue
+    return doc, events
+
+
+def _has_header(doc) -> bool:
+    return doc.distributedInfo is not None or any(
+        len(bytes(getattr(doc, name))) for name in _HEADER_FIELDS[:1] + _HEADER_FIELDS[2:])
+
+
+def read_extras(path: Path) -> Extras:
+    """The events of trace file `path` that its tables leave out (DecodeError if it cannot be
+    read: the loader read it, so only a file changed since then gets there)."""
+    path = Path(path)
+    builder = _Builder(path)
+
+    def use(raw, inner: bool) -> None:
+        doc, events = _decode(raw)
+        if inner and _has_header(doc):
+            raise DecodeError("a header field in a piece from the middle of the events")
+        builder.add(events)
+        _note_rank(builder.out, doc)
+
+    try:
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == GZIP_MAGIC
+        chunks = gzip_chunks(path) if gz else plain_chunks(path)
+        stream_pieces(chunks, PIECE_BYTES, use)
+    except (BadCut, DecodeError):
+        builder = _Builder(path)  # start again on the whole document
+        use(read_bytes(path), False)
+    except OSError as exc:
+        raise DecodeError(f"cannot be read ({exc})") from None
+    return builder.finish()
+
+
+def _note_rank(out: Extras, doc) -> None:
+    info = doc.distributedInfo
+    if isinstance(info, dict) and info.get("rank").__class__ is int:
+        out.distributed_rank = info["rank"]
