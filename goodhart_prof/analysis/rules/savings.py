@@ -97,7 +97,7 @@ def finish(findings: list["Finding"], b: Basis, order: Sequence[str]) -> list["F
             continue
         f.est_saving_us = round(float(f.est_saving_us), 3)
         share = f.est_saving_us / b.mean_us if b.mean_us > 0 else float("nan")
-        f.est_saving_share = round(share, 5) if np.isfinite(share) else None
+        f.est_saving_share = float(f"{share:.4g}") if np.isfinite(share) else None  # 4 digits
         if f.est_saving_share is not None:
             f.severity = severity_of(f.est_saving_share)
     rank = {rule: i for i, rule in enumerate(order)}
