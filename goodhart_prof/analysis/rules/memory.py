@@ -175,7 +175,7 @@ def _alloc_churn(ctx: Context) -> Finding | NotJudged | None:
     sites = _sites(mem, row, "per_iteration")
     where = f", most in {sites[0]['phase']} / {sites[0]['op']}" if sites else ""
     return Finding(
-        "alloc_churn", "medium" if row["per_ms"] >= t["high_per_ms"].value else "low",
+        "alloc_churn", "low",  # the runner rates it by its saving
         f"{label}: {row['per_iteration']:,.0f} allocations per iteration ({row['per_ms']:.0f} per ms "
         f"of iteration time){where}",
         {"device": label, "allocations_per_iteration": round(float(row["per_iteration"]), 1),
@@ -197,7 +197,6 @@ ALLOC_CHURN = Rule(
                                  "ms of iteration is 10-20% of the host's time; eager training and "
                                  "inference in shared/traces run 3-30 per ms, every op's output "
                                  "included"),
-        "high_per_ms": Threshold(200, "a fifth to two fifths of the host's time"),
         "host_us_each": Threshold(1.0, "an allocation and its free cost the host at least 1 us "
                                        "in torch's allocators (the low end of 1-2 us)")},
     saving=Saving("1 us of host time per allocation per iteration (a lower bound)",

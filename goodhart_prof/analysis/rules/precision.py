@@ -44,11 +44,16 @@ def _no_amp(ctx: Context) -> Finding | None:
         _amp_fix(ctx), **NO_AMP.estimated(ctx.per_iteration(full_us / 2, ranks)))
 
 
+def compute_majors(ctx: Context) -> list[int]:
+    """The compute capability majors deviceProperties lists (AMD Instinct reports 9)."""
+    return [p.get("computeMajor") for props in ctx.trace.device_properties.values() for p in props
+            if isinstance(p, dict) and isinstance(p.get("computeMajor"), int)]
+
+
 def _amp_fix(ctx: Context) -> str:
     """autocast in the 16-bit type the trace's GPUs have: bf16 from compute capability 8 (and on
     AMD Instinct), fp16 with a GradScaler on older NVIDIA parts (V100, T4: no bf16 tensor cores)."""
-    majors = [p.get("computeMajor") for props in ctx.trace.device_properties.values() for p in props
-              if isinstance(p, dict) and isinstance(p.get("computeMajor"), int)]
+    majors = compute_majors(ctx)
     if majors and max(majors) < 8:
         return ("Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.float16) "
                 "with a torch.amp.GradScaler for training: these GPUs (compute capability "

@@ -129,6 +129,11 @@ def idle_fix(cause: str, frame: str | None = None) -> str:
         return ("The launching thread recorded nothing while the GPU idled (Python outside any "
                 "op or annotation, or time outside the trace): profile with_stack=True or add "
                 "record_function scopes to see the code, then move that work off the critical path.")
+    if "_MultiProcessingDataLoaderIter" in cause:  # workers exist already: they fall behind
+        return ("The GPU waits for the next batch although the DataLoader has worker processes: "
+                "they cannot keep up. Add workers (num_workers), prefetch more (prefetch_factor), "
+                "make the per-sample work cheaper or move it onto the GPU, and copy batches with "
+                "pin_memory=True and .to(device, non_blocking=True).")
     for text in (cause, frame):  # the cause first; when generic, the Python inside it may say more
         for pattern, fix in IDLE_FIXES:
             if text and pattern.search(text):
