@@ -13,15 +13,21 @@ RULES_DIR = Path(__file__).resolve().parents[1] / "goodhart_prof" / "analysis" /
 
 
 def test_every_rule_is_declared_with_reasons():
-    assert len(BY_ID) == len(RULES) == 18
+    assert len(BY_ID) == len(RULES) == 19
     assert set(ZOO_RULES) <= set(BY_ID)
     families = {r.family for r in RULES}
     assert families == {"syncs", "copies", "precision", "compile", "utilization", "dominance", "ranks",
-                        "memory"}
+                        "memory", "coverage"}
     for rule in RULES:
         assert rule.thresholds, rule.id
         for name, threshold in rule.thresholds.items():
             assert len(threshold.reason.split()) >= 5, (rule.id, name)
+        # every rule declares its saving: what it counts and why, or why it makes none
+        assert len(rule.saving.reason.split()) >= 5, rule.id
+        assert rule.saving.counts is None or len(rule.saving.counts.split()) >= 3, rule.id
+    unestimated = {r.id for r in RULES if r.saving.counts is None}
+    assert unestimated == {"dominant_scatter_gather", "eager_update", "allocator_waste",
+                           "memory_growth", "no_python_stacks"}
 
 
 def test_rule_files_stay_small():

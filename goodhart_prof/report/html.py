@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from .common import kernel_name, percent, refuse_overwrite
+from ..analysis.rules.savings import SEVERITY_SHARES
+from .common import kernel_name, percent, refuse_overwrite, saving_text
 from .html_common import LAYOUT as _LAYOUT
 from .html_common import duration_sig
 from .html_common import esc as _esc
@@ -400,9 +401,13 @@ def _findings_section(a) -> str:
         items.append(
             f'<li class="finding"><span class="severity" style="background:{color}">'
             f"{_esc(str(f.severity).upper())}</span> <code>{_esc(f.rule)}</code> "
-            f"<b>{_esc(f.title)}</b>{_evidence(f.evidence)}"
+            f"<b>{_esc(f.title)}</b>"
+            f'<p class="saving">{_esc(saving_text(f))}</p>{_evidence(f.evidence)}'
             f'<p class="fix"><b>fix:</b> {_esc(f.fix)}</p></li>')
-    return (f'<section id="findings"><h2>{title} ({len(a.findings)})</h2><ol>{"".join(items)}</ol>'
+    return (f'<section id="findings"><h2>{title} ({len(a.findings)})</h2>'
+            f'<p class="note">Largest estimated saving first; severity follows the saving\'s share '
+            f'of the iteration (high from {SEVERITY_SHARES["high"].value:.0%}, medium from '
+            f'{SEVERITY_SHARES["medium"].value:.0%}).</p><ol>{"".join(items)}</ol>'
             f'{_not_judged(a)}</section>')
 
 
@@ -538,6 +543,7 @@ nav{margin:14px 0;padding:6px 0;border-top:1px solid #eee;border-bottom:1px soli
 vertical-align:-1px}
 .figure{margin:6px 0 14px}
 li.finding{margin-bottom:12px}
+p.saving{margin:2px 0;font-weight:600}
 .severity{color:#fff;border-radius:3px;padding:1px 6px;font-size:12px;font-weight:700}
 ul.evidence{margin:4px 0;color:#333;font-size:13px}p.fix{margin:2px 0 0}
 code{font-size:12.5px;background:#f4f4f4;padding:0 3px;border-radius:2px;word-break:break-all}

@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 
-from .common import bytes_text, duration, evidence_lines, kernel_name, make_table, one_line, percent, short
+from .common import (bytes_text, duration, evidence_lines, kernel_name, make_table, one_line, percent,
+                     saving_text, short)
 from ..analysis.memory import device_label
 from .text_comm import communication_section, ranks_section
 
@@ -289,10 +290,12 @@ def _findings(a, console: Console) -> None:
 
 
 def _each_finding(a, console: Console) -> None:
-    console.print(f"[bold]Findings[/bold] ({len(a.findings)})")
+    console.print(f"[bold]Findings[/bold] ({len(a.findings)}, largest estimated saving first)")
     for f in a.findings:
         style = SEVERITY_STYLE.get(f.severity, "")
         console.print(f"[{style}]{f.severity.upper():6s}[/{style}] [bold]{f.rule}[/bold]: {f.title}")
+        console.print(Padding(Text(saving_text(f), style="bold" if f.est_saving_us else "dim"),
+                              (0, 0, 0, 8)))
         for line in evidence_lines(f.evidence):  # wrapped lines keep the indent
             console.print(Padding(Text(line.lstrip()), (0, 0, 0, 8 + len(line) - len(line.lstrip()))))
         console.print(Padding(Text(f"fix: {f.fix}"), (0, 0, 0, 8)))

@@ -2,23 +2,25 @@
 
 Rules are declared units (rules/base.py `Rule`): id, family, what they need, thresholds with
 reasons, a judge. They live by family: syncs, copies, precision, compilation (fusion and torch.compile), utilization,
-dominance, ranks (stragglers and exposed communication), memory. `run`
-judges each rule whose needs the trace meets and records why the others stayed silent.
+dominance, ranks (stragglers and exposed communication), memory, coverage (what the trace
+cannot name). `run` judges each rule whose needs the trace meets, records why the others stayed
+silent, and orders the findings by what fixing them would save (rules/savings.py).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import compilation, copies, dominance, memory, precision, ranks, syncs, utilization
-from .base import SEVERITIES, Context, Finding, Need, NotJudged, Rule, Threshold
+from . import compilation, copies, coverage, dominance, memory, precision, ranks, syncs, utilization
+from .base import Context, Finding, Need, NotJudged, Rule, Threshold
+from .savings import SEVERITY_SHARES, Saving, finish
 
 if TYPE_CHECKING:
     from .. import Analysis
 
-# The order findings of one severity are listed in.
+# The order findings of equal saving (and of no saving, within a severity) are listed in.
 RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,
                            *utilization.RULES, compilation.EAGER_UPDATE,
-                           *dominance.RULES, *ranks.RULES, *memory.RULES)
+                           *dominance.RULES, *ranks.RULES, *memory.RULES, *coverage.RULES)
 # The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
 # rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
 ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",
@@ -27,7 +29,9 @@ BY_ID = {rule.id: rule for rule in RULES}
 
 
 def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
-    """The findings (most severe first, then in rule order) and the rules not judged, with why."""
+    """The findings (largest estimated saving first, those without one after them: most severe
+    first, then rule order) and the rules not judged, with why. The coverage rule runs last and
+    reads what the others found (`Context.found`)."""
     ctx = Context(analysis)
     found: list[Finding] = []
     silent: list[NotJudged] = []
@@ -37,12 +41,14 @@ def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
         if missing:
             silent.append(NotJudged(rule.id, missing[0].why(ctx)))
             continue
+        ctx.found = found
         finding = rule.judge(ctx)
         if isinstance(finding, NotJudged):
             silent.append(finding)
         elif finding is not None:
             found.append(finding)
-    return sorted(found, key=lambda f: SEVERITIES.index(f.severity)), silent
+    return finish(found, ctx.basis, [r.id for r in RULES]), silent
 
 
-__all__ = ["RULES", "ZOO_RULES", "BY_ID", "Finding", "NotJudged", "Rule", "Threshold", "Need", "run"]
+__all__ = ["RULES", "ZOO_RULES", "BY_ID", "Finding", "NotJudged", "Rule", "Threshold", "Need", "Saving",
+           "SEVERITY_SHARES", "run"]

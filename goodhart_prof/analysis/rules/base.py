@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..syncs import device_ranks
 from ..tree import host_tree
+from .savings import Basis, Saving, basis
 
 if TYPE_CHECKING:
     from .. import Analysis
@@ -27,14 +28,25 @@ SEVERITIES = ("high", "medium", "low")
 
 @dataclass
 class Finding:
+    """One rule's advice. `est_saving_us`: time per iteration (per rank) fixing it would save, as
+    its rule declares (`Rule.saving`), None where the trace cannot say; `saving_note`: what it
+    counts or why none. The runner (rules/savings.py) sets `est_saving_share` (of the mean
+    iteration, or of the trace span: `saving_basis`) and, from it, the severity."""
+
     rule: str
     severity: str
     title: str
     evidence: dict[str, Any]
     fix: str
+    est_saving_us: float | None = None
+    saving_note: str = ""
+    est_saving_share: float | None = None
+    saving_basis: str = "iteration"
 
     def to_json(self) -> dict[str, Any]:
         return {"rule": self.rule, "severity": self.severity, "title": self.title,
+                "est_saving_us": self.est_saving_us, "est_saving_share": self.est_saving_share,
+                "saving_basis": self.saving_basis, "saving_note": self.saving_note,
                 "evidence": self.evidence, "fix": self.fix}
 
 
@@ -124,9 +136,21 @@ class Rule:
     judge: Callable[["Context"], "Finding | NotJudged | None"] = field(repr=False)
     needs: tuple[Need, ...] = ()
     thresholds: Mapping[str, Threshold] = field(default_factory=dict)
+    # What fixing it saves per iteration, and why (rules/savings.py); counts None: no estimate.
+    saving: Saving = Saving(None, "not estimated")
 
     def limit(self, name: str) -> float:
         return self.thresholds[name].value
+
+    def unestimated(self) -> dict[str, Any]:
+        """Finding keywords of a rule that makes no estimate: None, with its declared reason."""
+        return {"est_saving_us": None, "saving_note": self.saving.reason}
+
+    def estimated(self, us: float | None, why_none: str = "") -> dict[str, Any]:
+        """Finding keywords for an estimate: the figure with what it counts, or None with why."""
+        if us is None:
+            return {"est_saving_us": None, "saving_note": why_none or self.saving.reason}
+        return {"est_saving_us": float(us), "saving_note": str(self.saving.counts)}
 
 
 class Context:
@@ -136,6 +160,7 @@ class Context:
     def __init__(self, analysis: "Analysis"):
         self.analysis = analysis
         self.trace = analysis.trace
+        self.found: list[Finding] = []  # the findings of the rules judged so far (the runner's)
 
     @cached_property
     def iterations(self) -> int:
@@ -145,6 +170,15 @@ class Context:
             return 1
         steps = ph[ph["kind"] == "iteration"]
         return max(1, int(steps["iteration"].nunique())) if not steps.empty else 1
+
+    @cached_property
+    def basis(self) -> Basis:
+        """The mean iteration (or trace span) savings are shares of, and per-iteration division."""
+        return basis(self.trace)
+
+    def per_iteration(self, total_us: float, ranks=None) -> float:
+        """A time summed over the trace (over `ranks`, default all) per rank and iteration."""
+        return self.basis.per_iteration(total_us, ranks)
 
     @cached_property
     def sync_origin(self) -> pd.DataFrame:

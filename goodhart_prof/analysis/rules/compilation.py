@@ -10,12 +10,16 @@ from ...trace.model import rows_named
 from ..links import gpu_launches
 from ..tree import launched_inside
 from .base import BACKWARD, Context, Finding, Need, Rule, Threshold
+from .savings import Saving
 
 _FUSED_OPT = re.compile(r"fused_adam|FusedAdam|_fused_adamw?_|fused_sgd|FusedSgd|fused_adagrad|"
                         r"FusedAdagrad", re.I)
 # Optimizers that have a fused implementation in torch (`fused=True`): the fix exists for them.
 # The rule id says Adam (the usual case), but SGD and Adagrad steps are judged the same way.
 _OPT_STEP = re.compile(r"^Optimizer\.step#(Adam|AdamW|SGD|Adagrad)\.step$")
+# foreach's multi-tensor kernels (one launch per arithmetic stage over many tensors)
+_MULTI_TENSOR = re.compile(r"multi_tensor_apply|MultiTensorApply", re.I)
+_FUSED_KERNELS = 3  # what a fused step launches (the step count, one kernel per dtype group)
 
 
 def _unfused_adam(ctx: Context) -> Finding | None:
@@ -35,15 +39,44 @@ def _unfused_adam(ctx: Context) -> Finding | None:
     if per_step < UNFUSED_ADAM.limit("kernels_per_step"):
         return None
     kinds = sorted({str(n).split("#", 1)[1].split(".")[0] for n in steps["name"].astype(str)})
+    multi = sum(bool(_MULTI_TENSOR.search(str(n))) for n in kernels["name"])
+    impl = "foreach" if multi >= len(kernels) / 2 else "for-loop"
+    gpu_us, cpu_us = float(kernels["dur"].sum()), float(steps["dur"].sum())
+    # the step's time (host or GPU, the longer) scales with its kernel count; fused keeps ~3
+    saved = max(gpu_us, cpu_us) * max(0.0, 1.0 - _FUSED_KERNELS / per_step)
     return Finding(
         "unfused_adam", "medium",
-        f"the optimizer step ({', '.join(kinds)}) is not fused: {per_step:.0f} kernels per step",
-        {"optimizer": kinds, "optimizer_steps": int(len(steps)),
-         "kernels_per_step": round(per_step, 1), "gpu_us": round(float(kernels["dur"].sum()), 3),
-         "cpu_us": round(float(steps["dur"].sum()), 3)},
-        f"torch.optim.{kinds[0]}(params, ..., fused=True) (CUDA; fused exists for Adam, AdamW, SGD "
-        "and Adagrad), with the learning rate as a device tensor; or foreach=True where fused is "
-        "not available.")
+        f"the optimizer step ({', '.join(kinds)}, {impl}) is not fused: {per_step:.0f} kernels per step",
+        {"optimizer": kinds, "implementation": impl, "optimizer_steps": int(len(steps)),
+         "kernels_per_step": round(per_step, 1), "multi_tensor_kernels": int(multi),
+         "gpu_us": round(gpu_us, 3), "cpu_us": round(cpu_us, 3)},
+        optimizer_fix(kinds, impl),
+        **UNFUSED_ADAM.estimated(ctx.per_iteration(saved, steps["rank"].unique())))
+
+
+def optimizer_fix(kinds: list[str], impl: str) -> str:
+    """The fix for the optimizer(s) the step annotations name, and the implementation the
+    kernels show (`foreach`: multi-tensor kernels; `for-loop`: kernels per parameter)."""
+    fixes = []
+    for kind in kinds:
+        if kind in ("Adam", "AdamW"):
+            fixes.append(f"torch.optim.{kind}(params, ..., fused=True): one kernel per dtype group "
+                         "does the whole update")
+        elif kind == "SGD":
+            fixes.append("torch.optim.SGD(params, ..., fused=True) where your torch has fused SGD "
+                         "(recent releases), else foreach=True")
+        elif kind == "Adagrad":
+            fixes.append("torch.optim.Adagrad(params, ..., fused=True) where your torch has it "
+                         "(not with sparse gradients, such as embedding tables with sparse=True), "
+                         "else foreach=True")
+        else:
+            fixes.append(f"{kind}'s foreach or fused implementation if it has one, else "
+                         "torch.compile the step")
+    now = ("The step already runs foreach (multi-tensor kernels, one per arithmetic stage); fused "
+           "does every stage in one pass." if impl == "foreach" else
+           "The step launches kernels per parameter tensor (a for-loop step: foreach=False, or a "
+           "torch before foreach); foreach alone batches them into a few multi-tensor kernels.")
+    return f"{now} Use {'; '.join(fixes)}."
 
 
 UNFUSED_ADAM = Rule(
@@ -53,7 +86,12 @@ UNFUSED_ADAM = Rule(
                                          "fused kernel per (device, dtype) group: 1-3 kernels. "
                                          "foreach launches one multi-tensor kernel per arithmetic "
                                          "stage (Adam: 6-8), a for-loop several per parameter tensor; "
-                                         "fewer than 4 is a fused step, or one that runs on the host")})
+                                         "fewer than 4 is a fused step, or one that runs on the host")},
+    saving=Saving("the step's time per iteration (host or GPU, the longer) times 1 - 3 / its "
+                  "kernels per step",
+                  "a fused step does the same arithmetic in about 3 kernels, and an unfused step's "
+                  "time, launches on the host and passes over the parameters on the GPU, grows "
+                  "with its kernel count"))
 
 _COMPILED_BACKWARD = "CompiledFunctionBackward"
 _ACCUMULATE = re.compile(r"AccumulateGrad")
@@ -77,7 +115,7 @@ def _eager_update(ctx: Context) -> Finding | None:
         {"kernels": int(len(gpu)), "backward_ops": count,
          "backward_op_names": int(len(backward)), "compiled_elsewhere": compiled_elsewhere},
         "torch.compile the loss/update function (warm it up before timing) to fuse elementwise "
-        "chains into a few Triton kernels.")
+        "chains into a few Triton kernels.", **EAGER_UPDATE.unestimated())
 
 
 # Judged on the backward, not on the whole trace, because the rollout can be compiled (Triton
@@ -89,6 +127,8 @@ EAGER_UPDATE = Rule(
     "eager_update", "compile", _eager_update, needs=(Need.GPU, Need.HOST_OPS, Need.BACKWARD),
     thresholds={
         "min_gpu_activities": Threshold(50, "fewer GPU activities is too little GPU work for "
-                                            "compilation to matter")})
+                                            "compilation to matter")},
+    saving=Saving(None, "what compiling fuses depends on the graph (shapes, graph breaks), which "
+                        "the trace does not show: no estimate"))
 
 RULES = (UNFUSED_ADAM, EAGER_UPDATE)

@@ -11,6 +11,7 @@ from ..links import gpu_launches
 from ..sites import op_sites
 from ..tree import starts_inside
 from .base import Context, Finding, Need, Rule, Threshold, names_matching, top_sites
+from .savings import Saving
 
 
 def _pageable_htod(ctx: Context) -> Finding | None:
@@ -34,15 +35,19 @@ def _pageable_htod(ctx: Context) -> Finding | None:
     sites = pd.concat([pg[["kind", "site", "dur"]], _as_points(trace, host, "host_to_device")])
     where = (f"{len(pg)} pageable host-to-device copies" if not pg.empty else
              f"{len(host)} moves of host-built data (numpy/lists) to the device")
+    copied = pd.concat([pg["rank"], copies["rank"]]).unique()
     return Finding(
-        "pageable_htod", "high" if share >= PAGEABLE_HTOD.limit("high_gpu_share") else "medium",
+        "pageable_htod", "medium",
         f"{where} ({per_it:.1f} per iteration, {copy_us / 1000:.2f} ms on the GPU)",
         {"count": int(n), "per_iteration": round(per_it, 2), "gpu_copies": int(len(pg)),
          "host_data_moves": int(len(host)), "copy_us": round(copy_us, 3),
          "bytes": float(copies["bytes"].sum(skipna=True)), "gpu_share": round(share, 4),
          "sites": top_sites(sites)},
         "Create the data on the device, or copy from pinned memory (tensor.pin_memory()) "
-        "with non_blocking=True.")
+        "with non_blocking=True.",
+        **PAGEABLE_HTOD.estimated(ctx.per_iteration(copy_us, copied) if len(copies) else None,
+                                  "no GPU copy to time: the moves are on a CPU-only rank, where "
+                                  "they copy nothing"))
 
 
 # Copies of a tensor a torch factory made just before (`torch.zeros(n).to(dev)`) are cpu_alloc's
@@ -54,8 +59,11 @@ PAGEABLE_HTOD = Rule(
     thresholds={
         "per_iteration": Threshold(1.0, "pageable copies block the host while the driver stages "
                                         "them: more than one per iteration is a per-step copy"),
-        "gpu_share": Threshold(0.01, "or fewer, larger copies that take 1% of GPU busy time"),
-        "high_gpu_share": Threshold(0.05, "5% of GPU time spent copying is worth a change by itself")})
+        "gpu_share": Threshold(0.01, "or fewer, larger copies that take 1% of GPU busy time")},
+    saving=Saving("the GPU time of the pageable copies per iteration",
+                  "from pinned memory with non_blocking=True a copy runs asynchronously and "
+                  "overlaps compute (and the host no longer blocks while the driver stages it), so "
+                  "at most the copy's time leaves the iteration"))
 
 
 def _cpu_alloc(ctx: Context) -> Finding | None:
@@ -74,6 +82,8 @@ def _cpu_alloc(ctx: Context) -> Finding | None:
         return None
     copied = made[made["gpu"].to_numpy()]
     nbytes = pd.concat([copied["bytes"], small["bytes"]]).dropna()
+    host_us = float((made["end"] - made["ts"]).sum() + small["dur"].sum())
+    ranks = pd.concat([made["rank"], small["rank"]]).unique()
     return Finding(
         "cpu_alloc", "medium",
         f"{per_it:.1f} tensors per iteration made on the host, then moved to the device",
@@ -84,7 +94,8 @@ def _cpu_alloc(ctx: Context) -> Finding | None:
          "copy_us": round(float(copied["copy_us"].sum() + small["dur"].sum()), 3),
          "sites": top_sites(_as_points(trace, made, "cpu_alloc"))},
         "Pass device= when creating tensors (torch.zeros(n, device=dev)) or preallocate them "
-        "once outside the loop.")
+        "once outside the loop.",
+        **CPU_ALLOC.estimated(ctx.per_iteration(host_us, ranks)))
 
 
 # Tensors made on the host by a torch factory and moved at once (analysis/hostops.py "fresh
@@ -97,7 +108,11 @@ CPU_ALLOC = Rule(
         "small_copy_bytes": Threshold(64 * 1024, "where the trace does not show which op made a "
                                                   "copy (no cpu op around its launch), an HtoD "
                                                   "copy under 64 KiB is a buffer, not a batch of "
-                                                  "data, and counts instead")})
+                                                  "data, and counts instead")},
+    saving=Saving("the host time of the moves per iteration (each `.to()` call, its copy "
+                  "included; the GPU copies where no op shows)",
+                  "made with device= the tensor is filled on the device and the `.to()` call with "
+                  "its tiny synchronous copy disappears"))
 
 
 def _as_points(trace: Trace, moves: pd.DataFrame, kind: str) -> pd.DataFrame:

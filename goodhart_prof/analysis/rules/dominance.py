@@ -12,6 +12,8 @@ from ...trace.model import in_categories
 from ...trace.names import kernel_name
 from ..kernels import gpu_with_category
 from .base import Context, Finding, Need, Rule, Threshold
+from .precision import compute_majors
+from .savings import Saving
 
 # Categories that never count as dominant work: a collective's duration includes the wait for the
 # slowest rank (and overlaps compute), and copies have rules of their own (copies.py).
@@ -59,7 +61,7 @@ def _dominant_kernel(ctx: Context) -> Finding | None:
     if subject == "op":
         evidence["op"] = str(work["op"].cat.categories[by_op.index[0]])
         evidence["op_kernels"] = int(len(mine))
-    fix, path = _faster_path(ctx, g, kern, mine)
+    fix, path, saved = _faster_path(ctx, g, kern, mine)
     evidence["faster_path"] = path
     who = evidence.get("op") or (launchers[0]["op"] if launchers else None)
     by = f" (launched by {who})" if who else " (launching op not in the trace: a CUDA graph " \
@@ -68,7 +70,12 @@ def _dominant_kernel(ctx: Context) -> Finding | None:
     return Finding(
         "dominant_kernel", "medium" if path else "low",
         f"{what} take{'s' if subject == 'kernel' else ''} {share:.0%} of GPU time{by}",
-        evidence, fix)
+        evidence, fix, **DOMINANT_KERNEL.estimated(
+            None if saved is None
+            else ctx.per_iteration(saved, ctx.trace.gpu.loc[mine.index, "rank"].unique()),
+            "batching saves launches and tail effects the trace cannot price" if path else
+            "no faster path is known for this work: the finding says where the time goes, not "
+            "how much a change would save"))
 
 
 def _sums_by_code(codes: np.ndarray, dur: np.ndarray) -> pd.Series:
@@ -95,29 +102,38 @@ def _top_ops(kern: pd.DataFrame, total: float, top: int = 3) -> list[dict]:
 
 
 def _faster_path(ctx: Context, g: pd.DataFrame, kern: pd.DataFrame,
-                 mine: pd.DataFrame) -> tuple[str, str | None]:
-    """The fix text and the name of the faster path (None: none known, just named)."""
+                 mine: pd.DataFrame) -> tuple[str, str | None, float | None]:
+    """The fix text, the name of the faster path (None: none known, just named) and the GPU
+    time it would save over the trace (DOMINANT_KERNEL's saving; None without a path)."""
     name = str(kern["name"].iloc[0])
     if _SOFTMAX.search(name) and g["op"].isin(_EAGER_ATTENTION_OPS).any():
         return ("A standalone softmax between batched matmuls is eager attention: use the fused "
                 "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient "
-                "kernels), which never writes the attention matrix to memory.", "sdpa")
+                "kernels), which never writes the attention matrix to memory.", "sdpa",
+                float(kern["dur"].sum()))
     gemm = mine[(mine["category"] == "gemm").to_numpy()]
     if not gemm.empty:
         names = pd.Series(gemm["name"].astype(str).unique())
         fp32 = names.str.lower().map(lambda n: bool(_FP32_GEMM.search(n)) and not _HALF.search(n))
         if fp32.any():
-            return ("These GEMMs run in fp32: run the model under torch.autocast(dtype="
+            slow = gemm[gemm["name"].astype(str).isin(set(names[fp32.to_numpy()]))]
+            majors = compute_majors(ctx)
+            text = ("These GEMMs run in fp32: run the model under torch.autocast(dtype="
+                    "torch.float16) with a GradScaler for training (these GPUs have no bf16 or "
+                    "TF32 tensor cores)." if majors and max(majors) < 8 else
+                    "These GEMMs run in fp32: run the model under torch.autocast(dtype="
                     "torch.bfloat16) (float16 on GPUs without bf16), or at least allow TF32 "
-                    "(torch.set_float32_matmul_precision('high')).", "bf16_autocast")
+                    "(torch.set_float32_matmul_precision('high')).")
+            return (text, "bf16_autocast",
+                    float(slow["dur"].sum()) / 2)
         per_it = len(gemm) / ctx.iterations
         if (per_it >= DOMINANT_KERNEL.limit("many_gemms")
                 and float(gemm["dur"].median()) < DOMINANT_KERNEL.limit("tiny_gemm_us")):
             return ("Thousands of tiny GEMMs: batch them (torch.bmm over stacked operands, a "
                     "grouped GEMM such as torch._grouped_mm, or torch.compile to fuse them).",
-                    "batch_gemms")
+                    "batch_gemms", None)
     return ("Most GPU time goes to this work: it is where optimization pays off (look at its "
-            "shapes and dtype, or whether it needs to run this often).", None)
+            "shapes and dtype, or whether it needs to run this often).", None, None)
 
 
 DOMINANT_KERNEL = Rule(
@@ -129,6 +145,11 @@ DOMINANT_KERNEL = Rule(
         "many_gemms": Threshold(1000, "a thousand GEMM launches per iteration for one op is a "
                                       "loop over small matrices"),
         "tiny_gemm_us": Threshold(20.0, "a GEMM under 20 us (median) is dominated by launch and "
-                                        "tail effects, not math")})
+                                        "tail effects, not math")},
+    saving=Saving("by faster path, per iteration: eager-attention softmax -> the softmax kernel's "
+                  "time; fp32 GEMMs -> half their time; others none",
+                  "fused attention never writes or reads the attention matrix, the softmax's whole "
+                  "cost; 16-bit GEMMs run at least twice as fast; batching tiny GEMMs saves launches "
+                  "the trace cannot price"))
 
 RULES = (DOMINANT_KERNEL,)

@@ -10,6 +10,10 @@ import pandas as pd
 
 from ..memory import HOST, Memory
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
+from .savings import Saving
+
+_NOT_TIME = ("memory, not time: the rule rates its severity by the memory at stake, and the "
+             "time it costs (OOM, a smaller batch) is not in the trace")
 
 GIB = 2**30
 
@@ -82,7 +86,7 @@ def _allocator_waste(ctx: Context) -> Finding | NotJudged | None:
         "leaving odd-sized blocks unusable); check torch.cuda.max_memory_allocated() against "
         "max_memory_reserved() and torch.cuda.memory_snapshot() for a one-off peak outside the "
         "window. torch.cuda.empty_cache() is not the fix: the next iteration reserves the memory "
-        "again, paying cudaMalloc and a device sync.")
+        "again, paying cudaMalloc and a device sync.", **ALLOCATOR_WASTE.unestimated())
 
 
 ALLOCATOR_WASTE = Rule(
@@ -96,7 +100,8 @@ ALLOCATOR_WASTE = Rule(
                                              "a larger batch on any current GPU"),
         "high_device_share": Threshold(0.25, "a quarter of the device's memory held unused is "
                                              "memory the model could have used (a bigger batch, "
-                                             "fewer recomputed activations)")})
+                                             "fewer recomputed activations)")},
+    saving=Saving(None, _NOT_TIME))
 
 
 # -- memory_growth -----------------------------------------------------------------------------
@@ -131,7 +136,8 @@ def _memory_growth(ctx: Context) -> Finding | NotJudged | None:
         "Something keeps each iteration's tensors alive: typically a loss or output appended to a "
         "list (or summed into a running total) with its autograd graph. Log loss.item() or "
         "loss.detach() (every N steps), keep no per-step tensors in lists, and run evaluation "
-        "under torch.no_grad(). The phase and op above allocated what is still alive.")
+        "under torch.no_grad(). The phase and op above allocated what is still alive.",
+        **MEMORY_GROWTH.unestimated())
 
 
 MEMORY_GROWTH = Rule(
@@ -144,7 +150,8 @@ MEMORY_GROWTH = Rule(
                                                     "scalars kept for batched logging: our own "
                                                     "trainer's host shows 48 B per iteration); 16 "
                                                     "KiB per iteration is 1.6 GB per 100k "
-                                                    "iterations")})
+                                                    "iterations")},
+    saving=Saving(None, _NOT_TIME))
 
 
 # -- alloc_churn -------------------------------------------------------------------------------
@@ -168,7 +175,7 @@ def _alloc_churn(ctx: Context) -> Finding | NotJudged | None:
     sites = _sites(mem, row, "per_iteration")
     where = f", most in {sites[0]['phase']} / {sites[0]['op']}" if sites else ""
     return Finding(
-        "alloc_churn", "medium" if row["per_ms"] >= t["high_per_ms"].value else "low",
+        "alloc_churn", "low",  # the runner rates it by its saving
         f"{label}: {row['per_iteration']:,.0f} allocations per iteration ({row['per_ms']:.0f} per ms "
         f"of iteration time){where}",
         {"device": label, "allocations_per_iteration": round(float(row["per_iteration"]), 1),
@@ -176,7 +183,8 @@ def _alloc_churn(ctx: Context) -> Finding | NotJudged | None:
         "Allocate the loop's buffers once and reuse them: write results into preallocated tensors "
         "(out=, in-place ops, index_copy_), move tensor creation out of the inner loop, fuse "
         "elementwise chains (torch.compile) so temporaries disappear; on a GPU, CUDA graphs replay "
-        "with static memory and no allocator calls.")
+        "with static memory and no allocator calls.",
+        **ALLOC_CHURN.estimated(float(row["per_iteration"]) * ALLOC_CHURN.limit("host_us_each")))
 
 
 ALLOC_CHURN = Rule(
@@ -189,7 +197,11 @@ ALLOC_CHURN = Rule(
                                  "ms of iteration is 10-20% of the host's time; eager training and "
                                  "inference in shared/traces run 3-30 per ms, every op's output "
                                  "included"),
-        "high_per_ms": Threshold(200, "a fifth to two fifths of the host's time")})
+        "host_us_each": Threshold(1.0, "an allocation and its free cost the host at least 1 us "
+                                       "in torch's allocators (the low end of 1-2 us)")},
+    saving=Saving("1 us of host time per allocation per iteration (a lower bound)",
+                  "buffers allocated once and reused skip the allocator call and its free in "
+                  "every iteration"))
 
 
 RULES = (ALLOCATOR_WASTE, MEMORY_GROWTH, ALLOC_CHURN)

@@ -12,6 +12,7 @@ import pandas as pd
 from ..intervals import group_totals
 from ..precision import FULL_PRECISION, LOW_PRECISION, kernel_precision, precision_summary
 from .base import Context, Finding, Need, Rule, Threshold
+from .savings import Saving
 
 TOP_KERNELS = 5
 
@@ -30,6 +31,8 @@ def _no_amp(ctx: Context) -> Finding | None:
     full_us = float(known.loc[known["dtype"].isin(FULL_PRECISION), "dur"].sum())
     if full_us <= 0 or low_us / known_us >= NO_AMP.limit("low_precision_fraction"):
         return None
+    full_rows = known.loc[known["dtype"].isin(FULL_PRECISION), "gpu_row"].to_numpy()
+    ranks = ctx.trace.events.loc[full_rows, "rank"].unique()
     return Finding(
         "no_amp", "medium",
         f"GEMM/conv kernels run in fp32 or TF32 ({100 * full_us / known_us:.0f}% of the GEMM/conv "
@@ -38,7 +41,25 @@ def _no_amp(ctx: Context) -> Finding | None:
          "full_precision_us": round(full_us, 3), "unknown_us": round(mm_us - known_us, 3),
          "gemm_conv_share": round(mm_us / total, 4),
          "by_dtype": _by_dtype(table), "top": _top_kernels(table)},
-        "Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.bfloat16).")
+        _amp_fix(ctx), **NO_AMP.estimated(ctx.per_iteration(full_us / 2, ranks)))
+
+
+def compute_majors(ctx: Context) -> list[int]:
+    """The compute capability majors deviceProperties lists (AMD Instinct reports 9)."""
+    return [p.get("computeMajor") for props in ctx.trace.device_properties.values() for p in props
+            if isinstance(p, dict) and isinstance(p.get("computeMajor"), int)]
+
+
+def _amp_fix(ctx: Context) -> str:
+    """autocast in the 16-bit type the trace's GPUs have: bf16 from compute capability 8 (and on
+    AMD Instinct), fp16 with a GradScaler on older NVIDIA parts (V100, T4: no bf16 tensor cores)."""
+    majors = compute_majors(ctx)
+    if majors and max(majors) < 8:
+        return ("Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.float16) "
+                "with a torch.amp.GradScaler for training: these GPUs (compute capability "
+                f"{max(majors)}.x) have fp16 tensor cores and no bf16 ones.")
+    where = "" if majors else " (float16 with a GradScaler on GPUs without bf16, such as V100 or T4)"
+    return f"Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.bfloat16){where}."
 
 
 def _by_dtype(table: pd.DataFrame) -> dict[str, dict]:
@@ -70,6 +91,10 @@ NO_AMP = Rule(
                                          "types or the kernel name): unknown time is not fp32"),
         "low_precision_fraction": Threshold(1 / 3, "mixed precision is on when at least a third of "
                                                     "GEMM/conv time of known precision runs in "
-                                                    "16-bit (or 8/4-bit) kernels")})
+                                                    "16-bit (or 8/4-bit) kernels")},
+    saving=Saving("half the fp32/TF32 GEMM/conv kernel time per iteration",
+                  "16-bit tensor cores run at twice TF32's peak and several times fp32's, and "
+                  "move half the bytes: at least half that time goes (the iteration shortens by "
+                  "as much where the GPU is what it waits for)"))
 
 RULES = (NO_AMP,)

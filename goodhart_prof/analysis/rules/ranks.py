@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..stragglers import Ranks
 from .base import Context, Finding, Need, Rule, Threshold
+from .savings import Saving
 
 
 def _ms(us: float) -> str:
@@ -77,7 +78,6 @@ def _straggler(ctx: Context) -> Finding | None:
         return None
     worst = mine.sort_values("worst_wait_us").iloc[-1]
     cause, sentence, fix = _why_late(worst)
-    severity = "high" if share >= STRAGGLER.limit("high_share") else "medium"
     evidence = {
         "rank": slowest, "iterations": f"{len(mine)} of {len(it)}",
         "arrived_last": f"{int(mine['last_count'].sum())} of {int(mine['collectives'].sum())} collectives",
@@ -90,9 +90,9 @@ def _straggler(ctx: Context) -> Finding | None:
     if ranks.offsets_us:
         evidence["clock_offsets_us"] = {str(k): v for k, v in ranks.offsets_us.items()}
     return Finding(
-        "straggler_rank", severity,
+        "straggler_rank", "medium",
         f"rank {slowest} holds the others back: they wait {_ms(caused)} per iteration for it "
-        f"({100 * share:.0f}% of a {_ms(step)} step)", evidence, fix)
+        f"({100 * share:.0f}% of a {_ms(step)} step)", evidence, fix, **STRAGGLER.estimated(caused))
 
 
 # One rank the others keep waiting for at the collectives.
@@ -101,13 +101,15 @@ STRAGGLER = Rule(
     thresholds={
         "wait_share": Threshold(0.05, "the others' wait for the slowest rank, per iteration, is at "
                                       "least 5% of the step: less is within step-to-step noise"),
-        "high_share": Threshold(0.20, "a fifth of every rank's step spent waiting for one rank"),
         "iterations_share": Threshold(0.5, "the same rank is the slowest in at least half the "
                                            "iterations; otherwise the lateness moves between ranks "
                                            "(jitter) and no rank is to blame"),
         "cause_share": Threshold(0.5, "a part of the way to the collective (step start, host, GPU "
                                       "queue) is named as the cause when it explains at least half "
-                                      "of the lateness")})
+                                      "of the lateness")},
+    saving=Saving("the others' wait for the slowest rank per iteration (others_wait_us_per_iteration)",
+                  "every other rank idles at the collective until the late one arrives; with the "
+                  "ranks level that wait leaves the step"))
 
 
 def _exposed(ctx: Context) -> Finding | None:
@@ -143,15 +145,15 @@ def _exposed(ctx: Context) -> Finding | None:
                 "called_from": site, "ranks": int(per_rank.shape[0])}
     if ranks.reason:
         evidence["waiting_not_separated"] = ranks.reason
-    severity = "high" if worst["share"] >= EXPOSED.limit("high_share") else "medium"
     return Finding(
-        "exposed_communication", severity,
+        "exposed_communication", "medium",
         f"communication the step cannot hide: {_ms(worst['transfer_us'])} per iteration on rank "
         f"{worst_rank} ({100 * worst['share']:.0f}% of its step), mostly {top['kind']} "
         f"({per_it:.0f} per iteration); {100 * overlap:.0f}% of it overlapped by compute"
         + (("; one rank traced" if per_rank.shape[0] == 1 else "; arrivals not comparable across ranks")
            + ", so part of it may be waiting for slower ranks" if ranks.reason else ""),
-        evidence, _exposed_fix(str(top["kind"]), per_it, mean_us, overlap, site))
+        evidence, _exposed_fix(str(top["kind"]), per_it, mean_us, overlap, site),
+        **EXPOSED.estimated(float(worst["transfer_us"])))
 
 
 def _exposed_fix(kind: str, per_iteration: float, mean_us: float, overlap: float, site: str) -> str:
@@ -192,13 +194,15 @@ EXPOSED = Rule(
     thresholds={
         "share": Threshold(0.15, "exposed transfer time of at least 15% of a rank's step: a share "
                                  "that overlapping with compute (DDP, FSDP) is built to hide"),
-        "high_share": Threshold(0.30, "nearly a third of the step is the GPU moving data and nothing "
-                                      "else"),
         "no_overlap": Threshold(0.05, "under 5% overlapped: the collectives run alone, in series "
                                       "with compute"),
         "many_per_iteration": Threshold(50, "dozens of collectives per iteration: each pays NCCL's "
                                             "fixed launch and synchronisation cost"),
         "small_us": Threshold(1000.0, "collectives under 1 ms each are dominated by latency, not "
-                                      "bandwidth")})
+                                      "bandwidth")},
+    saving=Saving("the worst rank's exposed communication per iteration, less its waiting for "
+                  "later ranks",
+                  "overlapped with compute (DDP buckets, FSDP prefetch, async collectives) the "
+                  "transfer runs under work the step does anyway; the waiting is straggler_rank's"))
 
 RULES = (STRAGGLER, EXPOSED)

@@ -1,7 +1,7 @@
 """Sync rules: per-iteration host read-backs, by what caused them.
 
 All four have one shape: count the user's sync points of a kind (rules/origin.py), divide by the
-traced iterations, fire at a rate, rate the severity by a second rate.
+traced iterations, fire at a rate. What they save is the host's time in those calls (`SYNC_SAVING`).
 """
 from __future__ import annotations
 
@@ -11,6 +11,13 @@ import pandas as pd
 
 from .base import Context, Finding, Need, Rule, Threshold, is_logging_site, on_host_only, top_sites
 from .origin import READBACK_KINDS, user_points
+from .savings import Saving
+
+SYNC_SAVING = Saving(
+    "the host's time in these calls per iteration (their wait included)",
+    "the host sits in each read-back until the device has caught up; without it the host queues "
+    "the next work while the device runs, so that time leaves the iteration (on a CPU-only trace "
+    "the calls wait for nothing and only their own cost goes)")
 
 
 def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
@@ -18,8 +25,8 @@ def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
                   fix: str | Callable[[pd.DataFrame], str],
                   extra: Callable[[pd.DataFrame], dict[str, Any]] = lambda p: {}) -> Finding | None:
     """The shared shape. `title` formats `per_it` and `site` (the top site); `fix` may depend on
-    the points found. Severity: high at the rule's `high` rate (medium without one). On a
-    CPU-only trace the reads wait for nothing yet, and the title says they would on a GPU.
+    the points found. Its saving: the host's time in them (SYNC_SAVING); severity follows from it.
+    On a CPU-only trace the reads wait for nothing yet, and the title says they would on a GPU.
     Before splitting sync points by origin (which builds the host op structure), check that
     even all points of these kinds would reach the rate."""
     rate = rule.limit("per_iteration")
@@ -31,16 +38,17 @@ def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
     per_it = len(found) / ctx.iterations
     if per_it < rate:
         return None
-    high = rule.thresholds.get("high")
     sites = top_sites(found)
     text = title.format(per_it=per_it, site=sites[0]["site"] if sites else "?")
     if on_host_only(ctx, found):
         text += " (a CPU-only trace: each would wait for the GPU there)"
+    wait = float(found["dur"].sum())
     return Finding(
-        rule.id, "high" if high is not None and per_it >= high.value else "medium", text,
+        rule.id, "medium", text,
         {"count": int(len(found)), "per_iteration": round(per_it, 2),
-         "wait_us": round(float(found["dur"].sum()), 3), **extra(found), "sites": sites},
-        fix(found) if callable(fix) else fix)
+         "wait_us": round(wait, 3), **extra(found), "sites": sites},
+        fix(found) if callable(fix) else fix,
+        **rule.estimated(ctx.per_iteration(wait, found["rank"].unique())))
 
 
 def _item_logging(ctx: Context) -> Finding | None:
@@ -68,9 +76,8 @@ ITEM_LOGGING = Rule(
     thresholds={
         "per_iteration": Threshold(2.0, "once per iteration is metrics moved once; 2+ per traced "
                                         "iteration is a per-step read-back, the pattern that cost "
-                                        "the grid-world trainer half its speed"),
-        "high": Threshold(10.0, "ten read-backs per iteration serialise host and device ten "
-                                "times: the loop runs at the speed of its syncs")})
+                                        "the grid-world trainer half its speed")},
+    saving=SYNC_SAVING)
 
 
 def _sync_grad_clip(ctx: Context) -> Finding | None:
@@ -91,8 +98,8 @@ SYNC_GRAD_CLIP = Rule(
     thresholds={
         "per_iteration": Threshold(1.0, "clipping that reads the norm back syncs once per optimizer "
                                         "step, so one per iteration already fires: torch's "
-                                        "clip_grad_norm_ reads nothing back, ever"),
-        "high": Threshold(4.0, "4+ per iteration: clipping in every minibatch of the update")})
+                                        "clip_grad_norm_ reads nothing back, ever")},
+    saving=SYNC_SAVING)
 
 
 def _nan_checks(ctx: Context) -> Finding | None:
@@ -116,8 +123,8 @@ NAN_CHECKS = Rule(
                                         "a data-dependent shape; NaN/mask validation in the forward "
                                         "pass is the usual source (boolean-mask indexing calls "
                                         "nonzero inside aten::index: the user's indexing, so it "
-                                        "counts)"),
-        "high": Threshold(5.0, "5+ per iteration: a check in every step of the rollout")})
+                                        "counts)")},
+    saving=SYNC_SAVING)
 
 
 def _branchy_value_head(ctx: Context) -> Finding | None:
@@ -134,7 +141,8 @@ BRANCHY_VALUE_HEAD = Rule(
     thresholds={
         "per_iteration": Threshold(1.0, "one `if tensor:` per training iteration already breaks "
                                         "compiled graphs of the update and syncs; no rate makes it "
-                                        "cheap, so no `high` (judged on training traces: the "
-                                        "pattern is a branch in the update)")})
+                                        "cheap (judged on training traces: the pattern is a "
+                                        "branch in the update)")},
+    saving=SYNC_SAVING)
 
 RULES = (ITEM_LOGGING, SYNC_GRAD_CLIP, NAN_CHECKS, BRANCHY_VALUE_HEAD)

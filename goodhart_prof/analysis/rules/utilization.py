@@ -8,6 +8,7 @@ import numpy as np
 
 from ..idle import OTHER, UNTRACED
 from .base import Context, Finding, Need, Rule, Threshold
+from .savings import Saving
 
 
 def _tiny_batch(ctx: Context) -> Finding | None:
@@ -19,14 +20,18 @@ def _tiny_batch(ctx: Context) -> Finding | None:
     median = float(kernels["dur"].median())
     if util >= TINY_BATCH.limit("utilization") or median >= TINY_BATCH.limit("median_kernel_us"):
         return None
+    short = TINY_BATCH.limit("short_gap_us")
+    gap_us = sum(float(b.gap_table["dur_us"].to_numpy()[b.gap_table["dur_us"].to_numpy() < short].sum())
+                 for b in a.burstiness)
     return Finding(
-        "tiny_batch", "high",
+        "tiny_batch", "medium",
         f"launch-bound: {len(kernels):,} kernels with a median of {median:.1f} us, GPU busy {100 * util:.0f}%",
         {"kernels": int(len(kernels)), "median_kernel_us": round(median, 3),
-         "utilization": round(util, 4)},
-        "Give each kernel more work (more envs per batch, larger minibatches), fuse with "
+         "utilization": round(util, 4), "short_gaps_us": round(gap_us, 3)},
+        "Give each kernel more work (larger batches: more samples or envs per step), fuse with "
         "torch.compile, and replay "
-        "fixed-shape steps with CUDA graphs (mode='reduce-overhead').")
+        "fixed-shape steps with CUDA graphs (mode='reduce-overhead').",
+        **TINY_BATCH.estimated(ctx.per_iteration(gap_us, [b.rank for b in a.burstiness])))
 
 
 # Launch-bound: the GPU mostly waits while its kernels are tiny. That is what too small a batch
@@ -37,7 +42,13 @@ TINY_BATCH = Rule(
         "utilization": Threshold(0.5, "the GPU waits more than it works"),
         "median_kernel_us": Threshold(10.0, "a median kernel under 10 us is about the cost of "
                                             "launching one"),
-        "min_kernels": Threshold(100, "fewer kernels is no steady state")})
+        "min_kernels": Threshold(100, "fewer kernels is no steady state"),
+        "short_gap_us": Threshold(100.0, "a gap under 100 us between kernels is a launch or a "
+                                         "few Python ops: what CUDA graphs and fusion remove; "
+                                         "longer ones are the host doing other work")},
+    saving=Saving("the GPU's idle time in gaps under 100 us between its activities, per iteration",
+                  "replayed as a CUDA graph (or fused) the kernels run back to back: the launch "
+                  "gaps go, the long waits for the host stay"))
 
 
 def _low_utilization(ctx: Context) -> Finding | None:
@@ -62,8 +73,10 @@ def _low_utilization(ctx: Context) -> Finding | None:
     if top is not None:
         title = (f"GPU idle {100 * (1 - util):.0f}%: the host is in {short_cause(top['cause'])} "
                  f"({100 * top['share']:.0f}% of idle time)")
+    idle_us = float(row["idle_us"].iloc[0])
+    explained = top["idle_us"] if top is not None else idle_us
     return Finding(
-        "low_utilization", "high" if util < LOW_UTILIZATION.limit("high_below") else "medium",
+        "low_utilization", "medium",
         title,
         {"rank": b.rank, "device": b.device, "utilization": round(util, 4),
          "low_window_fraction": round(low, 4), "idle_us": round(float(row["idle_us"].iloc[0]), 3),
@@ -73,7 +86,11 @@ def _low_utilization(ctx: Context) -> Finding | None:
                           "share": round(c["share"], 4), "frame": c.get("frame")}
                          for c in b.idle_causes[:3]]},
         _with_frame(idle_fix(top["cause"], top.get("frame")), top.get("frame")) if top is not None
-        else GENERIC_FIX)
+        else GENERIC_FIX,
+        est_saving_us=ctx.per_iteration(explained, [b.rank]),
+        saving_note=(f"the GPU's idle time while the host is in {short_cause(top['cause'])}, per "
+                     "iteration" if top is not None else
+                     "the GPU's whole idle time per iteration (no single cause: an upper bound)"))
 
 
 def _with_frame(fix: str, frame: str | None) -> str:
@@ -95,8 +112,8 @@ IDLE_FIXES = (
      "remove the read-back (keep values on the GPU, log every N steps), and make copies "
      "non_blocking from pinned memory."),
     (re.compile(r"Optimizer\.|optimizer|zero_grad", re.I),
-     "The optimizer step runs on the host between GPU work: use a fused/foreach optimizer "
-     "(torch.optim.AdamW(fused=True)) or capture the step with CUDA graphs / torch.compile."),
+     "The optimizer step runs on the host between GPU work: use {optimizer}'s fused or foreach "
+     "implementation, or capture the step with CUDA graphs / torch.compile."),
     (re.compile(r"logging|logger|wandb|tensorboard|SummaryWriter|checkpoint|torch/serialization", re.I),
      "Logging or saving runs on the critical path: do it every N steps, on a background thread, "
      "or from values already copied off the GPU asynchronously."),
@@ -112,14 +129,27 @@ def idle_fix(cause: str, frame: str | None = None) -> str:
         return ("The launching thread recorded nothing while the GPU idled (Python outside any "
                 "op or annotation, or time outside the trace): profile with_stack=True or add "
                 "record_function scopes to see the code, then move that work off the critical path.")
-    for pattern, fix in IDLE_FIXES:
-        if pattern.search(cause):
-            return fix
-    for pattern, fix in IDLE_FIXES:  # the cause is generic; the Python inside it may say more
-        if frame and pattern.search(frame):
-            return fix
+    if "_MultiProcessingDataLoaderIter" in cause:  # workers exist already: they fall behind
+        return ("The GPU waits for the next batch although the DataLoader has worker processes: "
+                "they cannot keep up. Add workers (num_workers), prefetch more (prefetch_factor), "
+                "make the per-sample work cheaper or move it onto the GPU, and copy batches with "
+                "pin_memory=True and .to(device, non_blocking=True).")
+    for text in (cause, frame):  # the cause first; when generic, the Python inside it may say more
+        for pattern, fix in IDLE_FIXES:
+            if text and pattern.search(text):
+                return fix.format(optimizer=_optimizer(cause, frame))
     return (f"The GPU waits while the host runs {cause}: move that work off the launching thread, "
             "overlap it with GPU work, or make it cheaper. " + GENERIC_FIX)
+
+
+def _optimizer(*texts: str | None) -> str:
+    """The optimizer the cause names (`Optimizer.step#SGD.step` -> `torch.optim.SGD`), else a
+    generic phrase: the advice must not assume Adam."""
+    for text in texts:
+        m = re.search(r"Optimizer\.(?:step|zero_grad)#(\w+)\.", text or "")
+        if m:
+            return f"torch.optim.{m.group(1)}"
+    return "the optimizer"
 
 
 def short_cause(cause: str) -> str:
@@ -138,9 +168,12 @@ LOW_UTILIZATION = Rule(
         "low_window": Threshold(0.2, "a timeline window under 20% busy is a stall"),
         "low_window_fraction": Threshold(0.25, "stalls over a quarter of the timeline fire even "
                                                "when the average looks fine (bursty work)"),
-        "high_below": Threshold(0.3, "under 30% busy the GPU mostly waits: high"),
         "cause_share": Threshold(0.25, "a host cause holding a quarter of the idle time is worth "
-                                       "naming in the title and fix")})
+                                       "naming in the title and fix")},
+    saving=Saving("the device's idle time the named host cause explains (without one, all its "
+                  "idle time), per iteration",
+                  "once the host no longer holds the GPU up there (workers load the data, the "
+                  "read-back goes) the GPU runs through that time"))
 
 
 def _dominant_scatter_gather(ctx: Context) -> Finding | None:
@@ -162,7 +195,8 @@ def _dominant_scatter_gather(ctx: Context) -> Finding | None:
         {"share": round(share, 4), "top_kernel": str(top["name"]) if top is not None else None,
          "top_kernel_share": round(top_share, 4)},
         "Gather once into contiguous tensors (index_select on a flat view), avoid advanced "
-        "indexing in inner loops, or let torch.compile fuse the indexing.")
+        "indexing in inner loops, or let torch.compile fuse the indexing.",
+        **DOMINANT_SCATTER_GATHER.unestimated())
 
 
 DOMINANT_SCATTER_GATHER = Rule(
@@ -170,6 +204,8 @@ DOMINANT_SCATTER_GATHER = Rule(
     thresholds={
         "share": Threshold(0.25, "the pattern that dominated the PPO report (scatter_gather 37%): "
                                  "a quarter of kernel time in indexing"),
-        "top_share": Threshold(0.20, "or the top kernel is one, with over 20% by itself")})
+        "top_share": Threshold(0.20, "or the top kernel is one, with over 20% by itself")},
+    saving=Saving(None, "how much faster the indexing gets depends on its access pattern and "
+                        "sizes, which the trace does not show: no estimate"))
 
 RULES = (TINY_BATCH, LOW_UTILIZATION, DOMINANT_SCATTER_GATHER)

@@ -1,0 +1,63 @@
+"""Coverage rules: what the trace cannot show, and how to record it so it can.
+
+`no_python_stacks`: the trace has no Python frames (no `python_function` events of the user's
+code: `Trace.frames` is empty, as in a `lite` run or a profile without with_stack=True), yet the
+report names places in the code: sync-point or host-read sites, idle causes, or the sites in
+other findings. Each is then only a chain of annotations and ops (`rollout > env_step >
+aten::item`); with stacks the same site is a source line (`train.py:88 log_metrics`). It saves
+no time by itself, so it has no estimate and sorts after the findings that do.
+"""
+from __future__ import annotations
+
+from .base import Context, Finding, Need, Rule, Threshold
+from .savings import Saving
+
+# Our trainer's phase annotations (docs/DESIGN.md): a trace with these came from `goodhart-prof run`.
+_TRAINER_PHASES = frozenset({"rollout", "ppo_update"})
+_UNNAMED = ("(other)", "(host idle / not traced)")
+
+
+def _no_python_stacks(ctx: Context) -> Finding | None:
+    if len(ctx.trace.frames) > 0:
+        return None
+    points = ctx.points
+    sites = (points["site"].astype(str).value_counts() if not points.empty
+             else points.get("site", []))
+    causes = sorted({c["cause"] for b in ctx.analysis.burstiness for c in b.idle_causes
+                     if c["cause"] not in _UNNAMED})
+    rules = [f.rule for f in ctx.found if f.evidence.get("sites") or f.evidence.get("idle_causes")]
+    named = len(sites) + len(causes)
+    if named < NO_PYTHON_STACKS.limit("named_places"):
+        return None
+    annotations = set(ctx.analysis.phases.loc[ctx.analysis.phases["kind"] == "annotation", "name"]
+                      .astype(str)) if not ctx.analysis.phases.empty else set()
+    ours = _TRAINER_PHASES <= annotations
+    return Finding(
+        "no_python_stacks", "low",
+        f"no Python stacks in the trace: {named} sites and idle causes are named by annotation "
+        "and op chains, not source lines",
+        {"sync_sites": int(len(sites)), "idle_causes": int(len(causes)),
+         "findings_with_sites": rules,
+         "examples": [str(s) for s in list(sites.index[:3])] + causes[:max(0, 3 - len(sites))],
+         "recorded_by": "goodhart-prof run (lite mode)" if ours else "a profiler without with_stack"},
+        _fix(ours), **NO_PYTHON_STACKS.unestimated())
+
+
+def _fix(ours: bool) -> str:
+    if ours:
+        return ("Record again with goodhart-prof run --mode full: Python stacks (with shapes and "
+                "memory) make every site the file:line of the code that made it.")
+    return ("Profile with torch.profiler.profile(..., with_stack=True) (record_shapes=True also "
+            "names the shapes), so each site is the file:line of the user's code; stacks cost a "
+            "few microseconds per op, so trace a few iterations.")
+
+
+NO_PYTHON_STACKS = Rule(
+    "no_python_stacks", "coverage", _no_python_stacks, needs=(Need.HOST_OPS,),
+    thresholds={
+        "named_places": Threshold(1, "one site or idle cause the report names by an op chain is "
+                                     "already a place the reader must find in the code by hand")},
+    saving=Saving(None, "it saves no time itself: recorded with stacks, the other findings name "
+                        "the source lines to change"))
+
+RULES = (NO_PYTHON_STACKS,)

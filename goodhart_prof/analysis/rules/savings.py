@@ -1,0 +1,108 @@
+"""What fixing a finding would save: the per-iteration basis, the severity it sets, the order.
+
+Every rule declares its estimate next to itself (`Rule.saving`, a `Saving`: what it counts and
+why that is what the fix gives back); its judge computes the figure from the evidence and hands
+it to the `Finding` as `est_saving_us`, or None with the reason where the trace cannot say.
+Here the runner turns it into a share of the iteration, a severity and an order:
+
+- **basis** (`Basis`): the mean iteration time, over every (rank, `ProfilerStep#N`) of the trace;
+  without iterations, the mean over ranks of the rank's span (first event start to last end).
+  Estimates are per rank and iteration: a figure summed over the trace is divided by the
+  (rank, iteration) pairs it came from (`Basis.per_iteration`), by the ranks without iterations.
+- **est_saving_share** = est_saving_us / the basis.
+- **severity** from the share (`SEVERITY_SHARES`); a finding with no estimate keeps the severity
+  its rule judged from its own evidence (memory, coverage: costs that are not time).
+- **order**: largest est_saving_us first, findings without an estimate after them (most severe
+  first), rule order among equals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ...trace.model import Trace
+from ..tree import step_table
+
+if TYPE_CHECKING:
+    from .base import Finding
+
+
+@dataclass(frozen=True)
+class Saving:
+    """A rule's estimate: what it counts (per iteration), and why that is the time the fix saves.
+    `counts` None: the rule makes no estimate, and `reason` says why."""
+
+    counts: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Share:
+    value: float
+    reason: str
+
+
+# Severity from the estimated saving's share of the iteration.
+SEVERITY_SHARES = {
+    "high": Share(0.10, "a tenth of every iteration: a change worth making before any other"),
+    "medium": Share(0.02, "2% of an iteration is above run-to-run noise and adds up over a run"),
+}
+
+
+def severity_of(share: float) -> str:
+    """high at 10% of the iteration, medium at 2%, low below."""
+    for severity in ("high", "medium"):
+        if share >= SEVERITY_SHARES[severity].value:
+            return severity
+    return "low"
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What a saving is compared with: `kind` `iteration` (mean ProfilerStep#N wall time, over
+    ranks and iterations) or `trace` (mean per-rank span, no iterations marked)."""
+
+    kind: str
+    mean_us: float
+    units: dict[int, int]  # rank -> (rank, iteration) pairs (1 per rank without iterations)
+
+    def per_iteration(self, total_us: float, ranks: Sequence[int] | None = None) -> float:
+        """A time summed over the trace (over `ranks`, all by default) per rank and iteration."""
+        n = sum(self.units.get(int(r), 1) for r in ranks) if ranks is not None else sum(self.units.values())
+        return float(total_us) / max(n, 1)
+
+
+def basis(trace: Trace) -> Basis:
+    steps = step_table(trace)
+    if not steps.empty:
+        per = steps.groupby(["rank", "step"], sort=False)["dur"].max()  # one per (rank, iteration)
+        units = per.groupby(level="rank").size()
+        return Basis("iteration", float(per.mean()), {int(r): int(n) for r, n in units.items()})
+    ev = trace.events
+    if ev.empty:
+        return Basis("trace", float("nan"), {})
+    span = ev.groupby("rank", sort=False).agg(first=("ts", "min"), last=("end", "max"))
+    return Basis("trace", float((span["last"] - span["first"]).mean()),
+                 {int(r): 1 for r in span.index})
+
+
+def finish(findings: list["Finding"], b: Basis, order: Sequence[str]) -> list["Finding"]:
+    """Each finding's share and severity from its estimate, then the findings in saving order."""
+    for f in findings:
+        f.saving_basis = b.kind
+        if f.est_saving_us is None or not np.isfinite(f.est_saving_us):
+            f.est_saving_us, f.est_saving_share = None, None
+            continue
+        f.est_saving_us = round(float(f.est_saving_us), 3)
+        share = f.est_saving_us / b.mean_us if b.mean_us > 0 else float("nan")
+        f.est_saving_share = float(f"{share:.4g}") if np.isfinite(share) else None  # 4 digits
+        if f.est_saving_share is not None:
+            f.severity = severity_of(f.est_saving_share)
+    rank = {rule: i for i, rule in enumerate(order)}
+    from .base import SEVERITIES
+    return sorted(findings, key=lambda f: (
+        f.est_saving_us is None, -(f.est_saving_us or 0.0),
+        SEVERITIES.index(f.severity), rank.get(f.rule, len(rank))))
+
