@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import goodhart_prof
-from goodhart_prof.report.common import duration
+from goodhart_prof.report.common import duration, saving_text
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -80,6 +80,7 @@ def test_first_look(kernel_env):
     assert texts[0].startswith(f"h100_owlv2_inference.json.gz: {len(a.trace.events):,} events, ranks [0]")
     shown_rules = [line.split()[1].rstrip(":") for line in texts[1].splitlines() if not line.startswith(" ")]
     assert shown_rules == [f.rule for f in a.findings] and shown_rules  # the findings, in the report's order
+    assert shown_rules[0] == "low_utilization" and saving_text(a.findings[0]) in texts[1]  # ~488 ms/iteration first
     busy = a.gpu["busy_us"].iloc[0]
     assert duration(busy) in texts[2] and "52.6%" in texts[2]  # busy 566.759 ms of 1.078 s (TraceLens's figures)
     top = a.kernels.iloc[0]
@@ -110,4 +111,6 @@ def test_ab_compare(kernel_env):
                         "the site that changed most: rollout > env_step > aten::item"]
     assert head[3] == "within noise: " + ", ".join(c.within_noise["item"])  # every time figure
     assert len(c.within_noise) == len(c.spread)
+    item = next(f for f in b.findings if f.rule == "item_logging")
     assert "item_logging" in texts[5] and "rollout > env_step > aten::item" in texts[5]
+    assert saving_text(item) in texts[5] and item.severity == "low"  # microseconds on a CPU: low
