@@ -23,6 +23,7 @@ from typing import Callable
 from urllib.parse import quote, unquote
 
 from ..errors import UserError
+from ..textsafe import quote_path
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 9001
@@ -124,9 +125,9 @@ class OneFileServer(HTTPServer):
     def __init__(self, path: str | os.PathLike, port: int = DEFAULT_PORT):
         file = Path(path)
         if not file.exists():
-            raise ServeError(f"{file}: no such file")
+            raise ServeError(f"{quote_path(file)}: no such file")
         if not file.is_file():
-            raise ServeError(f"{file}: not a file")
+            raise ServeError(f"{quote_path(file)}: not a file")
         self.file = file.resolve()
         self.name = file.name
         self.served = False
