@@ -9,7 +9,8 @@ import sys
 import click
 
 from . import __version__, run_options
-from .errors import UserError, run_cli
+from .errors import UserError, run_cli, warn
+from .textsafe import printable, quote_path
 from .settings import DEFAULT_MODE, DEFAULT_WINDOW, MODES, SettingsError, parse_iterations
 
 
@@ -77,7 +78,7 @@ def run(iterations, mode, verbose, name, **trainer_values):
         try:
             runs.point_latest(root, folder)
         except OSError as exc:  # e.g. a folder named latest that someone made: keep the run
-            click.echo(f"warning: {root / runs.LATEST} not updated ({exc.strerror or exc})", err=True)
+            warn(f"{quote_path(root / runs.LATEST)} not updated ({exc.strerror or exc})")
     runs.discard_if_empty(folder)
     if root_made:
         runs.discard_if_empty(root)
@@ -89,7 +90,7 @@ def _latest(what: str) -> str:
     from . import runs
 
     run = runs.latest_run(runs.output_root(None, os.environ))
-    click.echo(f"{what} the latest run: {run.describe()}", err=True)
+    click.echo(printable(f"{what} the latest run: {run.describe()}"), err=True)
     return str(run.folder)
 
 
@@ -144,15 +145,15 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, w
     if as_json:  # the text report shows them itself
         _warn(trace)
     if rank is not None and rank not in trace.ranks:
-        raise UserError(f"{path}: no rank {rank} (ranks: {trace.ranks})")
+        raise UserError(f"{quote_path(path)}: no rank {rank} (ranks: {trace.ranks})")
     if device is not None and device not in {d for _, d in trace.devices}:
-        raise UserError(f"{path}: no GPU device {device} (devices: {sorted({d for _, d in trace.devices})})")
+        raise UserError(f"{quote_path(path)}: no GPU device {device} (devices: {sorted({d for _, d in trace.devices})})")
     if rank is not None or device is not None:
         trace = trace.select(rank, device)
     result = run_analysis(trace)
     if html_file:
         write_html(result, html_file, force)
-        click.echo(f"wrote {html_file}", err=True)
+        click.echo(f"wrote {quote_path(html_file)}", err=True)
     if as_json:
         import json
         from .report.json_report import to_document
@@ -170,19 +171,20 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, w
 def _warn(trace) -> None:
     """The loader's warnings (skipped events, ignored ranks) on stderr, one line each."""
     for warning in trace.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)
 
 
 PIPE_COLUMNS = 140  # files and pipes get full rows unless COLUMNS says otherwise
 
 
 def _console():
-    """The terminal's width; for a file or pipe, COLUMNS when set, else PIPE_COLUMNS."""
-    from rich.console import Console
+    """The terminal's width; for a file or pipe, COLUMNS when set, else PIPE_COLUMNS. Its text
+    is made printable (report.common.SafeConsole): no name from a trace acts on the terminal."""
+    from .report.common import SafeConsole
     if sys.stdout.isatty():
-        return Console()
+        return SafeConsole()
     columns = os.environ.get("COLUMNS", "")
-    return Console(width=int(columns) if columns.isdigit() and int(columns) >= 40 else PIPE_COLUMNS)
+    return SafeConsole(width=int(columns) if columns.isdigit() and int(columns) >= 40 else PIPE_COLUMNS)
 
 
 @cli.command()
@@ -212,7 +214,7 @@ def diff(a, b, root, as_json, html_file, force, top):
     if a is None:
         older, newer = runs.last_two(root_dir)
         a, b = str(older.folder), str(newer.folder)
-        click.echo(f"A: {older.describe()}, B: {newer.describe()}", err=True)
+        click.echo(printable(f"A: {older.describe()}, B: {newer.describe()}"), err=True)
     elif b is None:
         raise UserError("diff takes two traces or runs (A B), or none to compare the last two runs")
     else:
@@ -225,7 +227,7 @@ def diff(a, b, root, as_json, html_file, force, top):
     if html_file:
         from .report.diff_html import write_html
         write_html(comparison, html_file, force=force, top=top)
-        click.echo(f"wrote {html_file}", err=True)
+        click.echo(f"wrote {quote_path(html_file)}", err=True)
     if as_json:
         import json
         from .report.diff_json import to_document
@@ -259,7 +261,7 @@ def log_add(path, change, log_file):
     if path is None:
         path = _latest("adding")
     row = perflog.add(path, change, log_file)
-    click.echo(f"added to {log_file}: {perflog.describe(row)}")
+    click.echo(printable(f"added to {log_file}: {perflog.describe(row)}"))
 
 
 @perf_log.command("show")
@@ -307,7 +309,7 @@ def export(path, output, force):
     _warn(trace)
     result = run_analysis(trace)
     write = write_perfetto if fmt == "perfetto" else write_chrome_json
-    click.echo(write(result, output, force=force).line())
+    click.echo(printable(write(result, output, force=force).line()))
 
 
 @cli.command("open")
@@ -322,9 +324,9 @@ def open_trace(file, port, timeout, browser):
     from .report.server import serve_once
 
     if serve_once(file, port, timeout, open_browser=browser, echo=click.echo):
-        click.echo(f"served {file}; the UI has it now")
+        click.echo(f"served {quote_path(file)}; the UI has it now")
     else:
-        click.echo(f"{file} was not fetched within {timeout:g} s", err=True)
+        click.echo(f"{quote_path(file)} was not fetched within {timeout:g} s", err=True)
         click.get_current_context().exit(1)
 
 

@@ -1,13 +1,28 @@
-"""Errors shown to users: one line, exit code 2, no traceback."""
+"""Errors shown to users: one line, exit code 2, no traceback.
+
+Every message is made printable (`textsafe.printable`): a control character in it (a file name's
+newline, a trace's `ESC[2J`) is written as its escape, so an error is always one line and never
+acts on the terminal. Name a path in a message with `textsafe.quote_path` to have it quoted when it
+needs escapes."""
 from __future__ import annotations
 
 import click
+
+from .textsafe import printable
 
 
 class UserError(click.ClickException):
     """Bad input from the user (a flag, a file, a setting). Printed as `Error: <message>`."""
 
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, one printable line: `warning: <message>`."""
+    click.echo(f"warning: {printable(message)}", err=True)
 
 
 def run_cli(command: click.Command, prog_name: str, args: list[str] | None = None) -> None:
@@ -19,12 +34,9 @@ def run_cli(command: click.Command, prog_name: str, args: list[str] | None = Non
 
     try:
         code = command.main(args=args, prog_name=prog_name, standalone_mode=False)
-    except click.UsageError as exc:
-        click.echo(f"Error: {exc.format_message()}", err=True)
-        sys.exit(2)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # usage errors, UserError and click's own
+        click.echo(f"Error: {printable(exc.format_message())}", err=True)
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)

@@ -48,6 +48,7 @@ from typing import Any, Iterator
 from .errors import UserError
 from .fileio import atomic_path
 from .trace.run import read_run
+from .textsafe import printable, quote_path
 
 DEFAULT_LOG = "PERFLOG.md"
 HTOD_PREFIX = "Memcpy HtoD"
@@ -218,8 +219,8 @@ def append(measured: dict[str, Any], change: str, log: str | os.PathLike = DEFAU
 def _cell(value: Any, fmt: str) -> str:
     if value is None:
         return ""
-    text = fmt.format(value)
-    return " ".join(text.split()).replace("\\", "\\\\").replace("|", "\\|")
+    text = fmt.format(value)  # one line, markdown's specials escaped, no control characters
+    return printable(" ".join(text.split()).replace("\\", "\\\\").replace("|", "\\|"))
 
 
 def markdown_row(row: dict[str, Any]) -> str:
@@ -332,7 +333,7 @@ def _noise_verdict(field: str, a: dict[str, Any], b: dict[str, Any], verdict: st
 def require_rows(log: str | os.PathLike) -> list[dict[str, Any]]:
     rows = read_rows(log)
     if not rows:
-        raise PerfLogError(f"{jsonl_path(log)}: no performance log rows yet (add one with "
+        raise PerfLogError(f"{quote_path(jsonl_path(log))}: no performance log rows yet (add one with "
                            "`goodhart-prof log add PATH --change TEXT`)")
     return rows
 
@@ -366,7 +367,7 @@ def render_rows(rows: list[dict[str, Any]], console) -> None:
         kernel = values.get("top_kernel")
         if kernel and len(kernel) > KERNEL_WIDTH:
             values["top_kernel"] = kernel[: KERNEL_WIDTH - 1] + "…"
-        table.add_row(str(n), *(_shown(values.get(f), fmt) for f, _, fmt in COLUMNS))
+        table.add_row(str(n), *(_plain(_shown(values.get(f), fmt)) for f, _, fmt in COLUMNS))
     console.print(table)
 
 
@@ -374,10 +375,10 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any], fields: list[dict[st
                       console) -> None:
     from rich.table import Table
 
-    console.print(f"[bold]A[/bold]: id {a.get('id')} {a.get('date')} {a.get('change')!s} ({a.get('trace')})",
-                  highlight=False)
-    console.print(f"[bold]B[/bold]: id {b.get('id')} {b.get('date')} {b.get('change')!s} ({b.get('trace')})",
-                  highlight=False)
+    for side, row in (("A", a), ("B", b)):
+        console.print(f"[bold]{side}[/bold]: " + _plain(f"id {row.get('id')} {row.get('date')} "
+                                                        f"{row.get('change')!s} ({row.get('trace')})"),
+                      highlight=False)
     fmt = {f: fm for f, _, fm in COLUMNS}
     table = Table(show_edge=False, pad_edge=False)
     for col, right in (("field", False), ("A", True), ("B", True), ("delta (B - A)", True),
@@ -389,8 +390,9 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any], fields: list[dict[st
         ratio = "" if r["ratio"] is None else f"{r['ratio']:.3f}x"
         style = {"better": "green", "worse": "red"}.get(r["verdict"], "")
         verdict = f"[{style}]{r['verdict']}[/{style}]" if style else (r["verdict"] or "")
-        table.add_row(r["field"], _short(_shown(r["a"], f)) + _spread_text(a, r["field"], f),
-                      _short(_shown(r["b"], f)) + _spread_text(b, r["field"], f), delta, ratio, verdict)
+        table.add_row(r["field"], _plain(_short(_shown(r["a"], f))) + _spread_text(a, r["field"], f),
+                      _plain(_short(_shown(r["b"], f))) + _spread_text(b, r["field"], f), delta, ratio,
+                      verdict)
     console.print(table)
 
 
@@ -400,6 +402,13 @@ def _spread_text(row: dict[str, Any], field: str, fmt: str) -> str:
     if field not in SPREAD_FIELDS or low is None or high is None:
         return ""
     return f" ({fmt.format(low)}-{fmt.format(high)}, n {n})"
+
+
+def _plain(text: str) -> str:
+    """A value for the terminal (a kernel name, a --change text, a path): control characters
+    escaped (textsafe.printable), brackets shown rather than read as rich markup."""
+    from rich.markup import escape
+    return escape(printable(text))
 
 
 def _short(text: str, width: int = KERNEL_WIDTH) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from .errors import UserError
 from .fileio import atomic_path
 from .settings import DEFAULT_OUTPUT_DIR
+from .textsafe import quote_path
 
 RUN_RECORD = "run.json"
 LATEST = "latest"
@@ -82,16 +83,16 @@ def create_run_folder(root: Path, name: str | None = None, now: float | None = N
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"{root}: cannot make the runs folder ({exc.strerror or exc})") from None
+        raise UserError(f"{quote_path(root)}: cannot make the runs folder ({exc.strerror or exc})") from None
     if name is not None:
         folder = root / check_name(name)
         try:
             folder.mkdir()
         except FileExistsError:
-            raise UserError(f"{folder}: a run named {name!r} already exists; choose another "
+            raise UserError(f"{quote_path(folder)}: a run named {name!r} already exists; choose another "
                             f"--name (or --resume it)") from None
         except OSError as exc:
-            raise UserError(f"{folder}: cannot make the run folder ({exc.strerror or exc})") from None
+            raise UserError(f"{quote_path(folder)}: cannot make the run folder ({exc.strerror or exc})") from None
         return folder
     stamp = time.strftime(TIMESTAMP, time.localtime(now))
     for k in range(1, 1000):
@@ -102,8 +103,8 @@ def create_run_folder(root: Path, name: str | None = None, now: float | None = N
         except FileExistsError:
             continue
         except OSError as exc:
-            raise UserError(f"{folder}: cannot make the run folder ({exc.strerror or exc})") from None
-    raise UserError(f"{root}: 999 runs already named {stamp}; give this one a --name")
+            raise UserError(f"{quote_path(folder)}: cannot make the run folder ({exc.strerror or exc})") from None
+    raise UserError(f"{quote_path(root)}: 999 runs already named {stamp}; give this one a --name")
 
 
 def has_trace(folder: Path) -> bool:
@@ -156,7 +157,7 @@ def last_two(root: Path) -> tuple[Run, Run]:
     runs = complete_runs(root)
     if len(runs) < 2:
         found = "no complete run" if not runs else f"one complete run ({runs[0].folder})"
-        raise UserError(f"{root}: {found}; diff with no arguments compares the last two runs "
+        raise UserError(f"{quote_path(root)}: {found}; diff with no arguments compares the last two runs "
                         f"(make them with goodhart-prof run, or name two traces: diff A B)")
     return runs[-2], runs[-1]
 
@@ -169,7 +170,7 @@ def latest_run(root: Path) -> Run:
         return run
     runs = complete_runs(root)
     if not runs:
-        raise UserError(f"{root}: no complete run (make one with goodhart-prof run, or give a path)")
+        raise UserError(f"{quote_path(root)}: no complete run (make one with goodhart-prof run, or give a path)")
     return runs[-1]
 
 
@@ -220,7 +221,7 @@ def resolve(arg: str, root: Path) -> Path:
         return latest_run(root).folder
     if "/" not in arg and "\\" not in arg and (Path(root) / arg).is_dir():
         return Path(root) / arg
-    raise UserError(f"{arg}: no such trace file or folder, nor a run named so under {root}")
+    raise UserError(f"{quote_path(arg)}: no such trace file or folder, nor a run named so under {root}")
 
 
 def resume_folder(root: Path, name: str | None) -> Path:
@@ -230,7 +231,7 @@ def resume_folder(root: Path, name: str | None) -> Path:
     if name is not None:
         folder = Path(root) / check_name(name)
         if not folder.is_dir():
-            raise UserError(f"{folder}: no run named {name!r} to resume")
+            raise UserError(f"{quote_path(folder)}: no run named {name!r} to resume")
         return folder
     found = []
     for folder in run_folders(root):
@@ -239,7 +240,7 @@ def resume_folder(root: Path, name: str | None) -> Path:
         except OSError:
             continue
     if not found:
-        raise UserError(f"{root}: no run with a checkpoint to resume (write them with "
+        raise UserError(f"{quote_path(root)}: no run with a checkpoint to resume (write them with "
                         f"--checkpoint-every N, or name the run with --name)")
     return max(found)[2]
 

@@ -171,6 +171,15 @@ def build(root: Path) -> dict[str, Case]:
     if hasattr(os, "mkfifo"):
         os.mkfifo(fifo)
         cases.append(Case("fifo", fifo, error="not a file or folder"))
+
+    # -- server branch: file names holding a newline or an escape code (the error stays one line,
+    # the name quoted with its escapes: textsafe.quote_path) ------------------------------------
+    for label, odd in (("newline", "new\nline"), ("escape", "esc\x1b[2J\x07")):
+        path = root / f"{odd}_malformed.json"
+        path.write_bytes(plain[:100])
+        cases.append(Case(f"{label}_in_name_malformed", path, error="not valid JSON"))
+        cases.append(Case(f"{label}_in_name_missing", root / f"{odd}_missing.json",
+                          error="no such file or folder"))
     return {c.name: c for c in cases}
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import broken_corpus
 import goodhart_prof.trace.decode as decode
+from goodhart_prof.textsafe import quote_path
 from goodhart_prof.trace.load import TraceError, load
 from helpers import clean_env, error_lines
 
@@ -59,7 +60,8 @@ def assert_one_line_error(res: subprocess.CompletedProcess, path: Path, piece: s
     assert res.returncode == 2, (res.returncode, res.stderr)
     lines = error_lines(res.stderr)
     assert len(lines) == 1, res.stderr
-    assert lines[0].startswith(f"Error: {path}"), lines[0]  # names the file (a folder: inside it)
+    # names the file (a folder: inside it), quoted with escapes when the name holds control characters
+    assert lines[0].startswith(f"Error: {quote_path(path)}"), lines[0]
     assert piece in lines[0], lines[0]
 
 

@@ -248,3 +248,133 @@ def test_command_times_out_even_with_a_stalled_client(trace_file):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# -- deadlines and hostile clients (trickling, silent, resetting) ----------------------------------
+def _open_command(path: Path, timeout: float) -> tuple[subprocess.Popen, int, float]:
+    """`goodhart-prof open` on a free port: the process, its port and when its URL was printed."""
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "goodhart_prof.cli", "open", str(path), "--port", "0",
+                             "--no-browser", "--timeout", str(timeout)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env(), cwd=ROOT)
+    url = proc.stdout.readline().strip()
+    assert url.startswith("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:"), proc.stderr.read()
+    return proc, int(url.split("127.0.0.1:")[1].split("/")[0]), time.monotonic()
+
+
+def test_a_trickling_client_does_not_keep_the_server_up(trace_file):
+    """One byte every 0.5 s, never a whole request: with --timeout 2 the command still stops at
+    its deadline (a per-read timeout would restart with every byte and never fire)."""
+    import socket
+    import time
+
+    proc, port, started = _open_command(trace_file, 2)
+    sock = socket.create_connection((HOST, port), timeout=10)
+    request = b"GET /run%201.pftrace HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 100
+    try:
+        for byte in request:
+            if proc.poll() is not None:
+                break
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:  # the server dropped the connection: keep waiting for the exit
+                pass
+            time.sleep(0.5)
+        assert proc.wait(10) == 1
+        elapsed = time.monotonic() - started
+        assert elapsed < 2 + 1.5, elapsed
+        assert error_lines(proc.stderr.read()) == [f"{trace_file} was not fetched within 2 s"]
+    finally:
+        sock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_trickling_request_is_dropped_at_its_own_deadline(trace_file, monkeypatch):
+    """The request must arrive whole within REQUEST_S of the connection, however the bytes come."""
+    import socket
+    import time
+
+    import goodhart_prof.report.server as server_module
+
+    monkeypatch.setattr(server_module, "REQUEST_S", 1.0)
+    run = Running(trace_file)
+    try:
+        sock = socket.create_connection((HOST, run.server.port), timeout=10)
+        started = time.monotonic()
+        closed_after = None
+        for byte in b"GET /run%201.pftrace HTTP/1.1\r\nX-Pad: " + b"a" * 40:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed_after = time.monotonic() - started
+                break
+            sock.settimeout(0.25)
+            try:
+                if sock.recv(1) == b"":  # the server closed the connection
+                    closed_after = time.monotonic() - started
+                    break
+            except TimeoutError:
+                pass
+        sock.close()
+        assert closed_after is not None and 0.9 < closed_after < 2.0, closed_after
+        assert run.thread.is_alive() and not run.server.served
+    finally:
+        run.stop()
+
+
+def test_silent_sockets_do_not_delay_a_real_fetch(running, trace_file):
+    """Five connections that never send a byte: a real GET beside them is answered at once."""
+    import socket
+    import time
+
+    silent = [socket.create_connection((HOST, running.server.port), timeout=10) for _ in range(5)]
+    try:
+        time.sleep(0.3)  # let the server accept them all first
+        started = time.monotonic()
+        status, _, body = running.request("GET", "/run%201.pftrace")
+        elapsed = time.monotonic() - started
+        assert status == 200 and body == trace_file.read_bytes()
+        assert elapsed < 1.0, elapsed
+        running.thread.join(5)
+        assert running.result == [True]
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_connection_resets_print_nothing(trace_file):
+    """20 clients that reset the connection (SO_LINGER 0), before or after their request: no
+    traceback, no line at all on stderr; the file is still served."""
+    import socket
+    import struct
+
+    proc, port, _ = _open_command(trace_file, 20)
+    try:
+        for i in range(20):
+            sock = socket.create_connection((HOST, port), timeout=10)
+            sock.sendall(b"GET /run%201.pftrace HTTP/1.1\r\n" if i % 2 else b"GE")
+            if i % 4 == 1:  # a whole request, reset while the file is being sent
+                sock.sendall(b"\r\n")
+                sock.recv(100)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        conn = http.client.HTTPConnection(HOST, port, timeout=10)
+        conn.request("GET", "/" + NAME.replace(" ", "%20"))
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == trace_file.read_bytes()
+        conn.close()
+        assert proc.wait(10) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_file_name_with_a_newline_is_one_error_line(tmp_path):
+    res = run_cmd(["-m", "goodhart_prof.cli", "open", str(tmp_path / "a\nb\x1b[2J.pftrace"), "--no-browser"])
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [f"Error: '{tmp_path}/a\\nb\\x1b[2J.pftrace': no such file"]

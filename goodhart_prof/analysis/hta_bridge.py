@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import UserError
+from ..textsafe import quote_path
 
 
 class HTAUnavailable(UserError):
@@ -42,6 +43,6 @@ def hta_breakdowns(paths: list[Path]) -> dict[str, pd.DataFrame]:
             temporal = analyzer.get_temporal_breakdown(visualize=False)
             idle = analyzer.get_idle_time_breakdown(ranks=ranks, visualize=False)
         except Exception as exc:  # HTA is someone else's code: report, don't crash
-            raise UserError(f"{paths[0]}: HTA failed ({type(exc).__name__}: {exc})") from None
+            raise UserError(f"{quote_path(paths[0])}: HTA failed ({type(exc).__name__}: {exc})") from None
     idle_frame = idle[0] if isinstance(idle, tuple) else idle
     return {"temporal breakdown": temporal, "idle time breakdown": idle_frame}

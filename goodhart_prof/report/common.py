@@ -12,10 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.errors import MarkupError
+from rich.markup import escape as escape_markup
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import UserError
+from ..textsafe import printable, quote_path
 from ..trace.names import kernel_name  # noqa: F401  (re-exported: its home is trace/names.py)
 
 
@@ -24,9 +28,9 @@ def refuse_overwrite(path: str | Path, force: bool, error: type[UserError] = Use
     Called before the work, so a refusal costs nothing."""
     path = Path(path)
     if path.is_dir():
-        raise error(f"{path}: is a folder, not a file")
+        raise error(f"{quote_path(path)}: is a folder, not a file")
     if path.exists() and not force:
-        raise error(f"{path}: already exists (use --force to replace it)")
+        raise error(f"{quote_path(path)}: already exists (use --force to replace it)")
     return path
 
 
@@ -96,7 +100,33 @@ def short_tail(text: str, width: int) -> str:
 def one_line(text: Any) -> Text:
     """A table cell kept on one line, cut with an ellipsis when its column is narrower (the
     column itself still shrinks first when the table is wider than the console)."""
-    return Text(str(text), no_wrap=True, overflow="ellipsis")
+    return Text(printable(text), no_wrap=True, overflow="ellipsis")
+
+
+class SafeConsole(Console):
+    """The reports' console: every string it prints or puts in a table cell is made printable
+    first (`textsafe.printable`: a kernel named `ESC[2J` shows as `\\x1b[2J`), so no name, site
+    or path from a trace acts on the terminal. Text objects built by hand go through `safe_text`.
+    A string whose markup does not parse (a name like `k[/z]` in a cell) is shown as it is rather
+    than raise; the reports pass names inside their own markup through `plain`."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        text = printable(text)
+        try:
+            return super().render_str(text, **kwargs)
+        except MarkupError:
+            return super().render_str(text, **{**kwargs, "markup": False})
+
+
+def plain(text: Any) -> str:
+    """A name or path to put inside rich markup: printable, its brackets escaped (shown, not
+    read as tags)."""
+    return escape_markup(printable(text))
+
+
+def safe_text(text: Any, **kwargs: Any) -> Text:
+    """A rich Text of `text` made printable."""
+    return Text(printable(text), **kwargs)
 
 
 _NAME_KEYS = {"site", "cause", "op", "name", "kernel", "frame"}

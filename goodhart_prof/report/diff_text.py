@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from .common import bytes_text, duration, kernel_name, make_table, one_line, percent, short
+from .common import bytes_text, duration, kernel_name, make_table, one_line, percent, plain, short
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
 
@@ -50,7 +50,7 @@ def _summary_value(metric: str, value: float, signed: bool = False) -> str:
 def render(c, console: Console, top: int = 15) -> None:
     for side, analysis in (("A", c.a), ("B", c.b)):
         paths = analysis.trace.paths
-        console.print(f"[bold]{side}[/bold]: {', '.join(str(p) for p in paths[:3])}"
+        console.print(f"[bold]{side}[/bold]: {', '.join(plain(p) for p in paths[:3])}"
                       f"{' …' if len(paths) > 3 else ''}")
     if c.iterations_line:
         console.print(c.iterations_line, highlight=False)
@@ -140,7 +140,7 @@ def _headline(c, console: Console, top: int) -> None:
         names = [_noise_name(r) for r in noise.itertuples()]
         more = f" and {len(names) - top} more" if len(names) > top else ""
         console.print()
-        console.print(f"[bold]within noise[/bold]: {', '.join(names[:top])}{more} (intervals overlap)",
+        console.print(f"[bold]within noise[/bold]: {plain(', '.join(names[:top]))}{more} (intervals overlap)",
                       highlight=False)
 
 

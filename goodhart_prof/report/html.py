@@ -38,6 +38,7 @@ __all__ = ["write_html", "render_html", "category_figure", "kernel_figure", "tim
            "TOP_KERNELS", "TOP_SITES", "MARKED_GAPS", "SECTIONS"]
 from .html_memory import MEMORY_TITLE, memory_empty, memory_figure, memory_table_html
 from .html_efficiency import TITLE as EFFICIENCY_TITLE, efficiency_section
+from ..textsafe import quote_path
 
 
 TOP_KERNELS = 20
@@ -86,7 +87,7 @@ def write_html(analysis, path: str | Path, force: bool = False) -> Path:
         with atomic_path(path) as tmp:
             tmp.write_text(page, encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"{path}: cannot write the HTML report ({exc.strerror or exc})") from None
+        raise UserError(f"{quote_path(path)}: cannot write the HTML report ({exc.strerror or exc})") from None
     return path
 
 

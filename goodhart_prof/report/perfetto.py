@@ -57,6 +57,7 @@ from ..trace.extra_events import PYTHON_CAT, Extras, read_extras
 from ..trace.model import GPU_ACTIVITY_CATS, Trace
 from .export_common import ExportError, ExportSummary, check_output, linked_launches, to_ns, utilization_samples
 from .perfetto_tracks import Layout, RankOf, Track, file_ranks, loaded_keys, metadata, text_ids
+from ..textsafe import quote_path
 
 CHUNK_PACKETS = 50_000
 SEQUENCE_ID = 1
@@ -391,7 +392,7 @@ def _read_extras(trace: Trace) -> list[Extras]:
         try:
             out.append(read_extras(path))
         except DecodeError as exc:
-            raise ExportError(f"{path}: {exc} (reading it again for the export)") from None
+            raise ExportError(f"{quote_path(path)}: {exc} (reading it again for the export)") from None
     return out
 
 
@@ -478,5 +479,5 @@ def output_format(path: str | os.PathLike) -> str:
         return "perfetto"
     if name.endswith(JSON_SUFFIXES):
         return "chrome-json"
-    raise ExportError(f"{path}: unknown output format; name it .pftrace (Perfetto protobuf) or "
+    raise ExportError(f"{quote_path(path)}: unknown output format; name it .pftrace (Perfetto protobuf) or "
                       f".json / .json.gz (Chrome trace JSON)")

@@ -8,43 +8,71 @@ it. The UI's content security policy lets it fetch from 127.0.0.1:9001, hence th
 Only `GET /<name>` (and `HEAD`, and an `OPTIONS` preflight) of that exact name is answered; every
 other path is 404, including `..` traversal, percent-encoded traversal (`%2e%2e`, `%2f`), absolute
 paths and absolute URLs: the request path is never joined to a folder, only compared with the one
-name. The server stops once the file has been sent completely once, after `timeout` seconds, or on
-Ctrl-C (KeyboardInterrupt is re-raised after the socket is closed).
+name.
+
+Deadlines, whatever the clients do: the serving loop stops once the file has been sent completely
+once, or at `timeout` seconds on the monotonic clock (it looks every POLL_S), or on Ctrl-C
+(KeyboardInterrupt is re-raised after the socket is closed). Each connection is served in a thread
+of its own (daemon threads, never waited for), so a silent or slow client never delays another; a
+request must arrive whole within REQUEST_S of its connection (one deadline for the whole request,
+not a timeout per read that a client sending a byte at a time would restart), else the connection
+is dropped. A client that resets or abandons its connection costs nothing on stderr.
 """
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import socket
 import time
 import webbrowser
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 from urllib.parse import quote, unquote
 
 from ..errors import UserError
+from ..textsafe import quote_path
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 9001
 DEFAULT_TIMEOUT_S = 300.0
 UI_ORIGIN = "https://ui.perfetto.dev"
-POLL_S = 0.25           # how often the serving loop looks at the clock
-CLIENT_TIMEOUT_S = 30   # a client that stalls this long mid-request is dropped
+POLL_S = 0.25     # how often the serving loop looks at the clock
+REQUEST_S = 10.0  # a connection's request must arrive whole within this (one deadline, not per read)
+SEND_S = 30.0     # a client that takes nothing of the file for this long is dropped
+QUIET_ERRORS = (ConnectionError, TimeoutError)  # a client went away or stalled: not our error
 
 
 class ServeError(UserError):
     """The file cannot be served (missing file, port taken)."""
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A socket's bytes until a deadline (monotonic): each read waits only for the time left, and
+    none starts after it, so a client cannot stretch its request by sending a byte at a time."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock, self.deadline = sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "OneFileServer"
-    timeout = CLIENT_TIMEOUT_S
 
     def setup(self) -> None:
-        # A client that stalls is dropped after 30 s, or sooner at the server's own deadline:
-        # one slow connection never keeps the command running past --timeout.
-        self.timeout = self.server.client_timeout()
         super().setup()
+        deadline = min(time.monotonic() + REQUEST_S, self.server.deadline)
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
 
     def _cors(self) -> None:
         self.send_header("Access-Control-Allow-Origin", UI_ORIGIN)
@@ -89,6 +117,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._not_found()
         with fh:
             size = os.fstat(fh.fileno()).st_size
+            self.connection.settimeout(SEND_S)  # the request is in: now a timeout per write
             self.send_response(200)
             self._cors()
             self.send_header("Content-Type", "application/octet-stream")
@@ -99,11 +128,12 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 shutil.copyfileobj(fh, self.wfile, 1 << 20)
                 self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            except QUIET_ERRORS:
                 return  # the client went away: not served
         self.server.served = True
 
     def _not_found(self) -> None:
+        self.connection.settimeout(SEND_S)
         self.send_response(404)
         self._cors()
         self.send_header("Content-Type", "text/plain")
@@ -116,17 +146,20 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class OneFileServer(HTTPServer):
-    """An HTTP server on 127.0.0.1 that serves one file under its own name."""
+class OneFileServer(ThreadingHTTPServer):
+    """An HTTP server on 127.0.0.1 that serves one file under its own name, a thread per
+    connection (module docstring: the deadlines)."""
 
     allow_reuse_address = True
+    daemon_threads = True     # a stalled connection never keeps the process alive
+    block_on_close = False    # nor delays closing the server
 
     def __init__(self, path: str | os.PathLike, port: int = DEFAULT_PORT):
         file = Path(path)
         if not file.exists():
-            raise ServeError(f"{file}: no such file")
+            raise ServeError(f"{quote_path(file)}: no such file")
         if not file.is_file():
-            raise ServeError(f"{file}: not a file")
+            raise ServeError(f"{quote_path(file)}: not a file")
         self.file = file.resolve()
         self.name = file.name
         self.served = False
@@ -157,9 +190,12 @@ class OneFileServer(HTTPServer):
             self.handle_request()
         return self.served
 
-    def client_timeout(self) -> float:
-        """Seconds one connection may stall: at most CLIENT_TIMEOUT_S, and not past the deadline."""
-        return max(POLL_S, min(CLIENT_TIMEOUT_S, self.deadline - time.monotonic()))
+    def handle_error(self, request, client_address) -> None:
+        """A client that reset, abandoned or stalled its connection: nothing to say (the command
+        prints its own lines). Anything else is a bug: the default report, with its traceback."""
+        import sys
+        if not isinstance(sys.exc_info()[1], QUIET_ERRORS):
+            super().handle_error(request, client_address)
 
 
 def launch_browser(url: str) -> bool:

@@ -4,10 +4,9 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 from rich.padding import Padding
-from rich.text import Text
 
-from .common import (bytes_text, duration, evidence_lines, kernel_name, make_table, one_line, percent,
-                     saving_text, short)
+from .common import (bytes_text, duration, evidence_lines, kernel_name, make_table, one_line, percent, plain,
+                     safe_text, saving_text, short)
 from ..analysis.memory import device_label
 from .text_comm import communication_section, ranks_section
 
@@ -16,12 +15,12 @@ SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 def render(a, console: Console, top: int = 15) -> None:
     t = a.trace
-    console.print(f"[bold]goodhart-prof analyze[/bold]  {', '.join(str(p) for p in t.paths[:3])}"
+    console.print(f"[bold]goodhart-prof analyze[/bold]  {', '.join(plain(p) for p in t.paths[:3])}"
                   f"{' …' if len(t.paths) > 3 else ''}")
     console.print(f"{len(t.events):,} events · ranks {t.ranks} (from {t.rank_source}) · "
                   f"{len(t.devices)} GPU device(s)")
     for warning in t.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(f"[yellow]warning:[/yellow] {plain(warning)}")
     _gpu(a, console)
     _kernels(a, console, top)
     _host_ops(a, console, top)
@@ -293,12 +292,12 @@ def _each_finding(a, console: Console) -> None:
     console.print(f"[bold]Findings[/bold] ({len(a.findings)}, largest estimated saving first)")
     for f in a.findings:
         style = SEVERITY_STYLE.get(f.severity, "")
-        console.print(f"[{style}]{f.severity.upper():6s}[/{style}] [bold]{f.rule}[/bold]: {f.title}")
-        console.print(Padding(Text(saving_text(f), style="bold" if f.est_saving_us else "dim"),
+        console.print(f"[{style}]{f.severity.upper():6s}[/{style}] [bold]{f.rule}[/bold]: {plain(f.title)}")
+        console.print(Padding(safe_text(saving_text(f), style="bold" if f.est_saving_us else "dim"),
                               (0, 0, 0, 8)))
         for line in evidence_lines(f.evidence):  # wrapped lines keep the indent
-            console.print(Padding(Text(line.lstrip()), (0, 0, 0, 8 + len(line) - len(line.lstrip()))))
-        console.print(Padding(Text(f"fix: {f.fix}"), (0, 0, 0, 8)))
+            console.print(Padding(safe_text(line.lstrip()), (0, 0, 0, 8 + len(line) - len(line.lstrip()))))
+        console.print(Padding(safe_text(f"fix: {f.fix}"), (0, 0, 0, 8)))
 
 
 def render_hta(frames: dict[str, pd.DataFrame], console: Console) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import UserError
 from .load import TraceError, finish, load_rank_file, trace_files
 from .model import Trace
+from ..textsafe import quote_path
 
 RANK_TIMEOUT_S = 600.0     # one rank file's load on one worker thread; longer is reported, not awaited
 CONNECT_TIMEOUT_S = 30.0   # reaching a --scheduler
@@ -149,7 +150,7 @@ def _outcome(distributed, future, file: Path):
         return result if isinstance(result, Exception) else _arrived(result)
     exc = future.exception()
     if isinstance(exc, distributed.KilledWorker):
-        return TraceError(f"{file}: its Dask worker died loading it (killed, or out of memory)")
+        return TraceError(f"{quote_path(file)}: its Dask worker died loading it (killed, or out of memory)")
     if isinstance(exc, (TraceError, MemoryError)):
-        return TraceError(f"{file}: {exc}")
+        return TraceError(f"{quote_path(file)}: {exc}")
     raise exc  # a bug, not bad input

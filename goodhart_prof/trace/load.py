@@ -21,6 +21,7 @@ from .decode import (GZIP_MAGIC, BadCut, DecodeError, TraceDoc, decode, gzip_chu
 from .model import Frames, LoadCost, Trace
 from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
                      memory_table, rank_processes)
+from ..textsafe import quote_path
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
@@ -56,17 +57,17 @@ def trace_files(path: Path) -> list[Path]:
         if path.is_file():
             return [path]
         if not path.exists():
-            raise TraceError(f"{path}: no such file or folder")
+            raise TraceError(f"{quote_path(path)}: no such file or folder")
         if not path.is_dir():  # a FIFO or a device would block or never end: refused
-            raise TraceError(f"{path}: not a file or folder")
+            raise TraceError(f"{quote_path(path)}: not a file or folder")
         found = sorted(p for p in path.iterdir() if p.is_file() and p.name not in NOT_TRACES
                        and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
     except OSError as exc:  # an unreadable folder, a name too long, ...
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise TraceError(f"{quote_path(path)}: cannot read ({exc.strerror or exc})") from None
     per_rank = [p for p in found if p.name != "merged_trace.json"]
     found = per_rank or found
     if not found:
-        raise TraceError(f"{path}: folder holds no trace files (*.json, *.json.gz)")
+        raise TraceError(f"{quote_path(path)}: folder holds no trace files (*.json, *.json.gz)")
     return found
 
 
@@ -74,9 +75,9 @@ def _read(path: Path) -> bytes:
     try:
         return read_bytes(path)
     except DecodeError as exc:
-        raise TraceError(f"{path}: {exc}") from None
+        raise TraceError(f"{quote_path(path)}: {exc}") from None
     except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise TraceError(f"{quote_path(path)}: cannot read ({exc.strerror or exc})") from None
 
 
 @dataclass
@@ -279,7 +280,7 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
     try:
         pieces = pieces or [_piece_of(raw)]
     except DecodeError as exc:
-        raise TraceError(f"{path}: {exc}") from None
+        raise TraceError(f"{quote_path(path)}: {exc}") from None
     del raw
     if len(pieces) > 1:
         _trim_heap()  # the pieces' decoded structs are gone: the tables to come reuse the pages
@@ -339,7 +340,7 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     try:
         sizes = [f.stat().st_size for f in files]
     except OSError as exc:
-        raise TraceError(f"{exc.filename}: cannot read ({exc.strerror})") from None
+        raise TraceError(f"{quote_path(exc.filename)}: cannot read ({exc.strerror})") from None
     total = sum(sizes)
     show = total > PROGRESS_BYTES if progress is None else progress
     bar = _bar(len(files), total, show)
@@ -374,7 +375,7 @@ def finish(path: Path, files: list[Path], outcomes: list, strict: bool = False,
     trace.warnings[:0] = warnings
     if not len(trace.events):
         skipped = f"; {trace.skipped_events:,} malformed event(s) skipped" if trace.skipped_events else ""
-        raise TraceError(f"{path}: no events (no complete 'ph: X' events to analyse{skipped})")
+        raise TraceError(f"{quote_path(path)}: no events (no complete 'ph: X' events to analyse{skipped})")
     if len(trace.events) > TRIM_EVENTS:
         _trim_heap()  # the pieces' tables are concatenated: their pages go back before the analyses
     if started is not None:  # what the load cost this process (and its worker processes)
@@ -472,7 +473,7 @@ def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str
         seen: dict[int, Path] = {}
         for r in results:
             if r.rank in seen:
-                raise TraceError(f"{r.path}: claims rank {r.rank}, like {seen[r.rank].name}")
+                raise TraceError(f"{quote_path(r.path)}: claims rank {r.rank}, like {seen[r.rank].name}")
             seen[r.rank] = r.path
         return "distributedInfo", sorted(seen)
     for i, r in enumerate(results):  # fall back to file order for every file, consistently

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from .decode import DecodeError, parse_json, read_bytes
+from ..textsafe import quote_path
 
 
 class RawTraceError(ValueError):
@@ -27,7 +28,7 @@ def read_document(path: Path) -> dict[str, Any]:
             if key == "traceEvents":
                 doc[key] = _good_events(value)
     if not isinstance(doc.get("traceEvents"), list):  # pragma: no cover - raw_document checked it
-        raise RawTraceError(f"{path}: not a trace (no traceEvents list)")
+        raise RawTraceError(f"{quote_path(path)}: not a trace (no traceEvents list)")
     if not all(ev.__class__ is dict for ev in doc["traceEvents"]):
         doc["traceEvents"] = [ev for ev in doc["traceEvents"] if isinstance(ev, dict)]
     return doc
@@ -48,10 +49,10 @@ def raw_document(path: Path) -> dict[str, msgspec.Raw]:
     try:
         doc = parse_json(read_bytes(path), type=dict[str, msgspec.Raw])
     except msgspec.ValidationError:
-        raise RawTraceError(f"{path}: not a trace (the top level is not an object)") from None
+        raise RawTraceError(f"{quote_path(path)}: not a trace (the top level is not an object)") from None
     except (DecodeError, msgspec.DecodeError, OSError) as exc:
-        raise RawTraceError(f"{path}: cannot be read ({exc})") from None
+        raise RawTraceError(f"{quote_path(path)}: cannot be read ({exc})") from None
     events = bytes(doc.get("traceEvents", b"")).strip()
     if not (events.startswith(b"[") and events.endswith(b"]")):
-        raise RawTraceError(f"{path}: not a trace (no traceEvents list)")
+        raise RawTraceError(f"{quote_path(path)}: not a trace (no traceEvents list)")
     return doc

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..textsafe import quote_path
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -113,7 +114,7 @@ def read_run(path: str | os.PathLike) -> RunRecord | None:
         if not isinstance(record, dict):
             raise ValueError("not an object")
     except (OSError, ValueError) as exc:
-        raise UserError(f"{run_path}: not a readable run.json ({exc.__class__.__name__})") from None
+        raise UserError(f"{quote_path(run_path)}: not a readable run.json ({exc.__class__.__name__})") from None
     profiling = record.get("profiling") or {}
     window = profiling.get("iterations") if profiling.get("enabled") else None
     window = (int(window[0]), int(window[1])) if _pair(window) else None
