@@ -157,6 +157,15 @@ def test_device_and_stream_ids_never_wrap_or_merge(tmp_path):
     assert trace.warnings == ["skipped 4 malformed event(s) in devices.json"]
 
 
+def test_ids_in_digits_int_refuses_read_as_absent(tmp_path):
+    """`"²".isdigit()` is true but int() refuses it: a traceback (ValueError) before."""
+    k = {**gpu(10, 5, 3, "k", device="\u00b2", stream="\u00b2", tid=9)}
+    k["args"]["correlation"] = "\u00b2"
+    trace = load(write(tmp_path / "sup.json", {"traceEvents": [op(0, 20, 1), k]}))
+    g = trace.gpu
+    assert (g["device"].tolist(), g["stream"].tolist(), g["correlation"].tolist()) == ([3], [9], [-1])
+
+
 def test_memory_device_ids_keep_their_width(tmp_path):
     events = [op(0, 100, 1)] + [
         {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1 + i,

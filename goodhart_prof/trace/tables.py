@@ -63,7 +63,7 @@ def _int_id(value, names: dict[str, int]) -> int:
 def _parse_int(v) -> int:
     if v.__class__ is int:
         return v if INT64_MIN <= v <= INT64_MAX else -1
-    if v.__class__ is str and v.isdigit() and len(v) < 19:
+    if v.__class__ is str and v.isascii() and v.isdigit() and len(v) < 19:  # "²" is a digit to isdigit
         return int(v)
     if v.__class__ is float and v.is_integer() and -2.0**63 <= v < 2.0**63:  # NaN, inf: not integers
         return int(v)
@@ -480,6 +480,9 @@ def assign_ranks(table: pd.DataFrame, frames: Frames, pid_rank: dict[int, int], 
                           if pid_rank else np.int32(default_rank))
 
 
+BAD_ID = -2  # `_gpu_id` of an id no GPU has
+
+
 def _gpu_id(v) -> int:
     """A device or stream id: an int (or an integral float, or decimal text) from 0 to
     INT64_MAX as it is; absent or other text (ROCm's hex streams) -1; negative or beyond int64
@@ -490,12 +493,9 @@ def _gpu_id(v) -> int:
         if not v.is_integer():  # NaN, infinities, fractions
             return BAD_ID
         return int(v) if 0.0 <= v < 2.0**63 else BAD_ID
-    if v.__class__ is str and v.isdigit():
+    if v.__class__ is str and v.isascii() and v.isdigit():
         return int(v) if len(v) < 19 or int(v) <= INT64_MAX else BAD_ID
     return -1
-
-
-BAD_ID = -2
 
 
 def _gpu_id_column(gpu_args: list, attr: str) -> tuple[np.ndarray, np.ndarray]:
