@@ -124,6 +124,8 @@ def _merged(trace: Trace, added: list[dict[str, Any]], export: dict[str, Any]) -
         info = doc.get("distributedInfo")
         by_info = trace.rank_source == "distributedInfo" and isinstance(info, dict)
         rank = int(info.get("rank")) if by_info else i
+        if len(trace.file_ranks) == len(trace.paths) and trace.file_ranks[i] is not None:
+            rank = trace.file_ranks[i]  # as loaded: distributedInfo, else the file name
         sources[str(rank)] = Path(path).name
         events.extend(remap_rank(doc["traceEvents"], rank, 0.0))
     return {"schemaVersion": 1, "displayTimeUnit": "ms", "traceEvents": events + added,

@@ -54,6 +54,8 @@ class Metadata:
 
 def file_ranks(trace, extras: list[Extras]) -> list["int | None"]:
     """Each file's rank as the loader assigned it (None: by pid, a merged file)."""
+    if len(trace.file_ranks) == len(extras):
+        return list(trace.file_ranks)
     if len(extras) > 1:
         if trace.rank_source == "distributedInfo":
             return [e.distributed_rank for e in extras]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import mmap
 import multiprocessing
 import os
+import re
 import resource
 import sys
 import time
@@ -20,7 +21,7 @@ from .decode import (GZIP_MAGIC, BadCut, DecodeError, TraceDoc, decode, gzip_chu
                      plain_chunks, read_bytes, split_points, stream_pieces)
 from .model import Frames, LoadCost, Trace
 from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
-                     memory_table, rank_processes)
+                     memory_table, new_ids, rank_processes)
 from ..textsafe import quote_path
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
@@ -42,7 +43,7 @@ class _FileResult:
     table: pd.DataFrame
     frames: Frames
     rank: int | None                 # from distributedInfo
-    merged_ranks: list[int]          # from process names `rank <r>` (merged traces)
+    merged_ranks: list[int]          # from process names `rank <r>` (merged traces; None: rank)
     device_properties: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
     base_ns: int | None = None
@@ -92,12 +93,10 @@ class _Piece:
 
 def _piece_of(raw: bytes) -> _Piece:
     doc, skipped = decode(raw)
-    table, frames, bad = events_table(doc)
-    # Process names (`rank <r>`) only matter when distributedInfo has no usable rank.
-    info = doc.distributedInfo
-    usable = info is not None and info.rank is not None and 0 <= info.rank < MAX_RANK
-    return _Piece(table, frames, {} if usable else rank_processes(doc), merge_headers([doc]),
-                  skipped + bad, memory_table(doc))
+    ids = new_ids()  # one pid, one stand-in id: in the events, frames, memory and process names
+    table, frames, bad = events_table(doc, ids)
+    return _Piece(table, frames, rank_processes(doc, ids), merge_headers([doc]), skipped + bad,
+                  memory_table(doc, ids))
 
 
 def _inner_piece(raw: bytearray, inner: bool) -> _Piece:
@@ -294,8 +293,7 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
     if info_rank is not None and not 0 <= info_rank < MAX_RANK:
         warnings.append(f"{path.name}: ignored distributedInfo.rank {_clip(info_rank)} (not a rank)")
         info_rank = None
-    if info_rank is not None:
-        pid_rank = {}
+    info_rank, pid_rank = _rank_evidence(path, info_rank, pid_rank, warnings)
     if not len(table):
         warnings.append(f"{path.name}: no events")
     assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank, memory)
@@ -305,6 +303,42 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
 
 
 MAX_RANK = 2**31 - 1
+_FILE_NAME_RANK = re.compile(r"(?<![a-z])rank[-_]?(\d{1,9})(?!\d)", re.IGNORECASE)
+
+
+def file_name_rank(path: Path) -> "int | None":
+    """The rank a file's name states (`rank-3.pt.trace.json.gz`, `sampled_rank-1.json.gz`,
+    `v100_ddp_rank1.json.gz`); None when it states none, or several."""
+    found = set(map(int, _FILE_NAME_RANK.findall(path.name)))
+    return found.pop() if len(found) == 1 else None
+
+
+def _rank_evidence(path: Path, info_rank: "int | None", pid_rank: dict[int, int],
+                   warnings: list[str]) -> "tuple[int | None, dict[int, int]]":
+    """The file's rank (distributedInfo.rank) or its pids' ranks (process names `rank <r>`),
+    whichever the rule picks, with a warning naming both sources where they disagree.
+
+    Process names win over distributedInfo: they are per process, and only a merge writes them
+    (merge.py names each rank's process; its header has no distributedInfo), so a header rank
+    that contradicts them cannot describe every process in the file. distributedInfo wins over
+    the file name: the profiler writes it in the rank's own process; a name is given by whoever
+    copied the file."""
+    named = sorted(set(pid_rank.values()))
+    by_name = file_name_rank(path)
+    names = "/".join(f"rank {r}" for r in named)
+    if info_rank is not None and named and named != [info_rank]:
+        warnings.append(f"rank evidence conflicts in {path.name}: distributedInfo.rank {info_rank}, "
+                        f"process names {names}; using the process names")
+        return None, pid_rank
+    if info_rank is not None:
+        if by_name is not None and by_name != info_rank:
+            warnings.append(f"rank evidence conflicts in {path.name}: distributedInfo.rank {info_rank}, "
+                            f"file name rank {by_name}; using distributedInfo.rank")
+        return info_rank, {}
+    if named and by_name is not None and named != [by_name]:
+        warnings.append(f"rank evidence conflicts in {path.name}: process names {names}, "
+                        f"file name rank {by_name}; using the process names")
+    return None, pid_rank
 
 
 def _trim_heap() -> None:
@@ -465,20 +499,53 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
             props.setdefault(int(rank), r.device_properties)
     sizes = {r.world_size for r in results if r.world_size is not None}
     return Trace(events, files, sorted(ranks), source, props, skipped, warnings, frames, memory,
-                 sizes.pop() if len(sizes) == 1 else None)
+                 sizes.pop() if len(sizes) == 1 else None, [_file_rank(r) for r in results])
+
+
+def _file_rank(r: _FileResult) -> "int | None":
+    """A file's one rank, or None when its pids carry their own (`rank <r>` process names)."""
+    if r.rank is not None:
+        return r.rank
+    ranks = r.table["rank"].unique().tolist() if len(r.table) else [0]
+    return None if r.merged_ranks or len(ranks) != 1 else int(ranks[0])
 
 
 def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str, list[int]]:
-    if all(r.rank is not None for r in results):
+    """Each file's ranks from its own evidence (distributedInfo.rank, process names, else the
+    rank its file name states); no rank may be claimed by two files. Where some file has none,
+    every file takes its place in file order instead, with a warning."""
+    claims = [_claim(r) for r in results]
+    if all(c is not None for c in claims):
         seen: dict[int, Path] = {}
-        for r in results:
-            if r.rank in seen:
-                raise TraceError(f"{quote_path(r.path)}: claims rank {r.rank}, like {seen[r.rank].name}")
-            seen[r.rank] = r.path
-        return "distributedInfo", sorted(seen)
+        for r, (_, ranks) in zip(results, claims):
+            for rank in ranks:
+                if rank in seen:
+                    raise TraceError(f"{quote_path(r.path)}: claims rank {rank}, like {seen[rank].name}")
+                seen[rank] = r.path
+        for r, (kind, ranks) in zip(results, claims):
+            if kind == "file names":
+                _set_rank(r, ranks[0])
+        kinds = {kind for kind, _ in claims}
+        return " and ".join(k for k in RANK_SOURCES if k in kinds), sorted(seen)
     for i, r in enumerate(results):  # fall back to file order for every file, consistently
-        r.table["rank"] = i
-        r.frames.columns["rank"][:] = i
-        r.memory["rank"] = np.int32(i)
+        _set_rank(r, i)
     warnings.append("ranks taken from file order (the files carry no distributedInfo)")
     return "file order", list(range(len(results)))
+
+
+RANK_SOURCES = ("distributedInfo", "process names", "file names")
+
+
+def _claim(r: _FileResult) -> "tuple[str, list[int]] | None":
+    if r.rank is not None:
+        return "distributedInfo", [r.rank]
+    if r.merged_ranks:
+        return "process names", r.merged_ranks
+    by_name = file_name_rank(r.path)
+    return None if by_name is None else ("file names", [by_name])
+
+
+def _set_rank(r: _FileResult, rank: int) -> None:
+    r.table["rank"] = np.int32(rank)
+    r.frames.columns["rank"][:] = rank
+    r.memory["rank"] = np.int32(rank)

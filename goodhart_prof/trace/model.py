@@ -9,8 +9,8 @@
 | ts, dur, end | float64 | start, duration, end in microseconds (trace clock) |
 | name | category | event name (interned) |
 | cat | category | category, normalised to current Kineto spelling (`Kernel` -> `kernel`, ...) |
-| device | int32 | GPU index for GPU activity (args.device, else pid); -1 otherwise |
-| stream | int64 | GPU stream for GPU activity; -1 otherwise |
+| device | int64 | GPU index for GPU activity (args.device, else pid; full width: 2^32 stays 2^32, a negative id or one beyond int64 makes the event malformed, skipped and counted); -1 otherwise |
+| stream | int64 | GPU stream for GPU activity (as `device`: full width, negative or beyond int64 malformed); -1 otherwise |
 | correlation | int64 | launch <-> GPU activity link; -1 when absent |
 | external_id | int64 | op <-> launch link (`External id`); -1 when absent |
 | bytes | float64 | bytes moved by a memcpy/memset; NaN when absent |
@@ -35,7 +35,7 @@ on ties (MEMORY_COLUMNS):
 | pid, tid | int64 | the thread that allocated or freed (as in `events`) |
 | ts | float64 | when, in microseconds (trace clock) |
 | device_type | int32 | c10 DeviceType: 0 CPU (the host), 1 CUDA, 6 HIP; -1 when absent |
-| device | int32 | `Device Id`: the GPU index; -1 for the host |
+| device | int64 | `Device Id`: the GPU index (full width); -1 for the host |
 | bytes | float64 | `Bytes`: > 0 an allocation of that size, < 0 a free; NaN when absent |
 | total_allocated | float64 | `Total Allocated` after the event: bytes in live tensors on the device; NaN when absent (2021-era traces) |
 | total_reserved | float64 | `Total Reserved` after the event: bytes the caching allocator holds from the driver (live and cached); 0 on the host, which has no caching allocator; NaN when absent |
@@ -216,6 +216,9 @@ class Trace:
     # The job's number of ranks (distributedInfo.world_size, when every file that states one
     # agrees; None otherwise): it may exceed the ranks loaded.
     world_size: int | None = None
+    # Each path's rank as the loader assigned it (None: by pid, from its `rank <r>` process
+    # names); empty when not known (a Trace built by hand). The exporters read it.
+    file_ranks: list = field(default_factory=list)
     load_cost: LoadCost | None = field(default=None, compare=False)  # set by trace.load.load
     # Derived tables that several analyses share (GPU activity, launch links), built once. The
     # tables above are treated as immutable; dataclasses.replace() makes a new, empty cache.
@@ -264,7 +267,8 @@ class Trace:
             memory = memory[((memory["device"] == device) | (memory["device_type"] == 0)).to_numpy()
                             ].reset_index(drop=True)
         return Trace(events, self.paths, ranks, self.rank_source, self.device_properties,
-                     self.skipped_events, self.warnings, frames, memory, self.world_size)
+                     self.skipped_events, self.warnings, frames, memory, self.world_size,
+                     self.file_ranks)
 
 
 def _empty_memory() -> pd.DataFrame:

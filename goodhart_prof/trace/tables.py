@@ -23,15 +23,23 @@ _STREAM_TID = re.compile(r"stream\s*(\d{1,9})\b", re.IGNORECASE)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def rank_processes(doc: TraceDoc) -> dict[int, int]:
-    """pid -> rank from `process_name` metadata events named `rank <r>` (merged traces)."""
+def rank_processes(doc: TraceDoc, ids: dict[str, int]) -> dict[int, int]:
+    """pid -> rank from `process_name` metadata events named `rank <r>` (merged traces). `ids` is
+    the document's string-id interning (`new_ids`, shared with its tables), so a string pid maps
+    to the same stand-in id as in the events it names."""
     found: dict[int, int] = {}
     for ev in filter(_IS_METADATA, doc.traceEvents):  # filter: a C loop over a million events
         if ev.name == "process_name" and ev.args is not None:
             match = _RANK_NAME.match(str(ev.args.process_name or ""))
             if match:
-                found[_int_id(ev.pid, {})] = int(match.group(1))
+                found[_int_id(ev.pid, ids)] = int(match.group(1))
     return found
+
+
+def new_ids() -> dict[str, int]:
+    """The string-id interning of one document: its events, frames, memory events and process
+    names all take their stand-in ids from it, so one pid has one id across them."""
+    return {}
 
 
 def _int_id(value, names: dict[str, int]) -> int:
@@ -55,7 +63,7 @@ def _int_id(value, names: dict[str, int]) -> int:
 def _parse_int(v) -> int:
     if v.__class__ is int:
         return v if INT64_MIN <= v <= INT64_MAX else -1
-    if v.__class__ is str and v.isdigit() and len(v) < 19:
+    if v.__class__ is str and v.isascii() and v.isdigit() and len(v) < 19:  # "²" is a digit to isdigit
         return int(v)
     if v.__class__ is float and v.is_integer() and -2.0**63 <= v < 2.0**63:  # NaN, inf: not integers
         return int(v)
@@ -116,22 +124,24 @@ def _number(v) -> bool:
         return False
 
 
-def events_table(doc: TraceDoc) -> tuple[pd.DataFrame, Frames, int]:
+def events_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> tuple[pd.DataFrame, Frames, int]:
     """Complete events of one document as a table and its Python frames (rank 0 until
-    `assign_ranks`); also the number of unusable X events skipped.
+    `assign_ranks`); also the number of unusable X events skipped. `ids`: the document's
+    string-id interning (`new_ids`).
 
     Rows are picked with C-level loops (filter, map, compress): a Python loop over a million
     events costs more than building a column."""
+    ids = new_ids() if ids is None else ids
     xs = list(filter(_IS_COMPLETE, doc.traceEvents))
     cats = _interned(map(_CAT, xs), len(xs))
     frames, skipped_frames = Frames.empty(), 0
     if PYTHON_CAT in cats.categories:
         is_py = list(map(eq, map(_CAT, xs), repeat(PYTHON_CAT)))
-        frames, skipped_frames = _frames(list(compress(xs, is_py)), doc.int_or_str_ids)
+        frames, skipped_frames = _frames(list(compress(xs, is_py)), doc.int_or_str_ids, ids)
         if len(frames):
             xs = list(compress(xs, map(not_, is_py)))
             cats = _interned(map(_CAT, xs), len(xs))
-    table, skipped = _complete_table(xs, cats, doc.int_or_str_ids)
+    table, skipped = _complete_table(xs, cats, doc.int_or_str_ids, ids)
     return table, frames, skipped + skipped_frames
 
 
@@ -204,7 +214,7 @@ def _args(xs: list) -> list:
     return [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
 
 
-def _frames(xs: list, int_or_str_ids: bool) -> tuple[Frames, int]:
+def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames, int]:
     names = list(map(attrgetter("name"), xs))
     try:
         xs = [e for e, n in zip(xs, names) if not n.startswith(NEVER_USER_FRAMES)]
@@ -214,7 +224,6 @@ def _frames(xs: list, int_or_str_ids: bool) -> tuple[Frames, int]:
         return Frames.empty(), 0
     xs, ts, dur, skipped, _ = _timing(xs)
     n = len(xs)
-    ids: dict[str, int] = {}
     args = _args(xs)
     name = np.empty(n, dtype=object)
     name[:] = list(map(attrgetter("name"), xs))  # str as Kineto writes them; readers str() the odd one
@@ -228,12 +237,12 @@ def _frames(xs: list, int_or_str_ids: bool) -> tuple[Frames, int]:
     }), skipped
 
 
-def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) -> tuple[pd.DataFrame, int]:
+def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
+                    ids: dict[str, int]) -> tuple[pd.DataFrame, int]:
     xs, ts, dur, skipped, keep = _timing(xs)
     if keep is not None:  # categories in order of first appearance among the rows kept
         raw_cats = _interned(map(_CAT, xs), len(xs))
     n = len(xs)
-    ids: dict[str, int] = {}
     pid = _id_column(xs, "pid", ids, int_or_str_ids)
     tid = _id_column(xs, "tid", ids, int_or_str_ids)
     cat = raw_cats.rename_categories([CATEGORY_ALIASES.get(c, c) for c in raw_cats.categories]) \
@@ -247,14 +256,17 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
     # device, stream and bytes only mean something on GPU rows (Kineto writes them nowhere
     # else): read there only (-1 / NaN elsewhere).
     gpu_rows = np.flatnonzero(np.asarray(cat.isin(GPU_ACTIVITY_CATS)))
-    device = np.full(n, -1, dtype=np.int32)
+    device = np.full(n, -1, dtype=np.int64)
     stream = np.full(n, -1, dtype=np.int64)
     nbytes = np.full(n, np.nan)
+    bad_ids = None
     if len(gpu_rows):
         gpu_args = [args[i] for i in gpu_rows.tolist()]
         nbytes[gpu_rows] = _column(gpu_args, "bytes", np.float64, _float_or_nan, _NUM)
-        gpu_stream = _int_column(gpu_args, "stream")
-        gpu_device = _int_column(gpu_args, "device")
+        gpu_stream, bad_stream = _gpu_id_column(gpu_args, "stream")
+        gpu_device, bad_device = _gpu_id_column(gpu_args, "device")
+        if bad_stream.any() or bad_device.any():
+            bad_ids = gpu_rows[bad_stream | bad_device]
         # 2021 traces name GPU threads "stream 7" and ROCm writes streams as hex strings.
         missing = np.flatnonzero(gpu_stream < 0)
         if len(missing):
@@ -282,6 +294,12 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) ->
                "external_id": external, "bytes": nbytes, "input_types": type_codes,
                "comm_args": comm_codes, "input_dims": dims_codes, "concrete_inputs": concrete_codes,
                "flops": flops}
+    if bad_ids is not None:  # a device or stream id no int64 holds, or a negative one: malformed
+        keep_rows = np.ones(n, dtype=bool)
+        keep_rows[bad_ids] = False
+        columns = {k: v[keep_rows] for k, v in columns.items()}
+        skipped += len(bad_ids)
+        n, ts = int(keep_rows.sum()), columns["ts"]
     if n > 1 and not (ts[1:] >= ts[:-1]).all():  # by start (Kineto writes GPU events last)
         order = np.argsort(ts, kind="stable")
         columns = {k: v[order] for k, v in columns.items()}
@@ -462,6 +480,33 @@ def assign_ranks(table: pd.DataFrame, frames: Frames, pid_rank: dict[int, int], 
                           if pid_rank else np.int32(default_rank))
 
 
+BAD_ID = -2  # `_gpu_id` of an id no GPU has
+
+
+def _gpu_id(v) -> int:
+    """A device or stream id: an int (or an integral float, or decimal text) from 0 to
+    INT64_MAX as it is; absent or other text (ROCm's hex streams) -1; negative or beyond int64
+    BAD_ID (malformed: the event is skipped)."""
+    if v.__class__ is int:
+        return v if 0 <= v <= INT64_MAX else BAD_ID
+    if v.__class__ is float:
+        if not v.is_integer():  # NaN, infinities, fractions
+            return BAD_ID
+        return int(v) if 0.0 <= v < 2.0**63 else BAD_ID
+    if v.__class__ is str and v.isascii() and v.isdigit():
+        return int(v) if len(v) < 19 or int(v) <= INT64_MAX else BAD_ID
+    return -1
+
+
+def _gpu_id_column(gpu_args: list, attr: str) -> tuple[np.ndarray, np.ndarray]:
+    """A GPU row's device or stream ids at their full width (int64: 2^32 stays 2^32, never
+    wraps onto GPU 0) and which of them are malformed."""
+    values = _column(gpu_args, attr, np.int64, _gpu_id, _INT)
+    if (values < 0).any():  # absent ids, or negative ints taken as they are: each value read again
+        values = np.fromiter(map(_gpu_id, map(attrgetter(attr), gpu_args)), np.int64, len(gpu_args))
+    return values, values == BAD_ID
+
+
 def _stream_from_tid(tid) -> int:
     if tid.__class__ is int:
         return tid if INT64_MIN <= tid <= INT64_MAX else -1
@@ -505,7 +550,7 @@ NO_MEMORY_ARGS = MemoryArgs()
 _NAME = attrgetter("name")
 
 
-def memory_table(doc: TraceDoc) -> pd.DataFrame:
+def memory_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> pd.DataFrame:
     """The `[memory]` instants of one document as a table (model.py MEMORY_COLUMNS; rank 0 until
     `assign_ranks`), in document order. An event without a finite ts is dropped; an odd value of
     an arg reads as absent (-1 / NaN)."""
@@ -527,14 +572,14 @@ def memory_table(doc: TraceDoc) -> pd.DataFrame:
         if not n:
             return empty_memory()
     args = [a if a is not None else NO_MEMORY_ARGS for a in map(attrgetter("args"), insts)]
-    ids: dict[str, int] = {}
+    ids = new_ids() if ids is None else ids
     return pd.DataFrame({
         "rank": np.zeros(n, dtype=np.int32),
         "pid": _id_column(insts, "pid", ids, doc.int_or_str_ids),
         "tid": _id_column(insts, "tid", ids, doc.int_or_str_ids),
         "ts": ts,
         "device_type": _int_column(args, "device_type").astype(np.int32),
-        "device": _int_column(args, "device_id").astype(np.int32),
+        "device": _int_column(args, "device_id"),  # int64: 2^32 never wraps onto GPU 0
         "bytes": _column(args, "bytes", np.float64, _float_or_nan, _NUM),
         "total_allocated": _column(args, "total_allocated", np.float64, _float_or_nan, _NUM),
         "total_reserved": _column(args, "total_reserved", np.float64, _float_or_nan, _NUM),
@@ -543,7 +588,7 @@ def memory_table(doc: TraceDoc) -> pd.DataFrame:
 
 def empty_memory() -> pd.DataFrame:
     dtypes = {"rank": np.int32, "pid": np.int64, "tid": np.int64, "ts": np.float64,
-              "device_type": np.int32, "device": np.int32, "bytes": np.float64,
+              "device_type": np.int32, "device": np.int64, "bytes": np.float64,
               "total_allocated": np.float64, "total_reserved": np.float64, "addr": np.int64}
     return pd.DataFrame({c: np.empty(0, dtype=dtypes[c]) for c in MEMORY_COLUMNS})
 
