@@ -23,7 +23,10 @@ first). Row fields (`FIELDS`):
 
 Concurrent writers are safe: an append holds an exclusive `fcntl.flock` on `PERFLOG.md.lock`
 while it reads the markdown, writes the new text to a temporary file, appends the JSONL line and
-renames the temporary file over the markdown. Readers never see a half-written table.
+renames the temporary file over the markdown. Readers never see a half-written table. A failed
+append leaves both files as they were (the JSONL line is cut back when it or the rename fails; an
+unfinished last line left by a crash is cut off by the next append), so the twins hold the same
+rows. A log path that is a symlink is followed (`real_log`).
 
 `compare` judges iteration time and env-steps/s by their spread: when both rows carry an interval (3+ iterations each)
 and the intervals overlap, the verdict is `within noise` (never better/worse); a row without one
