@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from .fileio import atomic_path, write_json
+from .fileio import atomic_path, write_json, writing
 from .heap_guard import PROCESS_GUARD, release_memory
 from .merge import merge_rank_traces
 from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,
@@ -186,5 +186,5 @@ def make_hooks(settings: ProfSettings, rank: int = 0, device_type: str = "cpu"):
 # -- trace files ----------------------------------------------------------------------------
 def write_profiler_trace(prof: profile, path: Path) -> None:
     # export_chrome_trace gzips when the name ends in .gz, so the temp name keeps that suffix.
-    with atomic_path(path, suffix=".gz") as tmp:
+    with writing(path, suffix=".gz") as tmp:
         prof.export_chrome_trace(str(tmp))

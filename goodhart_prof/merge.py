@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import msgspec
 
-from .fileio import atomic_path
+from .fileio import writing
 from .trace.model import merged_gpu_tid
 from .trace.raw import read_document
 
@@ -44,7 +44,7 @@ def merge_rank_traces(rank_files: Mapping[int, Path], out: Path) -> dict[str, An
                          "distributedInfo": {str(r): docs[r].get("distributedInfo") for r in ranks}},
         "traceEvents": events,
     }
-    with atomic_path(out) as tmp:
+    with writing(out) as tmp:
         tmp.write_bytes(msgspec.json.encode(merged))
     return {"ranks": ranks, "events": counts}
 

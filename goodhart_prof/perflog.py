@@ -23,7 +23,10 @@ first). Row fields (`FIELDS`):
 
 Concurrent writers are safe: an append holds an exclusive `fcntl.flock` on `PERFLOG.md.lock`
 while it reads the markdown, writes the new text to a temporary file, appends the JSONL line and
-renames the temporary file over the markdown. Readers never see a half-written table.
+renames the temporary file over the markdown. Readers never see a half-written table. A failed
+append leaves both files as they were (the JSONL line is cut back when it or the rename fails; an
+unfinished last line left by a crash is cut off by the next append), so the twins hold the same
+rows. A log path that is a symlink is followed (`real_log`).
 
 `compare` judges iteration time and env-steps/s by their spread: when both rows carry an interval (3+ iterations each)
 and the intervals overlap, the verdict is `within noise` (never better/worse); a row without one
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import UserError
-from .fileio import atomic_path
+from .fileio import atomic_path, make_parent, write_error
 from .trace.run import read_run
 from .textsafe import printable, quote_path
 
@@ -81,12 +84,18 @@ class PerfLogError(UserError):
 
 
 def jsonl_path(log: str | os.PathLike) -> Path:
-    return Path(log).with_suffix(".jsonl")
+    return real_log(log).with_suffix(".jsonl")
 
 
 def lock_path(log: str | os.PathLike) -> Path:
-    log = Path(log)
+    log = real_log(log)
     return log.with_name(log.name + ".lock")
+
+
+def real_log(log: str | os.PathLike) -> Path:
+    """The log file itself: a `--log` that is a symlink is followed, so its lock, its JSONL twin
+    and the rename are the real log's (every path to one log shares one lock and one twin)."""
+    return Path(os.path.realpath(log))
 
 
 # -- measuring -------------------------------------------------------------------------------------
@@ -183,8 +192,11 @@ def add(path: str | os.PathLike, change: str, log: str | os.PathLike = DEFAULT_L
 def locked(log: str | os.PathLike) -> Iterator[None]:
     """Hold the log's exclusive lock (a `.lock` file beside it, kept: deleting it would race)."""
     lock = lock_path(log)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        make_parent(lock)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise write_error(log, exc) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -193,12 +205,13 @@ def locked(log: str | os.PathLike) -> Iterator[None]:
 
 
 def append(measured: dict[str, Any], change: str, log: str | os.PathLike = DEFAULT_LOG) -> dict[str, Any]:
-    """Add one row to the markdown log and its JSONL twin, atomically, under the lock."""
-    log = Path(log)
+    """Add one row to the markdown log and its JSONL twin, atomically, under the lock: a failed
+    append (disk full, read-only folder) leaves both files as they were."""
+    shown, log = log, real_log(log)
     change = " ".join(str(change).split())
     if not change:
         raise PerfLogError("--change: say what this run changed (it cannot be empty)")
-    with locked(log):
+    with locked(shown):
         text = log.read_text(encoding="utf-8") if log.exists() else ""
         rows = read_rows(log)
         used = [r["id"] for r in rows if isinstance(r.get("id"), int)] + _markdown_ids(text)
@@ -206,14 +219,71 @@ def append(measured: dict[str, Any], change: str, log: str | os.PathLike = DEFAU
         row = {"id": max(used, default=0) + 1, "date": time.strftime("%Y-%m-%d", now),
                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z", now), "change": change, **measured}
         row = {k: row.get(k) for k in FIELDS}
-        with atomic_path(log, ".md") as tmp:
-            tmp.write_text(insert_row(text, markdown_row(row)), encoding="utf-8")
-            # The JSONL line goes in before the rename: if it fails, the markdown is untouched.
-            with open(jsonl_path(log), "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row, allow_nan=False) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
+        line = (json.dumps(row, allow_nan=False) + "\n").encode("utf-8")
+        twin, old_size = jsonl_path(log), None
+        try:
+            with atomic_path(log, ".md") as tmp:
+                tmp.write_text(insert_row(text, markdown_row(row)), encoding="utf-8")
+                # The JSONL line goes in before the rename, and is taken back if the rename fails.
+                old_size = append_line(twin, line)
+        except OSError as exc:
+            if old_size is not None:
+                with contextlib.suppress(OSError):  # else the next append cuts the line off
+                    os.truncate(twin, old_size)
+            raise write_error(shown, exc) from None
     return row
+
+
+def append_line(path: Path, line: bytes) -> int:
+    """Append `line` to the JSONL file, fsynced, and return the file's size before it; a failed
+    write cuts the file back to that size (if even that fails, the torn line is cut off by the
+    next append). An unfinished last line (a crash) is cut off first."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        size = _repair_torn_tail(fd)
+        try:
+            _write_all(fd, line, size)
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+        return size
+    finally:
+        os.close(fd)
+
+
+def _repair_torn_tail(fd: int) -> int:
+    """Where the next line goes: after the last newline. An unfinished last line (a failed or
+    killed append: never in the markdown, whose rename comes after it) is cut off; a whole row
+    that only lacks its newline (an edit by hand) gets one."""
+    size = os.fstat(fd).st_size
+    end = size
+    while end > 0:
+        step = min(end, 1 << 16)
+        at = os.pread(fd, step, end - step).rfind(b"\n")
+        if at >= 0:
+            end = end - step + at + 1
+            break
+        end -= step
+    if end == size:
+        return size
+    try:
+        whole = isinstance(json.loads(os.pread(fd, size - end, end)), dict)
+    except ValueError:
+        whole = False
+    if whole:
+        _write_all(fd, b"\n", size)
+        return size + 1
+    os.ftruncate(fd, end)
+    return end
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    """pwrite until all of data is written (a short write is continued; an error raises)."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], offset + done)
 
 
 def _cell(value: Any, fmt: str) -> str:

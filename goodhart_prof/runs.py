@@ -13,7 +13,6 @@ the run finished), then run.json's modification time, then name. Torch-free: the
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -22,8 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UserError
-from .fileio import atomic_path
+from .fileio import atomic_path, take_folder_lock, write_error
 from .settings import DEFAULT_OUTPUT_DIR
+from .trace.run_json import read_run_json
 from .textsafe import quote_path
 
 RUN_RECORD = "run.json"
@@ -83,7 +83,7 @@ def create_run_folder(root: Path, name: str | None = None, now: float | None = N
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"{quote_path(root)}: cannot make the runs folder ({exc.strerror or exc})") from None
+        raise write_error(root, exc) from None
     if name is not None:
         folder = root / check_name(name)
         try:
@@ -92,7 +92,7 @@ def create_run_folder(root: Path, name: str | None = None, now: float | None = N
             raise UserError(f"{quote_path(folder)}: a run named {name!r} already exists; choose another "
                             f"--name (or --resume it)") from None
         except OSError as exc:
-            raise UserError(f"{quote_path(folder)}: cannot make the run folder ({exc.strerror or exc})") from None
+            raise write_error(folder, exc) from None
         return folder
     stamp = time.strftime(TIMESTAMP, time.localtime(now))
     for k in range(1, 1000):
@@ -103,7 +103,7 @@ def create_run_folder(root: Path, name: str | None = None, now: float | None = N
         except FileExistsError:
             continue
         except OSError as exc:
-            raise UserError(f"{quote_path(folder)}: cannot make the run folder ({exc.strerror or exc})") from None
+            raise write_error(folder, exc) from None
     raise UserError(f"{quote_path(root)}: 999 runs already named {stamp}; give this one a --name")
 
 
@@ -115,11 +115,9 @@ def read_run(folder: Path) -> Run | None:
     """The run in `folder`; None when it holds no readable run.json (an unfinished run)."""
     path = Path(folder) / RUN_RECORD
     try:
-        record = json.loads(path.read_text())
+        record = read_run_json(path)  # size, nesting and the fields' types checked
         stat = path.stat()
-    except (OSError, ValueError):
-        return None
-    if not isinstance(record, dict):
+    except (OSError, UserError):
         return None
     return Run(Path(folder), record, (_created(record.get("created"), folder), stat.st_mtime_ns,
                                       Path(folder).name))
@@ -232,7 +230,7 @@ def resume_folder(root: Path, name: str | None) -> Path:
         folder = Path(root) / check_name(name)
         if not folder.is_dir():
             raise UserError(f"{quote_path(folder)}: no run named {name!r} to resume")
-        return folder
+        return check_free(folder)
     found = []
     for folder in run_folders(root):
         try:
@@ -242,7 +240,14 @@ def resume_folder(root: Path, name: str | None) -> Path:
     if not found:
         raise UserError(f"{quote_path(root)}: no run with a checkpoint to resume (write them with "
                         f"--checkpoint-every N, or name the run with --name)")
-    return max(found)[2]
+    return check_free(max(found)[2])
+
+
+def check_free(folder: Path) -> Path:
+    """folder, unless a live run holds its lock (the trainer holds it while it runs): then a
+    one-line error now, not after the trainer has started (the trainer's own lock decides a race)."""
+    os.close(take_folder_lock(folder, "run"))
+    return folder
 
 
 def discard_if_empty(folder: Path) -> None:

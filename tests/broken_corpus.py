@@ -231,3 +231,33 @@ def restore_permissions(root: Path) -> None:
     for path in Path(root).rglob("*"):
         if not path.is_symlink() and path.exists():
             path.chmod(path.stat().st_mode | stat.S_IRUSR | stat.S_IWUSR)
+
+
+# -- writes (branch "writes"): hostile run.json files, read by `log add` (and the run folders) ----
+RUN_JSON_BYTES = 17 << 20  # past trace/run_json.py MAX_BYTES (16 MiB); generated, never committed
+
+
+def run_json_cases(root: Path) -> dict[str, Case]:
+    """Run folders (a good trace plus a hostile run.json) that `log add` must refuse in one line
+    naming the run.json (`error` a piece of it), exit 2."""
+    root = Path(root)
+    cases: list[Case] = []
+
+    def folder(name: str, run_json: bytes, error: str) -> None:
+        path = root / name
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "rank-0.json").write_bytes(_dump(good_doc()))
+        (path / "run.json").write_bytes(run_json)
+        cases.append(Case(name, path / "run.json", error=error))
+
+    deep = 1_000_000  # msgspec's recursion limit is below this; Python's json is far below
+    folder("run_json_deep", b'{"config":' + b"[" * deep + b"]" * deep + b"}", "nested too deeply")
+    folder("run_json_huge", b'{"pad": "' + b"x" * RUN_JSON_BYTES + b'"}', "a run.json is at most 16 MiB")
+    folder("run_json_true_rate", b'{"env_steps_per_s": true}',
+           "Expected `float | null`, got `bool` - at `$.env_steps_per_s`")
+    folder("run_json_zero_world", b'{"world_size": 0}', "Expected `int` >= 1 - at `$.world_size`")
+    folder("run_json_bool_window", b'{"profiling": {"enabled": true, "iterations": [1, true]}}',
+           "at `$.profiling.iterations[1]`")
+    folder("run_json_list", b"[1, 2]", "the top level is not an object")
+    folder("run_json_not_json", b"{not json", "not JSON")
+    return {c.name: c for c in cases}

@@ -11,6 +11,7 @@ import click
 
 from goodhart_prof import run_options
 from goodhart_prof.errors import UserError, run_cli
+from goodhart_prof.fileio import take_folder_lock, write_error
 from goodhart_prof.hooks import ProfSettings, SettingsError
 
 from .config import Config, ConfigError, build_config, to_dict
@@ -43,6 +44,7 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
     if settings.enabled and settings.first >= cfg.total_iterations:
         raise UserError(f"PROF_ITERATIONS {settings.first}-{settings.last} starts after the last "
                         f"training iteration ({cfg.total_iterations - 1}); raise --total-iterations")
+    hold_folders(Path(cfg.output_dir), Path(settings.output_dir))
     if resume:
         missing = [str(checkpoint_path(cfg.output_dir, r)) for r in range(nproc)
                    if not checkpoint_path(cfg.output_dir, r).is_file()]
@@ -69,6 +71,20 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
         click.echo(interrupted_line(record, settings), err=True)
         sys.exit(exc.exit_code)
     click.echo(summary_line(record))
+
+
+def hold_folders(*folders: Path) -> list[int]:
+    """Lock the run's folders (made when missing) until the process ends: a second run into one
+    of them (two `--resume`s, two trainers given one --output-dir) stops here with one line,
+    before it removes or replaces any file. The kernel drops the locks however the process ends."""
+    fds = []
+    for folder in dict.fromkeys(folders):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(folder, exc) from None
+        fds.append(take_folder_lock(folder, "run"))
+    return fds  # never closed: the locks last as long as the process
 
 
 def interrupted_line(record: dict, settings: ProfSettings) -> str:

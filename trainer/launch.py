@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from goodhart_prof.errors import UserError
-from goodhart_prof.fileio import atomic_path, write_json
+from goodhart_prof.fileio import write_json, writing
 from goodhart_prof.hooks import ProfSettings, trace_name
 from goodhart_prof.merge import merge_rank_traces
 from goodhart_prof.runs import CREATED
@@ -291,7 +291,7 @@ def trim_metrics(out_dir: str | Path, start_iteration: int) -> None:
     rows = read_metrics(out_dir)
     keep = [r for r in rows if r["iteration"] < start_iteration]
     if path.exists() and len(keep) != len(path.read_text().splitlines()):
-        with atomic_path(path) as tmp:
+        with writing(path) as tmp:
             tmp.write_text("".join(json.dumps(r) + "\n" for r in keep))
 
 

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 import torch
 
+from goodhart_prof.fileio import write_error
+
 
 @dataclass
 class _Item:
@@ -37,7 +39,11 @@ class AsyncLogger:
         self.cuda = device.type == "cuda"
         self.exclude = exclude_from_rate
         self._queue: "queue.Queue[_Item | None]" = queue.Queue(maxsize=64)
-        self._fh = open(metrics_path, "a") if metrics_path else None
+        self._path = metrics_path
+        try:
+            self._fh = open(metrics_path, "a") if metrics_path else None
+        except OSError as exc:
+            raise write_error(metrics_path, exc) from None
         self._bar = None
         if progress:
             from tqdm import tqdm
@@ -119,9 +125,14 @@ class AsyncLogger:
         self._queue.put(None)
         self._thread.join()
         if self._fh:
-            self._fh.close()
+            try:
+                self._fh.close()
+            except OSError as exc:
+                self.error = self.error or exc
         if self._bar is not None:
             self._bar.close()
+        if isinstance(self.error, OSError):  # disk full, a folder gone read-only: one line
+            raise write_error(self._path, self.error) from None
         if self.error is not None:
             raise RuntimeError(f"metrics logger failed: {self.error}") from self.error
 

@@ -1,6 +1,7 @@
 """The training loop: rollout on the device, GAE, PPO update, async metrics, hooks, checkpoints."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import time
@@ -12,7 +13,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from goodhart_prof.fileio import atomic_path
+from goodhart_prof.fileio import writing
 from goodhart_prof.hooks import NoHooks, ProfSettings, make_hooks
 
 from . import antipatterns
@@ -248,7 +249,7 @@ class Trainer:
         return time.perf_counter() - start
 
     def save_checkpoint(self, path: Path) -> None:
-        with atomic_path(path) as tmp:
+        with writing(path) as tmp:
             torch.save(self.snapshot(), tmp)
 
     def load_checkpoint(self, path: Path) -> None:
@@ -309,7 +310,8 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
         _synchronize(trainer.device)
     except BaseException:
         hooks.abort()
-        logger.close()
+        with contextlib.suppress(Exception):  # what stopped the loop is the error to report
+            logger.close()
         raise
     hooks.close()
     logger.close()

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import msgspec
 import pandas as pd
 
-from ..fileio import atomic_path
+from ..fileio import writing
 from ..merge import remap_rank
 from ..trace.raw import RawTraceError, raw_document, read_document
 from ..trace.model import GPU_ACTIVITY_CATS, Trace, merged_gpu_tid
@@ -58,7 +58,7 @@ def write_chrome_json(analysis, path: str | os.PathLike, force: bool = False) ->
         data = msgspec.json.encode(_merged(trace, added, export))
     if out.name.endswith(".gz"):
         data = _gzip(data)
-    with atomic_path(out) as tmp:
+    with writing(out) as tmp:
         tmp.write_bytes(data)
     return summary
 

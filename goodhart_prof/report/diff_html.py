@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..fileio import atomic_path
+from ..fileio import writing
 from .common import refuse_overwrite
 
 COLORS = {"A": "#7f7f7f", "B": "#1f77b4"}
@@ -138,6 +138,6 @@ def write_html(c, path: str | Path, force: bool = False, top: int = 15) -> Path:
     """Write the page; refuses to replace an existing file unless force. Returns the path."""
     path = refuse_overwrite(path, force)
     text = page(c, top)
-    with atomic_path(path, ".html") as tmp:
+    with writing(path, ".html") as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path

@@ -19,7 +19,6 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
 from ..analysis.rules.savings import SEVERITY_SHARES
 from .common import kernel_name, percent, refuse_overwrite, saving_text
 from .html_common import LAYOUT as _LAYOUT
@@ -38,7 +37,6 @@ __all__ = ["write_html", "render_html", "category_figure", "kernel_figure", "tim
            "TOP_KERNELS", "TOP_SITES", "MARKED_GAPS", "SECTIONS"]
 from .html_memory import MEMORY_TITLE, memory_empty, memory_figure, memory_table_html
 from .html_efficiency import TITLE as EFFICIENCY_TITLE, efficiency_section
-from ..textsafe import quote_path
 
 
 TOP_KERNELS = 20
@@ -79,15 +77,12 @@ _CONFIG = {"displaylogo": False, "responsive": True}
 # -- entry point ------------------------------------------------------------------------------
 def write_html(analysis, path: str | Path, force: bool = False) -> Path:
     """Write the report for `analysis` to `path` (temp file + rename); returns the path."""
-    from ..fileio import atomic_path
+    from ..fileio import writing
 
     path = refuse_overwrite(path, force)
     page = render_html(analysis)
-    try:
-        with atomic_path(path) as tmp:
-            tmp.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"{quote_path(path)}: cannot write the HTML report ({exc.strerror or exc})") from None
+    with writing(path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
     return path
 
 

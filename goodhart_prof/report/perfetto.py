@@ -51,7 +51,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ..fileio import atomic_path
+from ..fileio import writing
 from ..trace.decode import DecodeError
 from ..trace.extra_events import PYTHON_CAT, Extras, read_extras
 from ..trace.model import GPU_ACTIVITY_CATS, Trace
@@ -103,7 +103,7 @@ def write_perfetto(analysis, path: str | os.PathLike, force: bool = False) -> Ex
     """Write `analysis` (its trace plus our additions) as a native Perfetto trace to `path`."""
     out = check_output(path, force)
     plan = _Plan(analysis)
-    with atomic_path(out) as tmp:
+    with writing(out) as tmp:
         with open(tmp, "wb") as fh:
             for chunk in plan.chunks():
                 fh.write(chunk)

@@ -33,8 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
-from ..textsafe import quote_path
+from .run_json import read_run_json
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
@@ -104,17 +103,12 @@ def run_folder(path: str | os.PathLike) -> Path | None:
 
 def read_run(path: str | os.PathLike) -> RunRecord | None:
     """The RunRecord of the run path belongs to (None: not part of a run). A run.json that is
-    not JSON is a one-line error naming it; a missing or torn metrics.jsonl line is skipped."""
+    not JSON, too big, too deep or has a field of the wrong type (trace/run_json.py) is a
+    one-line error naming it; a missing or torn metrics.jsonl line is skipped."""
     folder = run_folder(path)
     if folder is None:
         return None
-    run_path = folder / RUN_FILE
-    try:
-        record = json.loads(run_path.read_text())
-        if not isinstance(record, dict):
-            raise ValueError("not an object")
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{quote_path(run_path)}: not a readable run.json ({exc.__class__.__name__})") from None
+    record = read_run_json(folder / RUN_FILE)  # size, nesting and the fields' types checked
     profiling = record.get("profiling") or {}
     window = profiling.get("iterations") if profiling.get("enabled") else None
     window = (int(window[0]), int(window[1])) if _pair(window) else None
