@@ -83,13 +83,15 @@ def test_absurd_python_frame_is_skipped(tmp_path):
               event(BASE + 14, 1e13, "train.py(12): too long", cat="python_function")]
     trace = load(write(tmp_path, half_busy() + frames))
     assert trace.frames["name"].tolist() == ["train.py(10): step"]
-    assert trace.skipped_events == 2 and f"skipped 2 malformed event(s) in t.json (2 {UNFIT})" in trace.warnings
+    assert trace.skipped_events == 2
+    assert f"skipped 2 malformed event(s) in t.json (2 {UNFIT})" in trace.warnings
 
 
 def test_malformed_and_unfit_are_counted_apart(tmp_path):
     odd = [event("soon", 1), {"ph": "X", "name": "no ts", "dur": 1}, kernel(2e16, 1, "far", 98)]
     trace = load(write(tmp_path, half_busy() + odd))
-    assert trace.skipped_events == 3 and f"skipped 3 malformed event(s) in t.json (1 {UNFIT})" in trace.warnings
+    assert trace.skipped_events == 3
+    assert f"skipped 3 malformed event(s) in t.json (1 {UNFIT})" in trace.warnings
 
 
 def test_real_long_events_are_kept(tmp_path):
@@ -99,7 +101,8 @@ def test_real_long_events_are_kept(tmp_path):
     trace = load(write(tmp_path, gpu_only, "gpu_only.json"))
     assert trace.skipped_events == 0 and len(trace.events) == 2
     assert gpu_row(trace)["span_us"] == hour
-    lone = load(write(tmp_path, [event(BASE, 20 * hour, "ProfilerStep#1", cat="user_annotation")], "lone.json"))
+    step = event(BASE, 20 * hour, "ProfilerStep#1", cat="user_annotation")
+    lone = load(write(tmp_path, [step], "lone.json"))
     assert lone.skipped_events == 0 and lone.events["dur"].tolist() == [20 * hour]
     cpu = [event(BASE, 5e6, "ProfilerStep#1", cat="user_annotation"), event(BASE + 1e6, 2e6)]
     assert load(write(tmp_path, cpu, "cpu.json")).skipped_events == 0

@@ -238,7 +238,8 @@ def _frames(xs: list, int_or_str_ids: bool) -> tuple[Frames, int, int]:
     }), skipped, unfit
 
 
-def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool) -> tuple[pd.DataFrame, int, int]:
+def _complete_table(xs: list, raw_cats: pd.Categorical,
+                    int_or_str_ids: bool) -> tuple[pd.DataFrame, int, int]:
     xs, ts, dur, skipped, keep, unfit = _timing(xs)
     if keep is not None:  # categories in order of first appearance among the rows kept
         raw_cats = _interned(map(_CAT, xs), len(xs))

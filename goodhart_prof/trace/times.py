@@ -6,9 +6,9 @@ An event's time does not fit when
   2^53 us is year 2255 on Kineto's epoch clock (real traces: 1.4e12 to 1.7e15 us), and it is
   also where nanoseconds stop fitting an int64 (2^63 ns = 9.2e15 us, Perfetto's exports);
 - it lasts longer than `DUR_RATIO` times the span of its file's starts and longer than
-  `DUR_FLOOR_US` (`too_long`): on 40 real traces the longest event is at most 1.62x that span
-  (HTA's 128-rank sample), and the floor keeps a real long event where the starts say little (a
-  lone event, a GPU-only trace with one hung kernel).
+  `DUR_FLOOR_US` (`too_long`): on the 26 real traces of tests/data the longest event is at most
+  1.62x that span (HTA's 128-rank sample), and the floor keeps a real long event where the
+  starts say little (a lone event, a GPU-only trace with one hung kernel).
 Such events are skipped and counted with the malformed ones.
 """
 from __future__ import annotations
