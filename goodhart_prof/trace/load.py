@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from . import times
 from .decode import (GZIP_MAGIC, BadCut, DecodeError, TraceDoc, decode, gzip_chunks, merge_headers, piece,
                      plain_chunks, read_bytes, split_points, stream_pieces)
-from . import times
 from .model import Frames, LoadCost, Trace
 from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
                      memory_table, rank_processes)
