@@ -175,6 +175,22 @@ def build(root: Path) -> dict[str, Case]:
                                                   + rank_events(1, 1))))
     cases.append(Case("rank_named_twice", twice, error="b.json: claims rank 1, like a.json"))
 
+    # -- absurd times (docs/DESIGN.md "Times that fit a trace"): skipped and counted, or an error
+    unfit = "1 with a time that does not fit the trace"
+    far_kernel = dict(cat="kernel", pid=0, tid=7, args={"device": 0, "stream": 7, "correlation": 99})
+    for case_name, ts, dur in (("time_dur_1e18", 30, 1e18), ("time_ts_1e308", 1.5e308, 10),
+                               ("time_end_overflows", 1.7e308, 1.7e308), ("time_dur_11_days", 30, 1e12)):
+        file(f"{case_name}.json", _dump(good_doc(good_events() + [event(ts, dur, "absurd", **far_kernel)])),
+             skipped=1, warning=unfit)
+    for base in (1e18, 1e17):  # every event beyond 2^53 us: doubles hold no whole microseconds there
+        shifted = [{**e, "ts": base + e["ts"]} for e in good_events()]
+        file(f"time_base_{base:.0e}.json", _dump(good_doc(shifted)),
+             error="the trace's time base cannot be represented: 3 event(s) start or end beyond 2^53 us")
+    file("time_lone_event_11_days.json", _dump(good_doc([event(10, 1e12)])),
+         error="no events left: 1 event(s) last longer than 1,000x the span of the trace's starts and a day")
+    file("time_step_25_digits.json", _dump(good_doc(good_events() + [
+        event(5, 60, "ProfilerStep#" + "7" * 25, cat="user_annotation")])))
+
     empty_dir = root / "empty_folder"
     empty_dir.mkdir()
     (empty_dir / "notes.txt").write_text("no traces here\n")

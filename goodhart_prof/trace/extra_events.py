@@ -20,6 +20,7 @@ import numpy as np
 
 from .decode import (GZIP_MAGIC, BadCut, DecodeError, gzip_chunks, parse_json, plain_chunks,
                      read_bytes, stream_pieces)
+from .times import MAX_ABS_US
 
 PIECE_BYTES = 64 << 20
 PYTHON_CAT = "python_function"
@@ -94,7 +95,23 @@ _event_decoder = msgspec.json.Decoder(_Event)
 
 
 def _is_number(v) -> bool:
-    return v.__class__ in (int, float) and math.isfinite(v)
+    """A finite int or float (an int beyond float's range is not)."""
+    try:
+        return v.__class__ in (int, float) and math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def _time(v) -> "float | None":
+    """A time that fits the trace, as the loader reads it (`times.fits`): a number within
+    +-2^53 us; None otherwise (NaN, infinities, ints beyond float, farther times)."""
+    if v.__class__ not in (int, float):
+        return None
+    try:
+        t = float(v)
+    except OverflowError:
+        return None
+    return t if abs(t) < MAX_ABS_US else None  # NaN compares False
 
 
 def _id(v) -> "int | str":
@@ -135,7 +152,7 @@ class Extras:
     metadata: list = field(default_factory=list)     # (name, pid, tid, args dict)
     odd_complete: list = field(default_factory=list)  # (ts, name, pid, tid) of X with text ids
     distributed_rank: "int | None" = None
-    skipped: int = 0                                 # events with no numeric ts
+    skipped: int = 0                                 # events with no usable ts (`_time`)
 
     def py_count(self) -> int:
         return len(self.py_ts)
@@ -171,30 +188,31 @@ class _Builder:
             cls = ev.__class__
             if cls is _X:
                 if ev.cat == PYTHON_CAT:
-                    if not _is_number(ev.ts):
+                    t, d = _time(ev.ts), ev.dur
+                    d = float(d) if _is_number(d) and d > 0 else 0.0
+                    if t is None or not abs(t + d) < MAX_ABS_US:
                         out.skipped += 1
                         continue
                     py_thread.append(self.thread(ev.pid, ev.tid))
                     py_name.append(self.name(ev.name))
-                    py_ts.append(float(ev.ts))
-                    d = ev.dur
-                    py_dur.append(float(d) if _is_number(d) and d > 0 else 0.0)
+                    py_ts.append(t)
+                    py_dur.append(d)
                 elif ev.pid.__class__ not in (int, type(None)) or ev.tid.__class__ not in (int, type(None)):
-                    if _is_number(ev.ts):
-                        out.odd_complete.append((float(ev.ts), _text(ev.name), _id(ev.pid), _id(ev.tid)))
+                    if (t := _time(ev.ts)) is not None:
+                        out.odd_complete.append((t, _text(ev.name), _id(ev.pid), _id(ev.tid)))
             elif cls is _I or cls is _OldI:
-                if not _is_number(ev.ts):
+                if (t := _time(ev.ts)) is None:
                     out.skipped += 1
                     continue
                 scope = ev.s if ev.s in ("g", "p") else "t"
                 out.instants.append((self.thread(ev.pid, ev.tid), self.name(ev.name), self.name(ev.cat),
-                                     scope, float(ev.ts), bytes(ev.args)))
+                                     scope, t, bytes(ev.args)))
             elif cls is _C:
-                if not _is_number(ev.ts) or not isinstance(ev.args, dict):
+                if (t := _time(ev.ts)) is None or not isinstance(ev.args, dict):
                     out.skipped += 1
                     continue
                 series = {str(k): float(v) for k, v in ev.args.items() if _is_number(v)}
-                out.counters.append((_id(ev.pid), _text(ev.name), ev.id, float(ev.ts), series))
+                out.counters.append((_id(ev.pid), _text(ev.name), ev.id, t, series))
             elif cls is _M:
                 out.metadata.append((_text(ev.name), _id(ev.pid), _id(ev.tid),
                                      ev.args if isinstance(ev.args, dict) else {}))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from . import times
 from .decode import (GZIP_MAGIC, BadCut, DecodeError, TraceDoc, decode, gzip_chunks, merge_headers, piece,
                      plain_chunks, read_bytes, split_points, stream_pieces)
 from .model import Frames, LoadCost, Trace
@@ -50,6 +51,7 @@ class _FileResult:
     warnings: list[str] = field(default_factory=list)
     memory: pd.DataFrame = field(default_factory=empty_memory)
     world_size: int | None = None    # from distributedInfo
+    unfit: int = 0                   # of `skipped`: times that do not fit the trace (times.py)
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -89,14 +91,15 @@ class _Piece:
     header: TraceDoc
     skipped: int
     memory: pd.DataFrame
+    unfit: int = 0  # of `skipped`: beyond 2^53 us (times.fits)
 
 
 def _piece_of(raw: bytes) -> _Piece:
     doc, skipped = decode(raw)
     ids = new_ids()  # one pid, one stand-in id: in the events, frames, memory and process names
-    table, frames, bad = events_table(doc, ids)
+    table, frames, bad, unfit = events_table(doc, ids)
     return _Piece(table, frames, rank_processes(doc, ids), merge_headers([doc]), skipped + bad,
-                  memory_table(doc, ids))
+                  memory_table(doc, ids), unfit)
 
 
 def _inner_piece(raw: bytearray, inner: bool) -> _Piece:
@@ -288,6 +291,9 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
     table = concat_tables([p.table for p in pieces], sort=False)
     frames = Frames.concat([p.frames for p in pieces], sort=False)
     memory = concat_memory([p.memory for p in pieces], sort=False)
+    beyond = sum(p.unfit for p in pieces)
+    table, frames, too_long = _drop_too_long(table, frames)
+    _check_time_base(path, table, beyond, too_long)
     warnings = []
     info_rank = header.distributedInfo.rank if header.distributedInfo is not None else None
     if info_rank is not None and not 0 <= info_rank < MAX_RANK:
@@ -298,8 +304,37 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
         warnings.append(f"{path.name}: no events")
     assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank, memory)
     return _FileResult(path, table, frames, info_rank, sorted(set(pid_rank.values())),
-                       list(header.deviceProperties or []), sum(p.skipped for p in pieces),
-                       header.baseTimeNanoseconds, warnings, memory, _world_size(header))
+                       list(header.deviceProperties or []), sum(p.skipped for p in pieces) + too_long,
+                       header.baseTimeNanoseconds, warnings, memory, _world_size(header),
+                       beyond + too_long)
+
+
+def _drop_too_long(table: pd.DataFrame, frames: Frames) -> tuple[pd.DataFrame, Frames, int]:
+    """The file's events and frames less those that last longer than its starts allow
+    (`times.duration_limit`: a whole-file rule, so it runs once the pieces are joined)."""
+    limit = times.duration_limit([table["ts"].to_numpy(), frames["ts"]])
+    rows = times.too_long(table["dur"].to_numpy(), limit)
+    frame_rows = times.too_long(frames["dur"], limit)
+    if len(rows):
+        keep = np.ones(len(table), dtype=bool)
+        keep[rows] = False
+        table = table.iloc[np.flatnonzero(keep)].reset_index(drop=True)
+    if len(frame_rows):
+        frames = frames.take(np.setdiff1d(np.arange(len(frames)), frame_rows))
+    return table, frames, len(rows) + len(frame_rows)
+
+
+def _check_time_base(path: Path, table: pd.DataFrame, beyond: int, too_long: int) -> None:
+    """A file left without events because of their times says why (not a bare `no events`)."""
+    if len(table):
+        return
+    if beyond:
+        raise TraceError(f"{path}: the trace's time base cannot be represented: {beyond:,} event(s) "
+                         f"start or end beyond 2^53 us ({times.MAX_ABS_US:.4g} us), where a double "
+                         "no longer holds whole microseconds")
+    if too_long:
+        raise TraceError(f"{path}: no events left: {too_long:,} event(s) last longer than "
+                         f"{times.DUR_RATIO:,.0f}x the span of the trace's starts and a day")
 
 
 MAX_RANK = 2**31 - 1
@@ -486,7 +521,9 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
     if skipped:
         where = (f" in {results[0].path.name}" if len(results) == 1 else
                  " in " + ", ".join(f"{r.path.name} ({r.skipped:,})" for r in results if r.skipped))
-        warnings.append(f"skipped {skipped:,} malformed event(s){where}")
+        unfit = sum(r.unfit for r in results)
+        why = f" ({unfit:,} with a time that does not fit the trace)" if unfit else ""
+        warnings.append(f"skipped {skipped:,} malformed event(s){where}{why}")
     warnings.extend(w for r in results for w in r.warnings
                     if len(results) > 1 or not w.endswith(": no events"))
     events = concat_tables([r.table for r in results])

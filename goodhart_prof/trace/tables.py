@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from . import times
 from .decode import MEMORY_EVENT, NO_ARGS, Complete, Instant, MemoryArgs, Metadata, TraceDoc
 from .model import (CATEGORY_ALIASES, GPU_ACTIVITY_CATS, MEMORY_COLUMNS, NEVER_USER_FRAMES, SHAPED_OPS,
                     Frames, is_sorted)
@@ -124,34 +125,35 @@ def _number(v) -> bool:
         return False
 
 
-def events_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> tuple[pd.DataFrame, Frames, int]:
+def events_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> tuple[pd.DataFrame, Frames, int, int]:
     """Complete events of one document as a table and its Python frames (rank 0 until
-    `assign_ranks`); also the number of unusable X events skipped. `ids`: the document's
-    string-id interning (`new_ids`).
+    `assign_ranks`); also the number of unusable X events skipped, and how many of those have a
+    time that does not fit (`times.fits`). `ids`: the document's string-id interning (`new_ids`).
 
     Rows are picked with C-level loops (filter, map, compress): a Python loop over a million
     events costs more than building a column."""
     ids = new_ids() if ids is None else ids
     xs = list(filter(_IS_COMPLETE, doc.traceEvents))
     cats = _interned(map(_CAT, xs), len(xs))
-    frames, skipped_frames = Frames.empty(), 0
+    frames, skipped_frames, unfit_frames = Frames.empty(), 0, 0
     if PYTHON_CAT in cats.categories:
         is_py = list(map(eq, map(_CAT, xs), repeat(PYTHON_CAT)))
-        frames, skipped_frames = _frames(list(compress(xs, is_py)), doc.int_or_str_ids, ids)
+        frames, skipped_frames, unfit_frames = _frames(list(compress(xs, is_py)), doc.int_or_str_ids, ids)
         if len(frames):
             xs = list(compress(xs, map(not_, is_py)))
             cats = _interned(map(_CAT, xs), len(xs))
-    table, skipped = _complete_table(xs, cats, doc.int_or_str_ids, ids)
-    return table, frames, skipped + skipped_frames
+    table, skipped, unfit = _complete_table(xs, cats, doc.int_or_str_ids, ids)
+    return table, frames, skipped + skipped_frames, unfit + unfit_frames
 
 
 _CAT = attrgetter("cat")
 _TS = attrgetter("ts")
 
 
-def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int, "list[bool] | None"]:
-    """Usable events (finite numeric ts), their ts and dur (missing, negative or non-finite
-    dur -> 0), the skip count, and which of `xs` were kept (None: all)."""
+def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int, "list[bool] | None", int]:
+    """Usable events (finite numeric ts, start and end within `times.fits`), their ts and dur
+    (missing, negative or non-finite dur -> 0), the skip count, which of `xs` were kept (None:
+    all), and how many of the skipped have a time that does not fit (beyond 2^53 us)."""
     n = len(xs)
     try:
         ts = np.fromiter(map(_TS, xs), np.float64, n)
@@ -166,7 +168,14 @@ def _timing(xs: list) -> tuple[list, np.ndarray, np.ndarray, int, "list[bool] | 
         ts = np.fromiter(map(_TS, xs), np.float64, n)
     dur = _column(xs, "dur", np.float64, _float_or_nan, _NUM)
     dur[~((dur >= 0) & (dur < np.inf))] = 0.0  # missing, NaN, infinite or negative: an instant
-    return xs, ts, dur, skipped, keep
+    fit = times.fits(ts, dur)
+    unfit = len(fit) - int(np.count_nonzero(fit))
+    if unfit:
+        at = np.flatnonzero(fit)
+        xs, ts, dur, skipped = [xs[i] for i in at.tolist()], ts[at], dur[at], skipped + unfit
+        fitting = iter(fit.tolist())
+        keep = fit.tolist() if keep is None else [k and next(fitting) for k in keep]
+    return xs, ts, dur, skipped, keep, unfit
 
 
 def _id_column(items: list, attr: str, names: dict[str, int], int_or_str: bool = False) -> np.ndarray:
@@ -214,15 +223,15 @@ def _args(xs: list) -> list:
     return [a if a is not None else NO_ARGS for a in map(attrgetter("args"), xs)]
 
 
-def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames, int]:
+def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames, int, int]:
     names = list(map(attrgetter("name"), xs))
     try:
         xs = [e for e, n in zip(xs, names) if not n.startswith(NEVER_USER_FRAMES)]
     except AttributeError:  # a name that is not a string: keep those frames
         xs = [e for e, n in zip(xs, names) if not (isinstance(n, str) and n.startswith(NEVER_USER_FRAMES))]
     if not xs:
-        return Frames.empty(), 0
-    xs, ts, dur, skipped, _ = _timing(xs)
+        return Frames.empty(), 0, 0
+    xs, ts, dur, skipped, _, unfit = _timing(xs)
     n = len(xs)
     args = _args(xs)
     name = np.empty(n, dtype=object)
@@ -234,12 +243,12 @@ def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames
         "ts": ts, "dur": dur, "end": ts + dur, "name": name,
         "python_id": _int_column(args, "python_id"),
         "python_parent_id": _int_column(args, "python_parent_id"),
-    }), skipped
+    }), skipped, unfit
 
 
 def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
-                    ids: dict[str, int]) -> tuple[pd.DataFrame, int]:
-    xs, ts, dur, skipped, keep = _timing(xs)
+                    ids: dict[str, int]) -> tuple[pd.DataFrame, int, int]:
+    xs, ts, dur, skipped, keep, unfit = _timing(xs)
     if keep is not None:  # categories in order of first appearance among the rows kept
         raw_cats = _interned(map(_CAT, xs), len(xs))
     n = len(xs)
@@ -318,7 +327,7 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
         "concrete_inputs": pd.Categorical.from_codes(c["concrete_inputs"], categories=concrete_labels,
                                                      validate=False),
         "flops": c["flops"]})
-    return table, skipped
+    return table, skipped, unfit
 
 
 _COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
@@ -552,8 +561,8 @@ _NAME = attrgetter("name")
 
 def memory_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> pd.DataFrame:
     """The `[memory]` instants of one document as a table (model.py MEMORY_COLUMNS; rank 0 until
-    `assign_ranks`), in document order. An event without a finite ts is dropped; an odd value of
-    an arg reads as absent (-1 / NaN)."""
+    `assign_ranks`), in document order. An event without a finite ts, or one beyond 2^53 us
+    (`times.MAX_ABS_US`), is dropped; an odd value of an arg reads as absent (-1 / NaN)."""
     insts = list(filter(_IS_INSTANT, doc.traceEvents))
     if insts:
         insts = list(compress(insts, map(eq, map(_NAME, insts), repeat(MEMORY_EVENT))))
@@ -562,13 +571,16 @@ def memory_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> pd.DataF
     n = len(insts)
     try:  # every ts a finite number: one C-level pass (a Python check per event costs 3x more)
         ts = np.fromiter(map(_TS, insts), np.float64, n)
-        usable = bool(np.isfinite(ts).all())
+        usable = bool((np.abs(ts) < times.MAX_ABS_US).all())  # NaN and inf compare False
     except (TypeError, OverflowError):
         usable = False
     if not usable:
         insts = list(compress(insts, map(_number, map(_TS, insts))))
+        ts = np.fromiter(map(_TS, insts), np.float64, len(insts))
+        near = np.abs(ts) < times.MAX_ABS_US
+        if not near.all():  # a time that does not fit the trace (`times.fits`)
+            insts, ts = list(compress(insts, near.tolist())), ts[near]
         n = len(insts)
-        ts = np.fromiter(map(_TS, insts), np.float64, n)
         if not n:
             return empty_memory()
     args = [a if a is not None else NO_MEMORY_ARGS for a in map(attrgetter("args"), insts)]

@@ -13,7 +13,9 @@ from ...trace.model import Frames, Trace, name_codes, rows_named
 from ..intervals import thread_groups
 from .parents import climb, holder_parents, parents_and_depths, start_order
 
-STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# A step number of 19 digits or more may not fit the int64 `iteration` columns: such a
+# `ProfilerStep#N` is an ordinary annotation (docs/DESIGN.md, "Times that fit a trace").
+STEP = re.compile(r"^ProfilerStep#0*(\d{1,18})$")
 HOST_CATS = ("cpu_op", "user_annotation")
 
 
