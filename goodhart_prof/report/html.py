@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
+from ..analysis.burstiness import GAP_CLASSES
 from ..analysis.rules.savings import SEVERITY_SHARES
 from .common import kernel_name, percent, refuse_overwrite, saving_text
 from .html_common import LAYOUT as _LAYOUT
@@ -280,11 +281,12 @@ def timeline_figure(a, marked: int = MARKED_GAPS):
 def gap_histogram_figure(a):
     """Idle gaps of all devices in log-scaled duration bins, stacked by class: how many, and how
     much idle time each bin holds."""
-    tables = [b.gap_table for b in a.burstiness if b.gap_table is not None and len(b.gap_table)]
-    if not tables:
+    # the devices' gap arrays stacked (a DataFrame per device cost ~3 ms: 20,000 ranks, a minute)
+    kept = [b for b in a.burstiness if len(b.gap_start)]
+    if not kept:
         return None
-    gaps = pd.concat(tables, ignore_index=True)
-    dur = gaps["dur_us"].to_numpy(float)
+    dur = np.concatenate([b.gap_dur for b in kept]).astype(float)
+    cls_of = np.asarray(GAP_CLASSES, dtype=object)[np.concatenate([b.gap_cls for b in kept])]
     edges = _log_edges(dur[dur > 0])
     if edges is None:
         return None
@@ -293,7 +295,7 @@ def gap_histogram_figure(a):
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=("gaps per duration bin", "idle time per duration bin (ms)"))
     for cls, color in GAP_COLORS.items():
-        d = gaps.loc[(gaps["cls"].astype(str) == cls).to_numpy(), "dur_us"].to_numpy(float)
+        d = dur[cls_of == cls]
         d = np.clip(d, edges[0], edges[-1])
         counts, _ = np.histogram(d, edges)
         time_ms, _ = np.histogram(d, edges, weights=d / 1e3)
