@@ -22,7 +22,7 @@ import pandas as pd
 from ..errors import UserError
 from ..analysis.burstiness import GAP_CLASSES
 from ..analysis.rules.savings import SEVERITY_SHARES
-from .common import kernel_name, percent, refuse_overwrite, saving_text
+from .common import capped, kernel_name, more_rows, percent, refuse_overwrite, saving_text
 from .html_common import LAYOUT as _LAYOUT
 from .html_common import duration_sig
 from .html_common import esc as _esc
@@ -238,6 +238,8 @@ def timeline_figure(a, marked: int = MARKED_GAPS):
     devices = [b for b in a.burstiness if len(b.window_starts)]
     if not devices:
         return None
+    # a subplot per device: past ROW_LIMIT only the devices with the most idle time in gaps
+    devices = [devices[i] for i in capped([(b.gaps or {}).get("total_us") or 0.0 for b in devices])]
     go, make_subplots = _go(), _subplots()
     titles = [_device_title(a, b) for b in devices]
     fig = make_subplots(rows=len(devices), cols=1, subplot_titles=titles, vertical_spacing=
@@ -377,7 +379,9 @@ def _idle_section(a) -> str:
         return (f'<section id="idle"><h2>{title}</h2>'
                 '<p class="empty">No idle time to attribute.</p></section>')
     tables = []
-    for b in devices:
+    keep = capped([sum(c["idle_us"] for c in b.idle_causes) for b in devices])
+    more = more_rows(len(devices), len(keep), "devices", "most idle time")
+    for b in (devices[i] for i in keep):
         rows = "".join(
             f"<tr><td><code>{_esc(c['cause'])}</code></td><td>{duration_sig(c['idle_us'])}</td>"
             f"<td>{percent(c['share'])}</td><td>{_esc(c.get('frame') or '')}</td></tr>"
@@ -389,6 +393,8 @@ def _idle_section(a) -> str:
             "by what that thread was doing: the innermost op or annotation open at each instant "
             "(ProfilerStep excluded; the innermost Python frame where neither is, when the trace has "
             "stacks). <i>(host idle / not traced)</i>: nothing recorded on that thread.")
+    if more:
+        tables.append(f'<p class="note">{_esc(more)}</p>')
     return f'<section id="idle"><h2>{title}</h2><p class="note">{note}</p>{"".join(tables)}</section>'
 
 
