@@ -40,14 +40,34 @@ def gap_threads(rank: int, opener_pid: np.ndarray, opener_tid: np.ndarray, devic
     """The host thread each gap is read from (module docstring): the opener's launch thread when it
     has host events, else the rank's main thread. pid/tid -1: the rank has no host events."""
     tree = host_tree(trace)
-    known = {(p, t) for (r, p, t) in tree.threads if r == rank}
+    known = _rank_threads(tree).get(rank, {})
     main = _main_thread(rank, device_pid, device_tid, tree, known)
     pid, tid = opener_pid.astype(np.int64).copy(), opener_tid.astype(np.int64).copy()
-    ok = np.zeros(len(pid), dtype=bool)
-    for p, t in known:  # threads of the rank: a handful
-        ok |= (pid == p) & (tid == t)
+    ok = _is_known(pid, tid, known)
     pid[~ok], tid[~ok] = main
     return pid, tid
+
+
+def _rank_threads(tree) -> dict[int, dict[tuple[int, int], None]]:
+    """rank -> its host threads (pid, tid) in tree order, once per tree (a pass over every
+    thread per device was quadratic: 20,000 ranks of 2 threads, 400 million steps)."""
+    cached = tree.__dict__.get("_rank_threads")
+    if cached is None:
+        cached = tree.__dict__["_rank_threads"] = {}
+        for r, p, t in tree.threads:
+            cached.setdefault(r, {})[(p, t)] = None
+    return cached
+
+
+def _is_known(pid: np.ndarray, tid: np.ndarray, known: dict) -> np.ndarray:
+    """Whether each (pid, tid) is one of `known`: pairs as one integer key each, one isin."""
+    if not known or not len(pid):
+        return np.zeros(len(pid), dtype=bool)
+    k_pid, k_tid = (np.fromiter((k[i] for k in known), np.int64, len(known)) for i in (0, 1))
+    pids, pid_code = np.unique(np.concatenate((k_pid, pid)), return_inverse=True)
+    tids, tid_code = np.unique(np.concatenate((k_tid, tid)), return_inverse=True)
+    key = pid_code.ravel() * len(tids) + tid_code.ravel()
+    return np.isin(key[len(known):], key[:len(known)])
 
 
 def _main_thread(rank, device_pid, device_tid, tree, known) -> tuple[int, int]:
@@ -80,9 +100,15 @@ def idle_causes(trace: Trace, rank: int, gap_start: np.ndarray, gap_end: np.ndar
         step = tree.__dict__["_step_names"] = pd.Series(tree.names, dtype=object).astype(str) \
             .str.match(STEP.pattern).to_numpy(bool)
     sums: dict[tuple[str, str | None], float] = {}
-    threads = [(p, t) for p in np.unique(pid).tolist() for t in np.unique(tid[pid == p]).tolist()]
-    for key in threads:  # threads of the rank: a handful
-        sel = (pid == key[0]) & (tid == key[1])
+    # the gaps of each thread: one lexsort (a mask per thread was quadratic when every gap is
+    # read off another thread)
+    order = np.lexsort((tid, pid))
+    p_sorted, t_sorted = pid[order], tid[order]
+    change = np.flatnonzero((p_sorted[1:] != p_sorted[:-1]) | (t_sorted[1:] != t_sorted[:-1])) + 1
+    bounds = np.concatenate(([0], change, [len(order)]))
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        sel = np.sort(order[a:b])  # the thread's gaps in time order, as before
+        key = (int(p_sorted[a]), int(t_sorted[a]))
         for k, us in _thread_pieces(trace, tree, step, (rank, *key), gap_start[sel], gap_end[sel]):
             sums[k] = sums.get(k, 0.0) + us
     return _summarise(sums, total)
@@ -94,12 +120,11 @@ def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
     if span is None:  # no host events on the rank at all
         return [((UNTRACED, None), float(np.sum(ge - gs)))]
     nest = frame_nest(trace, key)
-    lo, hi = span
-    runs = [tree.ts[lo:hi], tree.end[lo:hi]] + ([nest.ts, nest.end] if nest is not None else [])
-    # Every run sorted (starts are; ends in start order nearly are: timsort), then the values
-    # inside a gap picked per gap with two sorted searches, and all runs merged by one more
-    # stable sort: no search per value.
-    inside = [_within(np.sort(run, kind="stable"), gs, ge) for run in runs]
+    # Every run sorted once per thread (starts are; ends in start order nearly are: timsort) and
+    # kept (a device per GPU would sort the same thread again for each), then the values inside
+    # a gap picked per gap with two sorted searches, and all runs merged by one more stable
+    # sort: no search per value.
+    inside = [_within(run, gs, ge) for run in _sorted_runs(tree, key, nest)]
     cuts = np.sort(np.concatenate(inside + [gs, ge]), kind="stable")
     cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))]
     s, e = cuts[:-1], cuts[1:]
@@ -147,6 +172,18 @@ def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
                 else UNTRACED if c - n_names == none else str(frame_names[c - n_names]))
         out.append(((name, str(frame_names[fr]) if fr < none else None), t))
     return out
+
+
+def _sorted_runs(tree, key, nest) -> list[np.ndarray]:
+    """The thread's host event starts and ends and its frames' starts and ends, each sorted;
+    once per thread and tree."""
+    cache = tree.__dict__.setdefault("_sorted_runs", {})
+    runs = cache.get(key)
+    if runs is None:
+        lo, hi = tree.threads[key]
+        runs = [tree.ts[lo:hi], tree.end[lo:hi]] + ([nest.ts, nest.end] if nest is not None else [])
+        runs = cache[key] = [np.sort(run, kind="stable") for run in runs]
+    return runs
 
 
 def _within(sorted_values: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:

@@ -36,14 +36,14 @@ def _gpu_launches(trace: Trace) -> pd.DataFrame:
     first[1:] = (r_rank[1:] != r_rank[:-1]) | (r_corr[1:] != r_corr[:-1])
     rt_sorted, r_rank, r_corr = rt_sorted[first], r_rank[first], r_corr[first]
     g_rank, g_corr = rank[gpu_rows], corr[gpu_rows]
-    # position of each GPU row's (rank, correlation) among the launches: rank block, then corr
-    lo = np.searchsorted(r_rank, g_rank, side="left")
-    hi = np.searchsorted(r_rank, g_rank, side="right")
-    pos = np.empty(len(gpu_rows), dtype=np.int64)
-    for r in np.unique(g_rank):  # ranks: a handful
-        sel = g_rank == r
-        a, b = lo[sel][0], hi[sel][0]
-        pos[sel] = a + np.searchsorted(r_corr[a:b], g_corr[sel], side="left")
+    # position of each GPU row's (rank, correlation) among the launches: both as one integer
+    # key (dense codes of the correlations seen, so no overflow), one searchsorted for all rows
+    # (a search per rank was a pass over every GPU row per rank: 20,000 ranks, minutes)
+    values, codes = np.unique(np.concatenate((r_corr, g_corr)), return_inverse=True)
+    codes = codes.ravel()
+    r_key = r_rank.astype(np.int64) * len(values) + codes[:len(r_corr)]
+    g_key = g_rank.astype(np.int64) * len(values) + codes[len(r_corr):]
+    pos = np.searchsorted(r_key, g_key, side="left")
     inside = pos < len(rt_sorted)
     found = np.zeros(len(gpu_rows), dtype=bool)
     found[inside] = (r_rank[pos[inside]] == g_rank[inside]) & (r_corr[pos[inside]] == g_corr[inside])

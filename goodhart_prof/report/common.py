@@ -211,3 +211,25 @@ def make_table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
         out.add_column(col, justify="right" if i in right else "left",
                        overflow="fold" if i == 0 else "ellipsis")
     return out
+
+
+# A table with a row per device, rank or thread stays readable: past this many rows the report
+# shows the ROW_LIMIT that matter most (most idle time, slowest step) and says how many more.
+ROW_LIMIT = 20
+
+
+def capped(scores: "list[float] | np.ndarray", limit: int = ROW_LIMIT) -> np.ndarray:
+    """Positions of the rows to show, in their own order: all of them up to `limit`, else the
+    `limit` with the largest scores (ties: the earlier row)."""
+    scores = np.nan_to_num(np.asarray(scores, dtype=float), nan=-np.inf)
+    if len(scores) <= limit:
+        return np.arange(len(scores))
+    return np.sort(np.argsort(-scores, kind="stable")[:limit])
+
+
+def more_rows(total: int, shown: int, what: str, by: str) -> str:
+    """The line under a capped table: `... and 19,980 more devices (the 20 with the most idle time
+    are shown; --json lists all)`; empty when nothing was left out."""
+    if total <= shown:
+        return ""
+    return f"... and {total - shown:,} more {what} (the {shown} with the {by} are shown; --json lists all)"

@@ -6,6 +6,7 @@ from typing import Callable
 
 import pandas as pd
 
+from .common import capped, more_rows
 from .html_common import LAYOUT, data_table, duration_sig, esc, go, label
 from .text_comm import communication_notes, rate, size
 
@@ -72,6 +73,9 @@ def rank_figure(ranks):
     means = _means(ranks)
     if means.empty:
         return None
+    total = len(means)  # a bar per rank: past ROW_LIMIT ranks only the slowest
+    means = means.iloc[capped(means["step_us"].fillna(means["compute_us"] + means["comm_us"]).to_numpy(float))]
+    more = more_rows(total, len(means), "ranks", "longest steps")
     graph = go()
     y = [f"rank {r}" for r in means.index]
     columns = ["compute_us", "comm_us", "exposed_us"] + (["wait_us"] if ranks.reason is None else [])
@@ -84,7 +88,8 @@ def rank_figure(ranks):
                                     marker=dict(symbol="line-ns-open", size=18, color="#212121"),
                                     hovertemplate="%{y}: step %{x:,.3f} ms<extra></extra>"))
     fig.update_layout(**LAYOUT, barmode="group", height=140 + 70 * len(y),
-                      title="Each rank's iteration (mean per traced iteration, ms)", xaxis_title="ms")
+                      title="Each rank's iteration (mean per traced iteration, ms)"
+                      + (f"<br><sub>{more}</sub>" if more else ""), xaxis_title="ms")
     return fig
 
 

@@ -5,8 +5,8 @@ import pandas as pd
 from rich.console import Console
 from rich.padding import Padding
 
-from .common import (bytes_text, duration, evidence_lines, kernel_name, make_table, one_line, percent, plain,
-                     safe_text, saving_text, short)
+from .common import (bytes_text, capped, duration, evidence_lines, kernel_name, make_table, more_rows, one_line,
+                     percent, plain, safe_text, saving_text, short)
 from ..analysis.memory import device_label
 from .text_comm import communication_section, ranks_section
 
@@ -41,10 +41,12 @@ def _gpu(a, console: Console) -> None:
         return
     table = make_table("GPU time", "rank/device", "span", "busy", "idle", "utilization", "kernel time",
                    right=(1, 2, 3, 4, 5))
-    for r in a.gpu.itertuples():
+    keep = capped(a.gpu["idle_us"].to_numpy(float))
+    for r in a.gpu.iloc[keep].itertuples():
         table.add_row(f"rank {r.rank} / gpu {r.device}", duration(r.span_us), duration(r.busy_us), duration(r.idle_us),
                       percent(r.utilization), duration(r.kernel_us))
     console.print(table)
+    _more(console, len(a.gpu), len(keep), "devices", "most idle time")
 
 
 def _kernels(a, console: Console, top: int) -> None:
@@ -110,7 +112,8 @@ def _burstiness(a, console: Console) -> None:
                    "gaps", "p50", "p90", "p99", "max", "total", right=tuple(range(1, 9)))
     classes = make_table("Idle gaps by cause", "rank/device", "host_wait (CPU late)", "launch (< 30 us)",
                      "other", right=(1, 2, 3))
-    for b in a.burstiness:
+    keep = capped([(b.gaps or {}).get("total_us") or 0.0 for b in a.burstiness])
+    for b in (a.burstiness[i] for i in keep):
         g = b.gaps or {}
         label = f"rank {b.rank} / gpu {b.device}"
         table.add_row(label, "-" if b.util_cv is None else f"{b.util_cv:.2f}",
@@ -122,10 +125,12 @@ def _burstiness(a, console: Console) -> None:
                                  f"{duration(cls.get(k, {}).get('total_us', 0.0))}"
                                  for k in ("host_wait", "launch", "other")))
     console.print(table)
+    _more(console, len(a.burstiness), len(keep), "devices", "most idle time in gaps")
     console.print(f"utilization in windows of {duration(a.burstiness[0].window_us)}; util CV = std/mean "
                   "of window utilization; B = -1 periodic, 0 random, towards 1 bursty")
     console.print()
     console.print(classes)
+    _more(console, len(a.burstiness), len(keep), "devices", "most idle time in gaps")
     _idle_causes(a, console)
 
 
@@ -138,11 +143,19 @@ def _idle_causes(a, console: Console) -> None:
     table = make_table("Why the GPU idles (what the launching host thread was doing)", "rank/device",
                        "host was in", "idle", "share", "mostly in (Python)", right=(2, 3))
     table.columns[1].overflow = "fold"  # the cause is the point: never cut it
-    for b in devices:
+    keep = capped([sum(c["idle_us"] for c in b.idle_causes) for b in devices])
+    for b in (devices[i] for i in keep):
         for i, c in enumerate(b.idle_causes[:5]):
             table.add_row(f"rank {b.rank} / gpu {b.device}" if i == 0 else "", c["cause"],
                           duration(c["idle_us"]), f"{100 * c['share']:.1f}%", c.get("frame") or "")
     console.print(table)
+    _more(console, len(devices), len(keep), "devices", "most idle time")
+
+
+def _more(console: Console, total: int, shown: int, what: str, by: str) -> None:
+    line = more_rows(total, shown, what, by)
+    if line:
+        console.print(line, highlight=False)
 
 
 def _phases(a, console: Console, top: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from .common import bytes_text, duration, make_table, percent, short
+from .common import bytes_text, capped, duration, make_table, more_rows, percent, short
 
 TOP_SITES = 5
 TOP_ITERATIONS = 5
@@ -57,18 +57,26 @@ def ranks_section(a, console: Console) -> None:
     out = make_table(title, "rank", "step", "compute", "communication", "overlapped", "exposed",
                      "waiting", "arrived last", right=(1, 2, 3, 4, 5, 6, 7))
     judged = ranks.reason is None
-    for rank, r in means.iterrows():
+    keep = capped(means["step_us"].fillna(means["compute_us"] + means["comm_us"]).to_numpy(float))
+    for rank, r in means.iloc[keep].iterrows():
         overlapped = 1 - r.exposed_us / r.comm_us if r.comm_us > 0 else None
         out.add_row(str(rank), duration(r.step_us), duration(r.compute_us), duration(r.comm_us),
                     percent(overlapped), duration(r.exposed_us), duration(r.wait_us) if judged else "-",
                     f"{int(r.last_count):,}" if judged else "-")
     console.print(out)
+    line = more_rows(len(means), len(keep), "ranks", "longest steps")
+    if line:
+        console.print(line, highlight=False)
     if not judged:
         console.print(f"arrivals at collectives: not judged: {ranks.reason}", highlight=False)
         return
     if ranks.offsets_us:
-        shown = ", ".join(f"rank {k} {v / 1e3:+.3f} ms" for k, v in ranks.offsets_us.items())
-        console.print(f"clock offsets removed (aligned on collective ends): {shown}", highlight=False)
+        offsets = list(ranks.offsets_us.items())
+        kept = [offsets[i] for i in capped([abs(v) for _, v in offsets])]
+        shown = ", ".join(f"rank {k} {v / 1e3:+.3f} ms" for k, v in kept)
+        more = (f" (and {len(offsets) - len(kept):,} more ranks; the {len(kept)} largest are shown)"
+                if len(kept) < len(offsets) else "")
+        console.print(f"clock offsets removed (aligned on collective ends): {shown}{more}", highlight=False)
     worst = ranks.iterations.sort_values("caused_wait_us", ascending=False).head(TOP_ITERATIONS)
     for r in worst.sort_values("iteration").itertuples():
         label = f"iteration {r.iteration}" if r.iteration >= 0 else "whole trace"

@@ -21,8 +21,7 @@ def _tiny_batch(ctx: Context) -> Finding | None:
     if util >= TINY_BATCH.limit("utilization") or median >= TINY_BATCH.limit("median_kernel_us"):
         return None
     short = TINY_BATCH.limit("short_gap_us")
-    gap_us = sum(float(b.gap_table["dur_us"].to_numpy()[b.gap_table["dur_us"].to_numpy() < short].sum())
-                 for b in a.burstiness)
+    gap_us = sum(float(dur[dur < short].sum()) for dur in (b.gap_dur for b in a.burstiness))
     return Finding(
         "tiny_batch", "medium",
         f"launch-bound: {len(kernels):,} kernels with a median of {median:.1f} us, GPU busy {100 * util:.0f}%",
@@ -54,10 +53,13 @@ TINY_BATCH = Rule(
 def _low_utilization(ctx: Context) -> Finding | None:
     a = ctx.analysis
     worst = None
+    # each device's row of a.gpu, looked up once (a mask per device was quadratic in devices)
+    at = {k: i for i, k in reversed(list(enumerate(zip(a.gpu["rank"].tolist(), a.gpu["device"].tolist()))))}
     for b in a.burstiness:
-        row = a.gpu[(a.gpu["rank"] == b.rank) & (a.gpu["device"] == b.device)]
-        if row.empty or len(b.window_util) == 0:
+        i = at.get((b.rank, b.device))
+        if i is None or len(b.window_util) == 0:
             continue
+        row = a.gpu.iloc[i:i + 1]
         util = float(row["utilization"].iloc[0])
         low = float(np.mean(np.asarray(b.window_util) < LOW_UTILIZATION.limit("low_window")))
         if util < LOW_UTILIZATION.limit("utilization") or low >= LOW_UTILIZATION.limit("low_window_fraction"):
