@@ -13,6 +13,7 @@ import pytest
 
 import goodhart_prof.trace.decode as decoder
 import goodhart_prof.trace.load as loader
+import goodhart_prof.trace.pieces as cutter
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
@@ -34,7 +35,7 @@ def same_trace(a, b) -> None:
 
 def small_pieces(monkeypatch, piece_bytes: int, guard: int = 64 << 10) -> None:
     monkeypatch.setattr(loader, "PIECE_BYTES", piece_bytes)
-    monkeypatch.setattr(decoder, "TAIL_GUARD", guard)
+    monkeypatch.setattr(cutter, "TAIL_GUARD", guard)
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +48,12 @@ def v100_plain(tmp_path_factory) -> Path:
 def test_a_real_trace_in_small_pieces_equals_one_piece(monkeypatch, v100_plain):
     whole = load(V100, workers=1)
     used = []
-    original = loader._inner_piece
+    original = loader._events_of
 
-    def counted(raw, inner):
+    def counted(raw):
         used.append(len(raw))
-        return original(raw, inner)
-    monkeypatch.setattr(loader, "_inner_piece", counted)
+        return original(raw)
+    monkeypatch.setattr(loader, "_events_of", counted)
     small_pieces(monkeypatch, 4 << 20)
     same_trace(load(V100, workers=1), whole)  # gzip: pieces as it inflates
     assert len(used) >= 8 and max(used) < (4 << 20) + (1 << 20)
@@ -99,20 +100,25 @@ def test_cuts_inside_strings_and_trailers_load_identically(tmp_path, monkeypatch
 
 
 def test_stream_pieces_grows_a_bad_cut_and_gives_up_after_retries(monkeypatch):
-    monkeypatch.setattr(decoder, "TAIL_GUARD", 0)
-    doc = b'{"traceEvents":[{"ph":"X","name":"a}, {b"},{"ph":"X","name":"c"},{"ph":"X","name":"d"}]}'
+    monkeypatch.setattr(cutter, "TAIL_GUARD", 0)
+    doc = b'{"a":1,"traceEvents":[{"ph":"X","name":"a}, {b"},{"ph":"X","name":"c"},{"ph":"X","name":"d"}],"z":[{"e":1}, {"f":2}]}'
     seen = []
 
-    def use(raw, inner):
-        decoder.decode(bytes(raw))  # DecodeError for a cut inside the first name
+    def use(raw, header):
+        if header:
+            seen.append(("header", bytes(raw)))
+            return "header"
+        events = decoder.decode_events(bytes(raw))[0].traceEvents  # DecodeError for a cut inside the first name
         seen.append(bytes(raw))
-        return len(seen)
-    assert decoder.stream_pieces(iter([doc]), 1, use) == [1, 2, 3]
-    assert seen[0] == b'{"traceEvents":[{"ph":"X","name":"a}, {b"}]}'
-    assert seen[-1] == b'{"traceEvents":[{"ph":"X","name":"d"}]}'
+        return [e.name for e in events]
+    assert cutter.stream_pieces(iter([doc]), 1, use) == ["header", ["a}, {b"], ["c"], ["d"], "header"]
+    assert seen[0] == ("header", b'{"a":1,"traceEvents":[]}')
+    assert seen[1] == b'[{"ph":"X","name":"a}, {b"}]'
+    assert seen[3] == b'[{"ph":"X","name":"d"}]'  # a cut in "z" (after the events) closes early: the tail
+    assert seen[-1] == ("header", b'{"traceEvents":[],"z":[{"e":1}, {"f":2}]}')
     bad = b'{"traceEvents":[{"ph":"X","name":"a}, {b}, {c}, {d}, {e}, {f}, {g"}]}'
-    with pytest.raises(decoder.BadCut):
-        decoder.stream_pieces(iter([bad[:20], bad[20:]]), 1, use)
+    with pytest.raises(cutter.BadCut):
+        cutter.stream_pieces(iter([bad[:20], bad[20:]]), 1, use)
 
 
 def test_the_json_records_what_the_load_cost():
