@@ -131,3 +131,37 @@ def test_the_json_records_what_the_load_cost():
     assert set(cost) == {"seconds", "peak_rss_bytes"}
     assert 0 < cost["seconds"] < 30
     assert 20 << 20 < cost["peak_rss_bytes"] < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+FIXTURES = sorted(p for p in DATA.rglob("*.json*") if p.name.endswith((".json", ".json.gz"))
+                  and p.name not in ("findings_labels.json", "run.json"))
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[str(p.relative_to(DATA)) for p in FIXTURES])
+def test_every_fixture_in_2_3_and_7_pieces_equals_it_whole(monkeypatch, tmp_path, path):
+    """Events, memory, frames, ranks and header of every fixture trace, decoded whole and cut into
+    2 and 7 pieces as the gzip file inflates (this process) and into 3 byte ranges of its plain
+    JSON, decoded by worker processes."""
+    whole = load(path, workers=1)
+    raw = gzip.decompress(path.read_bytes())
+    size = len(raw)
+    plain = tmp_path / path.name.replace(".gz", "")
+    plain.write_bytes(raw)
+    del raw
+    used = []
+    original = loader._events_of
+    monkeypatch.setattr(loader, "_events_of", lambda raw: used.append(len(raw)) or original(raw))
+    monkeypatch.setattr(cutter, "TAIL_GUARD", 0)  # cuts may land anywhere, the tail too
+    ranged = loader._ranges_load
+
+    def counted_ranges(*args):
+        pieces = ranged(*args)
+        used.append(len(pieces or []))
+        return pieces
+    monkeypatch.setattr(loader, "_ranges_load", counted_ranges)
+    for parts, workers in ((2, 1), (3, 2), (7, 1)):
+        monkeypatch.setattr(loader, "PIECE_BYTES", size // parts + 1)
+        used.clear()
+        same_trace(load(path if workers == 1 else plain, workers=workers), whole)
+        # streamed: parts-1 pieces or more; in ranges: head, this process's range, tail at least
+        assert len(used) >= parts - 1 if workers == 1 else used[-1] >= 3, (parts, used)
