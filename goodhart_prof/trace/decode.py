@@ -326,6 +326,12 @@ def _decode(raw) -> tuple[TraceDoc, int]:
             return _loose_decoder.decode(raw), 0
         except (msgspec.ValidationError, UnicodeDecodeError) as exc:
             strict_error = exc
+        except msgspec.DecodeError as exc:  # bad bytes after the float id
+            if _nonstandard_number(raw, exc):
+                return _decode(_standard_json(raw))
+            raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+        except RecursionError:
+            raise DecodeError(TOO_DEEP) from None
     return _decode_lenient(raw, strict_error)
 
 
@@ -475,18 +481,22 @@ def decode_events(raw) -> tuple[TraceDoc, int]:
         raise DecodeError(f"not valid JSON ({_short(exc)})") from None
     except RecursionError:
         raise DecodeError(TOO_DEEP) from None
-    if _FLOAT_ID.search(str(strict_error)):
-        try:
-            return LooseTraceDoc(traceEvents=_loose_events_decoder.decode(raw)), 0
-        except (msgspec.ValidationError, UnicodeDecodeError):
-            pass
     try:
+        if _FLOAT_ID.search(str(strict_error)):
+            try:
+                return LooseTraceDoc(traceEvents=_loose_events_decoder.decode(raw)), 0
+            except (msgspec.ValidationError, UnicodeDecodeError):
+                pass
         events = msgspec.json.decode(raw, type=list[msgspec.Raw])
     except msgspec.ValidationError:
         raise DecodeError("not a list of events") from None
-    except msgspec.DecodeError as exc:
+    except msgspec.DecodeError as exc:  # bad bytes after the event that failed validation
         raise_array_end(raw, exc)
+        if _nonstandard_number(raw, exc):
+            return decode_events(_standard_json(raw))
         raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
     except RecursionError:
         raise DecodeError(TOO_DEEP) from None
     good, skipped = _good_events(events)
