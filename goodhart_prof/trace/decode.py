@@ -238,28 +238,20 @@ def same_file(before: os.stat_result, after: os.stat_result) -> bool:
     return (before.st_size, before.st_mtime_ns, before.st_ino) == (after.st_size, after.st_mtime_ns, after.st_ino)
 
 
-def read_all(fh, before: "os.stat_result | None" = None) -> bytearray:
+def read_all(fh, before: "os.stat_result | None" = None) -> bytes:
     """The whole of an open file, read (not mapped: a mapped file truncated under the reader kills
     it with SIGBUS); FileChanged when its size or time changes before the read ends."""
     before = before or os.fstat(fh.fileno())
-    out = bytearray(before.st_size)
-    view, got = memoryview(out), 0
-    while got < len(out):
-        n = fh.readinto(view[got:got + (64 << 20)])
-        if not n:
-            raise FileChanged(before, os.fstat(fh.fileno()), got)
-        got += n
-    view.release()
+    data = fh.read()
     after = os.fstat(fh.fileno())
-    if not same_file(before, after) or fh.read(1):
-        raise FileChanged(before, after)
-    return out
+    if len(data) != before.st_size or not same_file(before, after):
+        raise FileChanged(before, after, len(data))
+    return data
 
 
-def read_bytes(path) -> "bytearray | bytes":
-    """File contents, gunzipped when the bytes (not the suffix) say gzip; a plain file comes as a
-    bytearray (a piece may be cut from it in place), gunzipped bytes as `gunzip` gives them.
-    FileChanged when the file changes while it is read."""
+def read_bytes(path) -> "bytes | bytearray":
+    """File contents, gunzipped when the bytes (not the suffix) say gzip. FileChanged when the file
+    changes while it is read."""
     with open(path, "rb") as fh:
         before = os.fstat(fh.fileno())
         data = read_all(fh, before)
