@@ -191,6 +191,18 @@ def build(root: Path) -> dict[str, Case]:
     file("time_step_25_digits.json", _dump(good_doc(good_events() + [
         event(5, 60, "ProfilerStep#" + "7" * 25, cat="user_annotation")])))
 
+    # -- split decoding (branch split): ambiguous documents, and the fuzzer's float-id finding --
+    events_json = _dump(good_events())
+    file("duplicated_events_key.json", b'{"traceEvents":' + events_json + b',"traceEvents":'
+         + _dump(good_events()[:1]) + b"}", error='duplicated top-level key "traceEvents"')
+    file("duplicated_header_key.json", b'{"deviceProperties":[{"id":0}],"traceEvents":' + events_json
+         + b',"deviceProperties":[{"id":1}]}', error='duplicated top-level key "deviceProperties"')
+    file("float_id_then_bad_bytes.json", _spliced([_dump(e) for e in good_events()] + [
+        b'{"ph":"X","cat":"cpu_op","name":"f","pid":1.5,"tid":1,"ts":1,"dur":1}', b'{"ph":"X",\x01}']),
+        error="not valid JSON")
+    file("event_list_after_events.json", b'{"traceEvents":' + events_json + b',"otherList":'
+         + _dump([event(1000 + i, 1, "phantom", cat="kernel") for i in range(50)]) + b"}")
+
     empty_dir = root / "empty_folder"
     empty_dir.mkdir()
     (empty_dir / "notes.txt").write_text("no traces here\n")

@@ -110,7 +110,7 @@ def test_a_2021_trace_has_relative_allocated_and_no_reserved():
 # -- the loader: every path carries the memory table ---------------------------------------------
 def test_split_decode_and_the_lenient_path_keep_memory_events(tmp_path, monkeypatch):
     whole = load(V100, workers=1)
-    monkeypatch.setattr(loader, "SPLIT_BYTES", 0)
+    monkeypatch.setattr(loader, "PIECE_BYTES", 8 << 20)  # the 35 MB document in pieces
     split = load(V100, workers=3)
     assert len(whole.memory) == 28010 and split.memory.equals(whole.memory)
     with gzip.open(V100, "rt") as fh:

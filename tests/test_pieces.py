@@ -13,6 +13,7 @@ import pytest
 
 import goodhart_prof.trace.decode as decoder
 import goodhart_prof.trace.load as loader
+import goodhart_prof.trace.pieces as cutter
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
@@ -34,7 +35,7 @@ def same_trace(a, b) -> None:
 
 def small_pieces(monkeypatch, piece_bytes: int, guard: int = 64 << 10) -> None:
     monkeypatch.setattr(loader, "PIECE_BYTES", piece_bytes)
-    monkeypatch.setattr(decoder, "TAIL_GUARD", guard)
+    monkeypatch.setattr(cutter, "TAIL_GUARD", guard)
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +48,12 @@ def v100_plain(tmp_path_factory) -> Path:
 def test_a_real_trace_in_small_pieces_equals_one_piece(monkeypatch, v100_plain):
     whole = load(V100, workers=1)
     used = []
-    original = loader._inner_piece
+    original = loader._events_of
 
-    def counted(raw, inner):
+    def counted(raw):
         used.append(len(raw))
-        return original(raw, inner)
-    monkeypatch.setattr(loader, "_inner_piece", counted)
+        return original(raw)
+    monkeypatch.setattr(loader, "_events_of", counted)
     small_pieces(monkeypatch, 4 << 20)
     same_trace(load(V100, workers=1), whole)  # gzip: pieces as it inflates
     assert len(used) >= 8 and max(used) < (4 << 20) + (1 << 20)
@@ -99,20 +100,25 @@ def test_cuts_inside_strings_and_trailers_load_identically(tmp_path, monkeypatch
 
 
 def test_stream_pieces_grows_a_bad_cut_and_gives_up_after_retries(monkeypatch):
-    monkeypatch.setattr(decoder, "TAIL_GUARD", 0)
-    doc = b'{"traceEvents":[{"ph":"X","name":"a}, {b"},{"ph":"X","name":"c"},{"ph":"X","name":"d"}]}'
+    monkeypatch.setattr(cutter, "TAIL_GUARD", 0)
+    doc = b'{"a":1,"traceEvents":[{"ph":"X","name":"a}, {b"},{"ph":"X","name":"c"},{"ph":"X","name":"d"}],"z":[{"e":1}, {"f":2}]}'
     seen = []
 
-    def use(raw, inner):
-        decoder.decode(bytes(raw))  # DecodeError for a cut inside the first name
+    def use(raw, header):
+        if header:
+            seen.append(("header", bytes(raw)))
+            return "header"
+        events = decoder.decode_events(bytes(raw))[0].traceEvents  # DecodeError for a cut inside the first name
         seen.append(bytes(raw))
-        return len(seen)
-    assert decoder.stream_pieces(iter([doc]), 1, use) == [1, 2, 3]
-    assert seen[0] == b'{"traceEvents":[{"ph":"X","name":"a}, {b"}]}'
-    assert seen[-1] == b'{"traceEvents":[{"ph":"X","name":"d"}]}'
+        return [e.name for e in events]
+    assert cutter.stream_pieces(iter([doc]), 1, use) == ["header", ["a}, {b"], ["c"], ["d"], "header"]
+    assert seen[0] == ("header", b'{"a":1,"traceEvents":[]}')
+    assert seen[1] == b'[{"ph":"X","name":"a}, {b"}]'
+    assert seen[3] == b'[{"ph":"X","name":"d"}]'  # a cut in "z" (after the events) closes early: the tail
+    assert seen[-1] == ("header", b'{"traceEvents":[],"z":[{"e":1}, {"f":2}]}')
     bad = b'{"traceEvents":[{"ph":"X","name":"a}, {b}, {c}, {d}, {e}, {f}, {g"}]}'
-    with pytest.raises(decoder.BadCut):
-        decoder.stream_pieces(iter([bad[:20], bad[20:]]), 1, use)
+    with pytest.raises(cutter.BadCut):
+        cutter.stream_pieces(iter([bad[:20], bad[20:]]), 1, use)
 
 
 def test_the_json_records_what_the_load_cost():
@@ -125,3 +131,37 @@ def test_the_json_records_what_the_load_cost():
     assert set(cost) == {"seconds", "peak_rss_bytes"}
     assert 0 < cost["seconds"] < 30
     assert 20 << 20 < cost["peak_rss_bytes"] < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+FIXTURES = sorted(p for p in DATA.rglob("*.json*") if p.name.endswith((".json", ".json.gz"))
+                  and p.name not in ("findings_labels.json", "run.json"))
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[str(p.relative_to(DATA)) for p in FIXTURES])
+def test_every_fixture_in_2_3_and_7_pieces_equals_it_whole(monkeypatch, tmp_path, path):
+    """Events, memory, frames, ranks and header of every fixture trace, decoded whole and cut into
+    2 and 7 pieces as the gzip file inflates (this process) and into 3 byte ranges of its plain
+    JSON, decoded by worker processes."""
+    whole = load(path, workers=1)
+    raw = gzip.decompress(path.read_bytes())
+    size = len(raw)
+    plain = tmp_path / path.name.replace(".gz", "")
+    plain.write_bytes(raw)
+    del raw
+    used = []
+    original = loader._events_of
+    monkeypatch.setattr(loader, "_events_of", lambda raw: used.append(len(raw)) or original(raw))
+    monkeypatch.setattr(cutter, "TAIL_GUARD", 0)  # cuts may land anywhere, the tail too
+    ranged = loader._ranges_load
+
+    def counted_ranges(*args):
+        pieces = ranged(*args)
+        used.append(len(pieces or []))
+        return pieces
+    monkeypatch.setattr(loader, "_ranges_load", counted_ranges)
+    for parts, workers in ((2, 1), (3, 2), (7, 1)):
+        monkeypatch.setattr(loader, "PIECE_BYTES", size // parts + 1)
+        used.clear()
+        same_trace(load(path if workers == 1 else plain, workers=workers), whole)
+        # streamed: parts-1 pieces or more; in ranges: head, this process's range, tail at least
+        assert len(used) >= parts - 1 if workers == 1 else used[-1] >= 3, (parts, used)

@@ -89,6 +89,13 @@ hostile_values = st.deferred(lambda: st.one_of(
 ))
 
 
+# Numbers at the edges of what decoders and columns hold: float's range and its smallest
+# subnormal, int64's and uint64's edges, integers no float or int64 holds exactly, negative zero.
+EXTREME_NUMBERS = [1e308, -1e308, 2**63, 2**64, -(2**63), 2**63 - 1, 1e18, 10**18, -0.0, 5e-324,
+                   1234567890123456789012345, -9876543210987654321098765]
+NUMBER_KEYS = ["ts", "dur", "pid", "tid"]
+
+
 @st.composite
 def damaged_document(draw) -> tuple[dict[str, Any], list[str]]:
     """A seed document with a few JSON-level injuries, and what was done (for the report)."""
@@ -97,7 +104,7 @@ def damaged_document(draw) -> tuple[dict[str, Any], list[str]]:
     done: list[str] = []
     for _ in range(draw(st.integers(0, 6))):
         kind = draw(st.sampled_from(["drop_key", "set_key", "set_arg", "replace_event",
-                                     "drop_events", "header"]))
+                                     "drop_events", "header", "extreme"]))
         if kind == "header":
             key = draw(st.sampled_from(HEADER_KEYS))
             if draw(st.booleans()):
@@ -125,6 +132,12 @@ def damaged_document(draw) -> tuple[dict[str, Any], list[str]]:
             key = draw(st.sampled_from(EVENT_KEYS))
             ev.pop(key, None)
             done.append(f"event {i} drop {key}")
+        elif kind == "extreme":
+            key = draw(st.sampled_from(NUMBER_KEYS + ARG_KEYS))
+            where = ev if key in NUMBER_KEYS else ev.setdefault("args", {})
+            if isinstance(where, dict):
+                where[key] = draw(st.sampled_from(EXTREME_NUMBERS))
+                done.append(f"event {i} {key} = {where[key]!r}")
         elif kind == "set_key":
             key = draw(st.sampled_from(EVENT_KEYS))
             ev[key] = draw(hostile_values)
@@ -144,6 +157,8 @@ def damaged_file(draw) -> tuple[bytes, list[str]]:
     byte-level damage and gzip."""
     doc, done = draw(damaged_document())
     data = json.dumps(doc).encode()
+    for _ in range(draw(st.integers(0, 1))):
+        data = draw(duplicated_key(data, done))
     for _ in range(draw(st.integers(0, 2))):
         kind = draw(st.sampled_from(["cut", "insert", "overwrite", "none", "none"]))
         if kind == "none" or not data:
@@ -166,6 +181,25 @@ def damaged_file(draw) -> tuple[bytes, list[str]]:
         else:
             done.append("gzip")
     return data, done
+
+
+@st.composite
+def duplicated_key(draw, data: bytes, done: list[str]) -> bytes:
+    """`data` (json.dumps of an object) with a key written twice: a top-level one appended
+    before the closing brace, or one inside an event inserted after its opening brace."""
+    value = json.dumps(draw(st.one_of(st.sampled_from(EXTREME_NUMBERS), hostile_values,
+                                      st.just([]), st.just({"rank": 1})))).encode()
+    starts = [i for i in range(len(data)) if data.startswith(b'{"ph": ', i)]
+    if draw(st.booleans()) or not starts or not data.endswith(b"}"):
+        if not data.endswith(b"}"):
+            return data
+        key = draw(st.sampled_from(HEADER_KEYS))
+        done.append(f"top-level key {key} twice")
+        return data[:-1] + b', "' + key.encode() + b'": ' + value + b"}"
+    at = draw(st.sampled_from(starts)) + 1
+    key = draw(st.sampled_from(EVENT_KEYS))
+    done.append(f"event key {key} twice at byte {at}")
+    return data[:at] + b'"' + key.encode() + b'": ' + value + b", " + data[at:]
 
 
 def check(path: Path) -> str:

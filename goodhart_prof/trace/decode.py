@@ -7,13 +7,14 @@ without building Python objects for it.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import re
 import zlib
 from typing import Any, ClassVar, Iterator, Union
 
 import msgspec
+
+from .frame import duplicated, events_end, events_start, top_keys
 
 Scalar = Union[int, float, str, None]
 
@@ -223,23 +224,40 @@ def gunzip(data: bytes, limit: int) -> "bytes | bytearray":
     return out
 
 
-def read_bytes(path) -> "mmap.mmap | bytearray | bytes":
-    """File contents, gunzipped when the bytes (not the suffix) say gzip.
+class FileChanged(DecodeError):
+    """The file changed while it was read (truncated by `cp`, rewritten by a profiler)."""
 
-    A plain file is mapped copy-on-write (no read, no copy: pages load as the decoder reaches
-    them, and `piece` may write into the mapping without touching the file). Gunzipped bytes
-    come as bytes (one chunk) or a bytearray; the loader copies bytes into a bytearray before
-    `piece` cuts them in place.
-    """
+    def __init__(self, before: os.stat_result, after: "os.stat_result | None", got: "int | None" = None):
+        now = f"{after.st_size:,} bytes now" if after is not None else "gone now"
+        read = f", read {got:,}" if got is not None else ""
+        super().__init__(f"changed while being read ({before.st_size:,} bytes when opened{read}, {now}); "
+                         "load it again once it is complete")
+
+
+def same_file(before: os.stat_result, after: os.stat_result) -> bool:
+    return (before.st_size, before.st_mtime_ns, before.st_ino) == (after.st_size, after.st_mtime_ns, after.st_ino)
+
+
+def read_all(fh, before: "os.stat_result | None" = None) -> bytes:
+    """The whole of an open file, read (not mapped: a mapped file truncated under the reader kills
+    it with SIGBUS); FileChanged when its size or time changes before the read ends."""
+    before = before or os.fstat(fh.fileno())
+    data = fh.read()
+    after = os.fstat(fh.fileno())
+    if len(data) != before.st_size or not same_file(before, after):
+        raise FileChanged(before, after, len(data))
+    return data
+
+
+def read_bytes(path) -> "bytes | bytearray":
+    """File contents, gunzipped when the bytes (not the suffix) say gzip. FileChanged when the file
+    changes while it is read."""
     with open(path, "rb") as fh:
-        if fh.read(2) == GZIP_MAGIC:
-            fh.seek(0)
-            data = fh.read()
-            return gunzip(data, gunzip_limit(len(data)))
-        size = os.fstat(fh.fileno()).st_size
-        if size == 0:
-            return b""
-        return mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)
+        before = os.fstat(fh.fileno())
+        data = read_all(fh, before)
+    if data[:2] == GZIP_MAGIC:
+        return gunzip(data, gunzip_limit(len(data)))
+    return data
 
 
 def decode(raw: bytes) -> tuple[TraceDoc, int]:
@@ -248,8 +266,39 @@ def decode(raw: bytes) -> tuple[TraceDoc, int]:
     Every way bytes can fail to be a trace ends in DecodeError (never another exception): not
     JSON, not UTF-8 (only the events holding the bad bytes are skipped), nested deeper than the
     decoder's recursion limit, NaN/Infinity (Python's json writes them; read by a slower parser),
-    numbers out of range (their events are skipped).
+    numbers out of range (their events are skipped), a duplicated top-level key (AmbiguousDoc).
     """
+    result = _decode(raw)
+    check_keys(raw[3:] if raw[:3] == _BOM else raw)
+    return result
+
+
+class AmbiguousDoc(DecodeError):
+    """A top-level key appears twice: decoders keep one value or the other."""
+
+
+def check_keys(raw) -> None:
+    """AmbiguousDoc when a top-level key of the document is duplicated. The keys around the
+    events array are read from its head and tail (microseconds); a document whose head or tail
+    cannot be told apart that way is scanned whole (a skip-parse)."""
+    start = events_start(raw)
+    end = events_end(raw, start - 1) if start is not None else None
+    if end is not None:
+        head = top_keys(bytes(memoryview(raw)[:start]) + b"]}") or []
+        tail = top_keys(b'{"traceEvents":[' + bytes(memoryview(raw)[end:])) or []
+        keys = head + tail[1:]
+    else:
+        keys = top_keys(raw) or []
+    ambiguous(keys)
+
+
+def ambiguous(keys: list[str]) -> None:
+    key = duplicated(keys)
+    if key is not None:
+        raise AmbiguousDoc(f"duplicated top-level key {json.dumps(key)}")
+
+
+def _decode(raw) -> tuple[TraceDoc, int]:
     if _NON_SPACE.search(raw) is None:
         raise DecodeError("empty file" if not len(raw) else "only whitespace")
     if raw[:3] == _BOM:
@@ -260,7 +309,7 @@ def decode(raw: bytes) -> tuple[TraceDoc, int]:
         strict_error: Exception = exc
     except msgspec.DecodeError as exc:
         if _nonstandard_number(raw, exc):
-            return decode(_standard_json(raw))
+            return _decode(_standard_json(raw))
         raise DecodeError(f"not valid JSON ({_short(exc)})") from None
     except RecursionError:
         raise DecodeError(TOO_DEEP) from None
@@ -269,10 +318,16 @@ def decode(raw: bytes) -> tuple[TraceDoc, int]:
             return _loose_decoder.decode(raw), 0
         except (msgspec.ValidationError, UnicodeDecodeError) as exc:
             strict_error = exc
+        except msgspec.DecodeError as exc:  # bad bytes after the float id
+            if _nonstandard_number(raw, exc):
+                return _decode(_standard_json(raw))
+            raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+        except RecursionError:
+            raise DecodeError(TOO_DEEP) from None
     return _decode_lenient(raw, strict_error)
 
 
-_FLOAT_ID = re.compile(r"got `float` - at `\$\.traceEvents\[\d+\]\.[pt]id`$")
+_FLOAT_ID = re.compile(r"got `float` - at `\$(\.traceEvents)?\[\d+\]\.[pt]id`$")
 TOO_DEEP = "nested too deeply (arrays or objects inside each other beyond the decoder's limit)"
 _NONSTANDARD = re.compile(rb"NaN|Infinity")
 _MALFORMED_AT = re.compile(r"\(byte (\d+)\)")
@@ -355,12 +410,7 @@ def _decode_lenient(raw, strict_error: Exception) -> tuple[TraceDoc, int]:
     except msgspec.ValidationError:
         raise DecodeError(f"not a trace: traceEvents is {_json_kind(top['traceEvents'])}, "
                           f"not a list") from None
-    good, skipped = [], 0
-    for ev in events:
-        try:
-            good.append(_event_decoder.decode(ev))
-        except (msgspec.ValidationError, UnicodeDecodeError):
-            skipped += not _unknown_phase(ev)
+    good, skipped = _good_events(events)
     if skipped and not good:
         raise DecodeError(f"not a trace: none of its {skipped} events is well-formed "
                           f"({_short(strict_error)})")
@@ -371,6 +421,78 @@ def _decode_lenient(raw, strict_error: Exception) -> tuple[TraceDoc, int]:
         except (msgspec.ValidationError, UnicodeDecodeError):
             header[name] = None
     return LooseTraceDoc(traceEvents=good, **header), skipped
+
+
+def _good_events(events: list) -> tuple[list, int]:
+    good, skipped = [], 0
+    for ev in events:
+        try:
+            good.append(_event_decoder.decode(ev))
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            skipped += not _unknown_phase(ev)
+    return good, skipped
+
+
+class ArrayEnd(DecodeError):
+    """A piece `[...]` whose array closes before the piece ends: the events array of the
+    document ends at `at` (index of its `]` in the piece) and top-level fields follow."""
+
+    def __init__(self, at: int):
+        super().__init__("the events array ends inside this piece")
+        self.at = at
+
+
+def raise_array_end(raw, exc: Exception) -> None:
+    """ArrayEnd when msgspec stopped at bytes after the piece's list (a `]` closed it early)."""
+    at = _TRAILING.search(str(exc))
+    if at is not None:
+        end = int(at.group(1)) - 2
+        while end > 0 and raw[end] in b" \t\r\n":
+            end -= 1
+        raise ArrayEnd(end) from None
+
+
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_events_decoder = msgspec.json.Decoder(list[Event])
+_loose_events_decoder = msgspec.json.Decoder(list[LooseEvent])
+
+
+def decode_events(raw) -> tuple[TraceDoc, int]:
+    """A piece of a document's events array, `[event, ...]`, as a document with no header fields,
+    decoded as `decode` decodes a whole document's events (strict, then loose ids, then event by
+    event), and how many malformed events were skipped (a piece where none is well-formed is no
+    error: other pieces may hold good ones). ArrayEnd if the array closes before the piece ends."""
+    try:
+        return TraceDoc(traceEvents=_events_decoder.decode(raw)), 0
+    except (msgspec.ValidationError, UnicodeDecodeError) as exc:
+        strict_error: Exception = exc
+    except msgspec.DecodeError as exc:
+        raise_array_end(raw, exc)
+        if _nonstandard_number(raw, exc):
+            return decode_events(_standard_json(raw))
+        raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
+    try:
+        if _FLOAT_ID.search(str(strict_error)):
+            try:
+                return LooseTraceDoc(traceEvents=_loose_events_decoder.decode(raw)), 0
+            except (msgspec.ValidationError, UnicodeDecodeError):
+                pass
+        events = msgspec.json.decode(raw, type=list[msgspec.Raw])
+    except msgspec.ValidationError:
+        raise DecodeError("not a list of events") from None
+    except msgspec.DecodeError as exc:  # bad bytes after the event that failed validation
+        raise_array_end(raw, exc)
+        if _nonstandard_number(raw, exc):
+            return decode_events(_standard_json(raw))
+        raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
+    except RecursionError:
+        raise DecodeError(TOO_DEEP) from None
+    good, skipped = _good_events(events)
+    return LooseTraceDoc(traceEvents=good), skipped
 
 
 def _unknown_phase(ev: msgspec.Raw) -> bool:
@@ -392,142 +514,3 @@ def _json_kind(raw) -> str:
 def _short(exc: Exception) -> str:
     text = str(exc)
     return text if len(text) < 160 else text[:157] + "..."
-
-
-# -- splitting one big document so that several processes can decode it ------------------------
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-_PIECE_HEAD = b'{"traceEvents":['
-
-
-def split_points(raw: bytes, parts: int, first_share: float | None = None) -> list[tuple[int, int]] | None:
-    """Candidate cuts between two events near each 1/parts of the document.
-
-    Each cut is (index of the `}` closing an event, index of the `{` opening the next). A cut
-    that lands inside a nested value or a string makes a piece invalid JSON, which decoding the
-    piece detects; the caller then falls back to decoding the whole document. `first_share`
-    gives the first piece a larger part (its process has no result to ship back).
-    """
-    start = raw.find(b'"traceEvents"')
-    if start < 0 or parts < 2:
-        return None
-    first = first_share if first_share is not None else 1 / parts
-    bounds = [first + (1 - first) * (k - 1) / (parts - 1) for k in range(1, parts)]
-    cuts: list[tuple[int, int]] = []
-    for bound in bounds:
-        pos = max(start + len(_PIECE_HEAD), int(len(raw) * bound), cuts[-1][1] if cuts else 0)
-        match = _BOUNDARY.search(raw, pos)
-        if match is None:
-            return None
-        cuts.append((match.start(), match.end() - 1))
-    return cuts
-
-
-def piece(raw: "mmap.mmap", cuts: list[tuple[int, int]], i: int) -> memoryview:
-    """Piece i of the document as a standalone trace document, made in place (no copy).
-
-    The bytes around the piece are overwritten, so each buffer serves one piece only (every
-    worker reads its own copy of the file): a piece ends with `]}` written over the separator
-    after its last event, and starts with `{"traceEvents":[` written over the tail of the
-    previous piece.
-    """
-    view = memoryview(raw)
-    if i == 0:
-        lo = 0
-    else:
-        lo = cuts[i - 1][1] - len(_PIECE_HEAD)
-        raw[lo:lo + len(_PIECE_HEAD)] = _PIECE_HEAD
-    if i == len(cuts):
-        return view[lo:]
-    close = cuts[i][0] + 1
-    raw[close:close + 2] = b"]}"  # over the `,` and the next byte (the next piece's, not ours)
-    return view[lo:close + 2]
-
-
-def merge_headers(docs: list[TraceDoc]) -> TraceDoc:
-    """Header fields of a split document (whichever piece holds them), without events."""
-    fields = {}
-    for name in ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "goodhartProf"):
-        fields[name] = next((getattr(d, name) for d in docs if getattr(d, name) is not None), None)
-    return TraceDoc(traceEvents=[], **fields)
-
-
-# -- one huge document, piece by piece (bounded memory) -----------------------------------------
-TAIL_GUARD = 4 << 20  # no cut this close to the end: the fields after the events (a list of
-#                       objects such as deviceProperties) would match _BOUNDARY too
-CUT_RETRIES = 4       # a piece that fails to decode is grown to the next cut this many times
-
-
-class BadCut(Exception):
-    """A piece stays undecodable after CUT_RETRIES larger cuts: decode the whole document."""
-
-
-def plain_chunks(path, lo: int = 0, hi: int | None = None, size: int = 16 << 20) -> Iterator[bytes]:
-    """Bytes lo..hi of a plain file, in reads of `size` bytes."""
-    with open(path, "rb") as fh:
-        fh.seek(lo)
-        left = (os.fstat(fh.fileno()).st_size if hi is None else hi) - lo
-        while left > 0:
-            chunk = fh.read(min(size, left))
-            if not chunk:
-                break
-            left -= len(chunk)
-            yield chunk
-
-
-def gzip_chunks(path) -> Iterator[bytes]:
-    """A gzip file's inflated bytes, step by step, under `gunzip_limit` (the gzip-bomb guard)."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return inflate_chunks(data, gunzip_limit(len(data)))
-
-
-def stream_pieces(chunks: Iterator[bytes], piece_bytes: int, use, starts_doc: bool = True,
-                  ends_doc: bool = True) -> list:
-    """Cut a stream of document bytes between events into standalone documents of about
-    `piece_bytes` and hand each to `use(piece, inner)` (`inner`: neither the document's first
-    nor its last piece) before reading the next; returns what `use` returned, in order.
-
-    At most one piece, the bytes read ahead for its cut and `TAIL_GUARD` are held at once. A
-    piece `use` rejects (DecodeError; `use` raises it too for a header field in an inner piece:
-    that cut fell after the events) is grown to the next cut; `BadCut` after CUT_RETRIES.
-    A range of a document (`starts_doc`/`ends_doc` False) gets the `{"traceEvents":[` head and
-    `]}` tail a piece of the middle gets."""
-    buf = bytearray() if starts_doc else bytearray(_PIECE_HEAD)
-    events_at = None if starts_doc else len(_PIECE_HEAD)
-    more, results, first, search, failures = True, [], True, None, 0
-    while True:
-        if events_at is None:
-            found = buf.find(b'"traceEvents"')
-            events_at = None if found < 0 else found + len(_PIECE_HEAD)
-        start = max(piece_bytes, events_at or 0, search or 0)
-        match = _BOUNDARY.search(buf, start) if events_at is not None else None
-        if more and (match is None or len(buf) - match.end() < TAIL_GUARD):
-            chunk = next(chunks, None)
-            if chunk is None:
-                more = False
-            else:
-                buf += chunk
-            continue
-        if match is None or len(buf) - match.end() < TAIL_GUARD:  # the rest is the last piece
-            if not ends_doc:
-                buf += b"]}"
-            results.append(use(buf, (not first or not starts_doc) and not ends_doc))
-            return results
-        close, opening = match.start() + 1, match.end() - 1
-        rest = buf[close:]
-        del buf[close:]
-        buf += b"]}"
-        try:
-            results.append(use(buf, not first or not starts_doc))
-        except DecodeError:
-            failures += 1
-            if failures > CUT_RETRIES:
-                raise BadCut() from None
-            del buf[close:]
-            buf += rest
-            search = close
-            continue
-        buf = bytearray(_PIECE_HEAD)
-        buf += memoryview(rest)[opening - close:]
-        del rest
-        events_at, first, search, failures = len(_PIECE_HEAD), False, None, 0

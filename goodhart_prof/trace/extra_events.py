@@ -18,8 +18,8 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 
-from .decode import (GZIP_MAGIC, BadCut, DecodeError, gzip_chunks, parse_json, plain_chunks,
-                     read_bytes, stream_pieces)
+from .decode import GZIP_MAGIC, DecodeError, parse_json, raise_array_end, read_bytes
+from .pieces import BadCut, gzip_chunks, plain_chunks, stream_pieces
 from .times import MAX_ABS_US
 
 PIECE_BYTES = 64 << 20
@@ -71,7 +71,6 @@ def _skipped(tag: str) -> type:
 
 _OTHER_PHASES = "BEbenstfPONDRTcv"
 _Event = Union[tuple([_X, _I, _OldI, _C, _M] + [_skipped(t) for t in _OTHER_PHASES])]
-_HEADER_FIELDS = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds", "goodhartProf")
 
 
 class _Doc(msgspec.Struct, gc=False):
@@ -92,6 +91,7 @@ class _LooseDoc(msgspec.Struct, gc=False):
 
 _doc_decoder = msgspec.json.Decoder(_Doc)
 _event_decoder = msgspec.json.Decoder(_Event)
+_events_decoder = msgspec.json.Decoder(list[_Event])
 
 
 def _is_number(v) -> bool:
@@ -250,9 +250,29 @@ def _decode(raw) -> "tuple[_Doc | _LooseDoc, list]":
     return doc, events
 
 
-def _has_header(doc) -> bool:
-    return doc.distributedInfo is not None or any(
-        len(bytes(getattr(doc, name))) for name in _HEADER_FIELDS[:1] + _HEADER_FIELDS[2:])
+def _decode_events(raw) -> list:
+    """A piece `[event, ...]` of a cut document -> its typed events (event by event when one is
+    odd); ArrayEnd when the list closes early (the cutter then finds the tail there)."""
+    try:
+        return _events_decoder.decode(raw)
+    except (msgspec.ValidationError, UnicodeDecodeError):
+        pass
+    except msgspec.DecodeError as exc:
+        raise_array_end(raw, exc)
+        if b"NaN" not in raw and b"Infinity" not in raw:
+            raise DecodeError(f"not valid JSON ({exc})") from None
+    try:
+        items = parse_json(raw, type=list[msgspec.Raw])
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise_array_end(raw, exc)
+        raise DecodeError(f"not a trace ({exc})") from None
+    events = []
+    for ev in items:
+        try:
+            events.append(_event_decoder.decode(ev))
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            continue
+    return events
 
 
 def read_extras(path: Path) -> Extras:
@@ -261,12 +281,13 @@ def read_extras(path: Path) -> Extras:
     path = Path(path)
     builder = _Builder(path)
 
-    def use(raw, inner: bool) -> None:
-        doc, events = _decode(raw)
-        if inner and _has_header(doc):
-            raise DecodeError("a header field in a piece from the middle of the events")
-        builder.add(events)
-        _note_rank(builder.out, doc)
+    def use(raw, header: bool) -> None:
+        if header:  # the head or the tail of a cut document, or a whole one
+            doc, events = _decode(raw)
+            builder.add(events)
+            _note_rank(builder.out, doc)
+        else:
+            builder.add(_decode_events(raw))
 
     try:
         with open(path, "rb") as fh:
@@ -275,7 +296,7 @@ def read_extras(path: Path) -> Extras:
         stream_pieces(chunks, PIECE_BYTES, use)
     except (BadCut, DecodeError):
         builder = _Builder(path)  # start again on the whole document
-        use(read_bytes(path), False)
+        use(read_bytes(path), True)
     except OSError as exc:
         raise DecodeError(f"cannot be read ({exc})") from None
     return builder.finish()

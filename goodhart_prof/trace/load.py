@@ -1,14 +1,12 @@
 """File or folder -> `Trace`. Ranks come from distributedInfo, merged process names, or file order."""
 from __future__ import annotations
 
-import mmap
-import multiprocessing
 import os
 import re
 import resource
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,18 +16,20 @@ import pandas as pd
 
 from ..errors import UserError
 from . import times
-from .decode import (GZIP_MAGIC, BadCut, DecodeError, TraceDoc, decode, gzip_chunks, merge_headers, piece,
-                     plain_chunks, read_bytes, split_points, stream_pieces)
+from .decode import GZIP_MAGIC, AmbiguousDoc, DecodeError, FileChanged, TraceDoc, decode, decode_events, read_bytes
 from .model import Frames, LoadCost, Trace
+from .pieces import (BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks, split_range,
+                     stream_pieces)
 from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
                      memory_table, new_ids, rank_processes)
+from .workers import worker_pool
 from ..textsafe import quote_path
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
-SPLIT_BYTES = 64 * 1024 * 1024     # one document this big is decoded in pieces, in parallel
 TRIM_EVENTS = 1_000_000  # a load this big gives its freed heap back once assembled (4 GB trace: 1.55 -> 0.93 GB RSS)
-PIECE_BYTES = 64 << 20            # a document bigger than this is decoded piece by piece (bounded memory)
+PIECE_BYTES = 64 << 20  # a document bigger than this is decoded piece by piece (bounded memory), a
+#                         plain one in byte ranges of its events, one process each
 FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 NOT_TRACES = {"run.json"}
 
@@ -74,15 +74,6 @@ def trace_files(path: Path) -> list[Path]:
     return found
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return read_bytes(path)
-    except DecodeError as exc:
-        raise TraceError(f"{quote_path(path)}: {exc}") from None
-    except OSError as exc:
-        raise TraceError(f"{quote_path(path)}: cannot read ({exc.strerror or exc})") from None
-
-
 @dataclass
 class _Piece:
     table: pd.DataFrame
@@ -91,26 +82,27 @@ class _Piece:
     header: TraceDoc
     skipped: int
     memory: pd.DataFrame
-    unfit: int = 0  # of `skipped`: beyond 2^53 us (times.fits)
+    unfit: int = 0    # of `skipped`: beyond 2^53 us (times.fits)
+    decoded: int = 0  # events the piece decoded (any phase)
 
 
-def _piece_of(raw: bytes) -> _Piece:
+def _piece_of(raw) -> _Piece:
+    """A whole document, or the head or tail of a cut one (a document with no events)."""
     doc, skipped = decode(raw)
+    return _tables_of(doc, skipped)
+
+
+def _events_of(raw) -> _Piece:
+    """A piece `[event, ...]` of a cut document's events array."""
+    doc, skipped = decode_events(raw)
+    return _tables_of(doc, skipped)
+
+
+def _tables_of(doc: TraceDoc, skipped: int) -> _Piece:
     ids = new_ids()  # one pid, one stand-in id: in the events, frames, memory and process names
     table, frames, bad, unfit = events_table(doc, ids)
     return _Piece(table, frames, rank_processes(doc, ids), merge_headers([doc]), skipped + bad,
-                  memory_table(doc, ids), unfit)
-
-
-def _inner_piece(raw: bytearray, inner: bool) -> _Piece:
-    """A piece cut from a stream. One from the middle of the document has no header field: if it
-    has one, its cut fell among the fields after the events (DecodeError: cut again further on)."""
-    result = _piece_of(raw)
-    head = result.header
-    if inner and (head.deviceProperties is not None or head.distributedInfo is not None
-                  or head.baseTimeNanoseconds is not None or head.goodhartProf is not None):
-        raise DecodeError("a header field in a piece from the middle of the events")
-    return result
+                  memory_table(doc, ids), unfit=unfit, decoded=len(doc.traceEvents))
 
 
 class _Progress:
@@ -129,47 +121,62 @@ class _Progress:
         self.bytes += nbytes
 
 
-def _stream_range(path: Path, lo: int, hi: "int | None", starts: bool, ends: bool,
-                  progress: "_Progress | None" = None, gz: bool = False) -> list[_Piece]:
-    """Bytes lo..hi of a document decoded piece by piece, each piece's tables built before the
-    next piece is read (BadCut or DecodeError: the caller decodes the whole document)."""
-    def use(raw: bytearray, inner: bool) -> _Piece:
-        result = _inner_piece(raw, inner)
+def _stream_range(path: Path, lo: int, hi: "int | None", whole: bool, progress: "_Progress | None" = None,
+                  gz: bool = False, expect: "os.stat_result | None" = None) -> list[_Piece]:
+    """A document (`whole`: its head, events and tail) or bytes lo..hi of its events array,
+    decoded piece by piece, each piece's tables built before the next piece is read (BadCut
+    or DecodeError: the caller decodes the whole document; FileChanged, AmbiguousDoc: the error)."""
+    def use(raw: bytearray, header: bool) -> _Piece:
+        result = _piece_of(raw) if header else _events_of(raw)
         if progress is not None:
             progress.add(0 if gz else len(raw), result)
         return result
-    chunks = gzip_chunks(path) if gz else plain_chunks(path, lo, hi)
-    return stream_pieces(chunks, PIECE_BYTES, use, starts, ends)
+    chunks = gzip_chunks(path) if gz else plain_chunks(path, lo, hi, expect=expect)
+    return stream_pieces(chunks, PIECE_BYTES, use, whole, whole)
 
 
-def _range_worker(path: Path, lo: int, hi: "int | None", starts: bool, ends: bool) -> list[_Piece]:
-    results = _stream_range(path, lo, hi, starts, ends)
+def _range_worker(path: Path, lo: int, hi: int, expect: os.stat_result) -> list[_Piece]:
+    """Worker: bytes lo..hi of the events array. Frame names travel back as one joined string:
+    pickling a million str objects one by one costs more than decoding them did."""
+    results = _stream_range(path, lo, hi, False, expect=expect)
     for result in results:
         result.frames.columns["name"] = _PackedNames("\0".join(result.frames.columns["name"].tolist()))
     return results
 
 
 def _streamed(path: Path, parts: int, progress: "_Progress | None") -> "tuple[list[_Piece] | None, Any]":
-    """A document over PIECE_BYTES, piece by piece (a plain one in `parts` byte ranges, one per
-    process): (pieces, None). A smaller one: (None, its bytes, or None to read them); so is one
-    that cannot be cut between events (decoded whole, as before, with the same errors)."""
+    """A document over PIECE_BYTES, piece by piece (a plain one in `parts` byte ranges of its
+    events, one per process): (pieces, None). A smaller one: (None, its bytes, or None to read
+    them); so is one that cannot be cut between events (decoded whole, with the same errors)."""
     try:
         with open(path, "rb") as fh:
-            gz, size = fh.read(2) == GZIP_MAGIC, os.fstat(fh.fileno()).st_size
+            before = os.fstat(fh.fileno())
+            gz = os.pread(fh.fileno(), 2, 0) == GZIP_MAGIC
+            if gz:
+                return _streamed_gzip(path, progress)
+            if before.st_size <= PIECE_BYTES:
+                return None, None
+            frame = file_frame(fh, before.st_size) if parts > 1 else None
     except OSError:
-        return None, None  # `_read` says why
-    if gz:
-        return _streamed_gzip(path, progress)
-    if size <= PIECE_BYTES:
-        return None, None
+        return None, None  # `read_bytes` says why
     try:
-        if parts > 1:
-            ranged = _ranges_load(path, size, parts, progress)
-            if ranged is not None:
-                return ranged, None
-        return _stream_range(path, 0, None, True, True, progress), None
+        if frame is not None:
+            try:
+                ranged = _ranges_load(path, before, frame, parts, progress)
+                if ranged is not None:
+                    return ranged, None
+            except _FATAL:
+                raise
+            except (BadCut, DecodeError):
+                pass  # a range that cannot be cut there: the document in one process
+        return _stream_range(path, 0, None, True, progress, expect=before), None
+    except _FATAL:
+        raise
     except (BadCut, DecodeError, OSError):
         return None, None
+
+
+_FATAL = (FileChanged, AmbiguousDoc)
 
 
 def _streamed_gzip(path: Path, progress: "_Progress | None") -> "tuple[list[_Piece] | None, Any]":
@@ -186,47 +193,35 @@ def _streamed_gzip(path: Path, progress: "_Progress | None") -> "tuple[list[_Pie
         else:
             return None, (head[0] if len(head) == 1 else bytearray().join(head)) if head else b""
         del head
-        return _stream_range(path, 0, None, True, True, progress, gz=True), None
+        return _stream_range(path, 0, None, True, progress, gz=True), None
+    except _FATAL:
+        raise
     except (BadCut, DecodeError, OSError):
         return None, None
 
 
-def _ranges_load(path: Path, size: int, parts: int, progress) -> "list[_Piece] | None":
-    """A plain document cut into `parts` byte ranges between events, streamed in as many
-    processes (this one included, with the larger first range); None if it cannot be cut."""
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
-        cuts = split_points(view, parts, FIRST_PIECE_SHARE if parts == 2 else None)
+def _ranges_load(path: Path, before: os.stat_result, frame: tuple, parts: int, progress) -> "list[_Piece] | None":
+    """A plain document's events array cut into `parts` byte ranges between events, streamed in
+    as many processes (this one included, with the larger first range); its head and tail
+    decoded here. None if it cannot be cut."""
+    start, end, head, tail = frame
+    with open(path, "rb") as fh:
+        cuts = split_range(fh, start, end, parts, FIRST_PIECE_SHARE if parts == 2 else None)
     if not cuts:
         return None
-    bounds = [(0, True)] + [(o, False) for _, o in cuts]
-    ends = [c + 1 for c, _ in cuts] + [None]
-    fork = "fork" in multiprocessing.get_all_start_methods()
-    with ProcessPoolExecutor(max_workers=len(cuts),
-                             mp_context=multiprocessing.get_context("fork") if fork else None) as pool:
-        futures = [pool.submit(_range_worker, path, lo, hi, False, hi is None)
-                   for (lo, _), hi in zip(bounds[1:], ends[1:])]
-        first = _stream_range(path, 0, ends[0], True, False, progress)
-        rest = [_unpacked(p) for f in futures for p in f.result()]
-    return first + rest
-
-
-# The document a forked worker cuts its piece from: inherited copy-on-write, never copied.
-_INHERITED: "mmap.mmap | bytearray | None" = None
-
-
-def _decode_piece(path: Path, cuts: list[tuple[int, int]], i: int) -> _Piece:
-    """Worker: decode piece i of a big document (the parent's buffer when forked, else its own
-    read of the file).
-
-    Frame names travel back as one joined string: pickling a million str objects one by one
-    costs more than decoding them did."""
-    raw = _INHERITED
-    if raw is None:
-        raw = read_bytes(path)
-        raw = raw if isinstance(raw, (mmap.mmap, bytearray)) else bytearray(raw)
-    result = _piece_of(piece(raw, cuts, i))
-    result.frames.columns["name"] = _PackedNames("\0".join(result.frames.columns["name"].tolist()))
-    return result
+    check_frame(head, tail)
+    los = [start] + [o for _, o in cuts]         # a range starts at its first event's `{`
+    his = [c + 1 for c, _ in cuts] + [end]      # and ends after its last event's `}`
+    outer = [_piece_of(head), _piece_of(tail)]
+    try:
+        with worker_pool(len(cuts)) as pool:
+            futures = [pool.submit(_range_worker, path, lo, hi, before) for lo, hi in zip(los[1:], his[1:])]
+            first = _stream_range(path, los[0], his[0], False, progress, expect=before)
+            rest = [_unpacked(p) for f in futures for p in f.result()]
+    except BrokenProcessPool:
+        raise TraceError(f"{quote_path(path)}: a decode worker process died while reading it (killed, or out of "
+                         f"memory)") from None
+    return outer[:1] + first + rest + outer[1:]
 
 
 class _PackedNames(str):
@@ -244,48 +239,22 @@ def _unpacked(result: _Piece) -> _Piece:
     return result
 
 
-def _split_load(path: Path, raw: "mmap.mmap | bytearray", parts: int) -> list[_Piece] | None:
-    """Decode a big document in `parts` processes (this one included); None if it cannot be split.
-
-    `raw` is cut in place, so a caller that gets None must not decode it again.
-    """
-    global _INHERITED
-    # This process keeps a larger first piece: the workers also ship their tables back.
-    share = FIRST_PIECE_SHARE if parts == 2 else None
-    cuts = split_points(raw, parts, share)
-    if not cuts:
-        return None
-    fork = "fork" in multiprocessing.get_all_start_methods()
-    _INHERITED = raw if fork else None
-    try:
-        with ProcessPoolExecutor(max_workers=len(cuts),
-                                 mp_context=multiprocessing.get_context("fork") if fork else None) as pool:
-            futures = [pool.submit(_decode_piece, path, cuts, i) for i in range(1, len(cuts) + 1)]
-            first = _piece_of(piece(raw, cuts, 0))
-            return [first] + [_unpacked(f.result()) for f in futures]
-    except DecodeError:
-        return None  # a cut fell inside a value: decode the whole document instead
-    finally:
-        _INHERITED = None
-
-
 def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progress | None" = None) -> _FileResult:
-    pieces, raw = _streamed(path, parts, progress)
-    if pieces is None and raw is None:
-        raw = _read(path)
-    if pieces is None and parts > 1 and len(raw) > SPLIT_BYTES:
-        # A mapped file is cut in place (copy-on-write), gunzipped bytes (a bytearray) too.
-        buffer = raw if isinstance(raw, (mmap.mmap, bytearray)) else bytearray(raw)
-        pieces = _split_load(path, buffer, parts)
-        if pieces is None and buffer is raw:
-            raw = _read(path)  # the failed split wrote into the mapping
     try:
+        pieces, raw = _streamed(path, parts, progress)
+        if pieces is None and raw is None:
+            raw = read_bytes(path)
         pieces = pieces or [_piece_of(raw)]
     except DecodeError as exc:
         raise TraceError(f"{quote_path(path)}: {exc}") from None
+    except OSError as exc:
+        raise TraceError(f"{quote_path(path)}: cannot read ({exc.strerror or exc})") from None
     del raw
     if len(pieces) > 1:
         _trim_heap()  # the pieces' decoded structs are gone: the tables to come reuse the pages
+        skipped = sum(p.skipped for p in pieces)
+        if skipped and not sum(p.decoded for p in pieces):  # as a whole decode says it
+            raise TraceError(f"{quote_path(path)}: not a trace: none of its {skipped} events is well-formed")
     header = merge_headers([p.header for p in pieces])
     pid_rank = {k: v for p in pieces for k, v in p.pid_rank.items()}
     table = concat_tables([p.table for p in pieces], sort=False)
@@ -329,11 +298,11 @@ def _check_time_base(path: Path, table: pd.DataFrame, beyond: int, too_long: int
     if len(table):
         return
     if beyond:
-        raise TraceError(f"{path}: the trace's time base cannot be represented: {beyond:,} event(s) "
+        raise TraceError(f"{quote_path(path)}: the trace's time base cannot be represented: {beyond:,} event(s) "
                          f"start or end beyond 2^53 us ({times.MAX_ABS_US:.4g} us), where a double "
                          "no longer holds whole microseconds")
     if too_long:
-        raise TraceError(f"{path}: no events left: {too_long:,} event(s) last longer than "
+        raise TraceError(f"{quote_path(path)}: no events left: {too_long:,} event(s) last longer than "
                          f"{times.DUR_RATIO:,.0f}x the span of the trace's starts and a day")
 
 
@@ -463,8 +432,9 @@ def peak_rss_bytes() -> int:
 def _reason(file: Path, exc: Exception) -> str:
     """`name: problem` of a rank file's error (its message starts with the full path)."""
     text = exc.format_message() if isinstance(exc, TraceError) else str(exc)
-    text = text[len(str(file)) + 2:] if text.startswith(f"{file}: ") else text
-    return f"{file.name}: {text}"
+    prefix = f"{quote_path(file)}: "
+    text = text[len(prefix):] if text.startswith(prefix) else text
+    return f"{quote_path(file.name)}: {text}"
 
 
 def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar,
@@ -485,11 +455,15 @@ def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar,
                          None if progress.events or isinstance(results[-1], Exception) else results[-1])
         return results
     n = min(len(files), workers or os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=n) as pool:
+    with worker_pool(n) as pool:
         futures = [pool.submit(load_rank_file, f, i) for i, f in enumerate(files)]
         results = []
         for i, fut in enumerate(futures):
-            results.append(fut.result())
+            try:
+                results.append(fut.result())
+            except BrokenProcessPool:
+                raise TraceError(f"{files[i]}: the worker process loading it died (killed, or out of "
+                                 f"memory)") from None
             if strict and isinstance(results[-1], Exception):
                 raise results[-1]
             if bar is not None:
