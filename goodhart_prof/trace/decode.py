@@ -30,7 +30,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     python_parent_id: Scalar = msgspec.field(default=-1, name="Python parent id")
     bytes: Scalar = float("nan")
     # `Input type` of cpu ops (record_shapes): a list of type names per input. Kept raw (its bytes,
-    # not a list of strings): most rows repeat a few values, which tables.py decodes once each.
+    # not a list of strings): most rows repeat a few values, which op_labels.py decodes once each.
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     # `Input Dims` (record_shapes) and `Concrete Inputs` (newer torch: scalar arguments as text)
     # of cpu ops, kept raw like `Input type`; `flops`: the profiler's own estimate (with_flops).
@@ -39,7 +39,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     flops: Scalar = float("nan")
     process_name: Scalar = msgspec.field(default=None, name="name")  # metadata events only
     # What a collective moves (record_param_comms ops; newer Kineto also writes them on NCCL
-    # kernels). Rare keys, typed Any: an odd value is dropped by tables.py, never the event.
+    # kernels). Rare keys, typed Any: an odd value is dropped by op_labels.py, never the event.
     collective: Any = msgspec.field(default=None, name="Collective name")
     in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
     out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
@@ -78,7 +78,7 @@ class Metadata(msgspec.Struct, tag_field="ph", tag="M", frozen=True, gc=False):
 
 class MemoryArgs(msgspec.Struct, frozen=True, gc=False):
     """The args of a `[memory]` instant (profile_memory=True). Typed Any: an odd value (a string,
-    a nested list) is dropped by tables.py, never the event or the document."""
+    a nested list) is dropped by memory_table.py, never the event or the document."""
 
     device_type: Any = msgspec.field(default=None, name="Device Type")
     device_id: Any = msgspec.field(default=None, name="Device Id")
@@ -89,7 +89,7 @@ class MemoryArgs(msgspec.Struct, frozen=True, gc=False):
 
 
 class Instant(msgspec.Struct, tag_field="ph", tag="i", frozen=True, gc=False):
-    """An instant event (`ph: i`). Only the profiler's `[memory]` instants are kept (tables.py
+    """An instant event (`ph: i`). Only the profiler's `[memory]` instants are kept (memory_table.py
     `memory_table`); the few other instants Kineto writes are dropped there (their args decode
     to an empty MemoryArgs: only the memory keys are read)."""
 

@@ -16,12 +16,13 @@ import pandas as pd
 
 from ..errors import UserError
 from . import times
+from .columns import new_ids
 from .decode import GZIP_MAGIC, AmbiguousDoc, DecodeError, FileChanged, TraceDoc, decode, decode_events, read_bytes
+from .memory_table import concat_memory, empty_memory, memory_table
 from .model import Frames, LoadCost, Trace
 from .pieces import (BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks, split_range,
                      stream_pieces)
-from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
-                     memory_table, new_ids, rank_processes)
+from .tables import assign_ranks, concat_tables, events_table, rank_processes
 from .workers import worker_pool
 from ..textsafe import quote_path
 
