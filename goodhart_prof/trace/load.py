@@ -17,7 +17,8 @@ import pandas as pd
 from ..errors import UserError
 from . import times
 from .columns import new_ids
-from .decode import GZIP_MAGIC, AmbiguousDoc, DecodeError, FileChanged, TraceDoc, decode, decode_events, read_bytes
+from .decode import AmbiguousDoc, DecodeError, TraceDoc, decode, decode_events
+from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
 from .memory_table import concat_memory, empty_memory, memory_table
 from .model import Frames, LoadCost, Trace
 from .pieces import (BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks, split_range,
