@@ -20,6 +20,10 @@ class UserError(click.ClickException):
         super().__init__(printable(message))
 
 
+class TraceError(UserError):
+    """A trace input cannot be used; the message names the file and the problem."""
+
+
 def warn(message: str) -> None:
     """A warning on stderr, one printable line: `warning: <message>`."""
     click.echo(f"warning: {printable(message)}", err=True)

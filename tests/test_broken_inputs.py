@@ -16,6 +16,7 @@ import pytest
 
 import broken_corpus
 import goodhart_prof.trace.decode as decode
+import goodhart_prof.trace.file_bytes as file_bytes
 from goodhart_prof.textsafe import quote_path
 from goodhart_prof.trace.load import TraceError, load
 from helpers import clean_env, error_lines
@@ -116,11 +117,11 @@ def test_gzip_bomb_stops_at_the_limit(tmp_path, monkeypatch, expand):
     bomb = tmp_path / "bomb.json.gz"
     bomb.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (64 << 20) + b"]}"))
     assert bomb.stat().st_size < 200_000
-    monkeypatch.setattr(decode, "GUNZIP_FLOOR", expand)
+    monkeypatch.setattr(file_bytes, "GUNZIP_FLOOR", expand)
     with pytest.raises(TraceError, match="gzip data expands past"):
         load(bomb)
-    limit = decode.gunzip_limit(bomb.stat().st_size)
-    assert limit == max(expand, decode.GUNZIP_RATIO * bomb.stat().st_size)
+    limit = file_bytes.gunzip_limit(bomb.stat().st_size)
+    assert limit == max(expand, file_bytes.GUNZIP_RATIO * bomb.stat().st_size)
 
 
 def test_nan_documents_past_the_slow_parser_limit_are_refused(tmp_path, monkeypatch):

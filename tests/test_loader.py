@@ -129,16 +129,17 @@ def test_string_pids_and_tids_get_stable_ids(tmp_path):
 def test_id_columns_agree_with_the_row_by_row_definition(odd):
     """pid/tid through the real decoder: all ints but a tail of string ids (Kineto's last event)
     take the C-level path; a float id makes the decoder fall back to its loose types, an odd
-    string the table builder to its slower path; every path gives `_int_id` of each value."""
+    string the table builder to its slower path; every path gives `int_id` of each value."""
     from goodhart_prof.trace.decode import decode
-    from goodhart_prof.trace.tables import _int_id, events_table
+    from goodhart_prof.trace.columns import int_id
+    from goodhart_prof.trace.tables import events_table
     pids = [5, 1 << 40, 5, 9] + ([odd] if odd is not None else []) + [3, "Spans", "Spans", "x"]
     doc = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": p, "tid": 0, "ts": float(i),
                             "dur": 1.0} for i, p in enumerate(pids)]}
     decoded, skipped = decode(json.dumps(doc).encode())
     assert skipped == 0 and decoded.int_or_str_ids == (not isinstance(odd, float))
     names: dict = {}
-    expected = [_int_id(p, names) for p in pids]
+    expected = [int_id(p, names) for p in pids]
     got = events_table(decoded)[0]["pid"].tolist()
     assert got == expected
     assert got[-3] == got[-2] < 0 and got[-1] < 0 and got[-1] != got[-2]

@@ -18,7 +18,8 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 
-from .decode import GZIP_MAGIC, DecodeError, parse_json, raise_array_end, read_bytes
+from .decode import DecodeError, parse_json, raise_array_end
+from .file_bytes import GZIP_MAGIC, read_bytes
 from .pieces import BadCut, gzip_chunks, plain_chunks, stream_pieces
 from .times import MAX_ABS_US
 

@@ -1,8 +1,9 @@
-"""File or folder -> `Trace`. Ranks come from distributedInfo, merged process names, or file order."""
+"""File or folder -> `Trace`: each file decoded (a big one piece by piece, a plain one in byte
+ranges over worker processes) into its tables, then the files assembled. Which rank each file
+holds (distributedInfo, merged process names, file names, or file order) is file_ranks.py's."""
 from __future__ import annotations
 
 import os
-import re
 import resource
 import sys
 import time
@@ -14,14 +15,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
+from ..errors import TraceError
 from . import times
-from .decode import GZIP_MAGIC, AmbiguousDoc, DecodeError, FileChanged, TraceDoc, decode, decode_events, read_bytes
+from .columns import new_ids
+from .decode import AmbiguousDoc, DecodeError, TraceDoc, decode, decode_events
+from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
+from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, world_size
+from .memory_table import concat_memory, empty_memory, memory_table
 from .model import Frames, LoadCost, Trace
 from .pieces import (BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks, split_range,
                      stream_pieces)
-from .tables import (assign_ranks, concat_memory, concat_tables, empty_memory, events_table,
-                     memory_table, new_ids, rank_processes)
+from .progress import Progress, progress_bar
+from .tables import assign_ranks, concat_tables, events_table, rank_processes
 from .workers import worker_pool
 from ..textsafe import quote_path
 
@@ -34,12 +39,10 @@ FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and sh
 NOT_TRACES = {"run.json"}
 
 
-class TraceError(UserError):
-    """A trace input cannot be used; the message names the file and the problem."""
-
-
 @dataclass
-class _FileResult:
+class FileResult:
+    """One file loaded: its tables and what it says about its rank (file_ranks.py reads those)."""
+
     path: Path
     table: pd.DataFrame
     frames: Frames
@@ -105,23 +108,7 @@ def _tables_of(doc: TraceDoc, skipped: int) -> _Piece:
                   memory_table(doc, ids), unfit=unfit, decoded=len(doc.traceEvents))
 
 
-class _Progress:
-    """Bytes and events loaded, on the loading bar (None: no bar)."""
-
-    def __init__(self, bar):
-        self.bar, self.bytes, self.events = bar, 0, 0
-
-    def add(self, nbytes: int, result: "_Piece | None" = None) -> None:
-        if self.bar is None:
-            return
-        if result is not None:
-            self.events += len(result.table) + len(result.frames) + len(result.memory)
-            self.bar.set_postfix_str(f"{self.events:,} events", refresh=False)
-        self.bar.update(nbytes)
-        self.bytes += nbytes
-
-
-def _stream_range(path: Path, lo: int, hi: "int | None", whole: bool, progress: "_Progress | None" = None,
+def _stream_range(path: Path, lo: int, hi: "int | None", whole: bool, progress: "Progress | None" = None,
                   gz: bool = False, expect: "os.stat_result | None" = None) -> list[_Piece]:
     """A document (`whole`: its head, events and tail) or bytes lo..hi of its events array,
     decoded piece by piece, each piece's tables built before the next piece is read (BadCut
@@ -144,7 +131,7 @@ def _range_worker(path: Path, lo: int, hi: int, expect: os.stat_result) -> list[
     return results
 
 
-def _streamed(path: Path, parts: int, progress: "_Progress | None") -> "tuple[list[_Piece] | None, Any]":
+def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[list[_Piece] | None, Any]":
     """A document over PIECE_BYTES, piece by piece (a plain one in `parts` byte ranges of its
     events, one per process): (pieces, None). A smaller one: (None, its bytes, or None to read
     them); so is one that cannot be cut between events (decoded whole, with the same errors)."""
@@ -179,7 +166,7 @@ def _streamed(path: Path, parts: int, progress: "_Progress | None") -> "tuple[li
 _FATAL = (FileChanged, AmbiguousDoc)
 
 
-def _streamed_gzip(path: Path, progress: "_Progress | None") -> "tuple[list[_Piece] | None, Any]":
+def _streamed_gzip(path: Path, progress: "Progress | None") -> "tuple[list[_Piece] | None, Any]":
     """A gzip file: inflated in steps; a document over PIECE_BYTES is decoded piece by piece
     (inflated again: cheap beside decoding), a smaller one comes back as `read_bytes` gives it."""
     head: list[bytes] = []
@@ -239,7 +226,7 @@ def _unpacked(result: _Piece) -> _Piece:
     return result
 
 
-def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progress | None" = None) -> _FileResult:
+def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "Progress | None" = None) -> FileResult:
     try:
         pieces, raw = _streamed(path, parts, progress)
         if pieces is None and raw is None:
@@ -264,18 +251,15 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "_Progre
     table, frames, too_long = _drop_too_long(table, frames)
     _check_time_base(path, table, beyond, too_long)
     warnings = []
-    info_rank = header.distributedInfo.rank if header.distributedInfo is not None else None
-    if info_rank is not None and not 0 <= info_rank < MAX_RANK:
-        warnings.append(f"{path.name}: ignored distributedInfo.rank {_clip(info_rank)} (not a rank)")
-        info_rank = None
-    info_rank, pid_rank = _rank_evidence(path, info_rank, pid_rank, warnings)
+    info_rank = header_rank(path, header, warnings)
+    info_rank, pid_rank = rank_evidence(path, info_rank, pid_rank, warnings)
     if not len(table):
         warnings.append(f"{path.name}: no events")
     assign_ranks(table, frames, pid_rank, info_rank if info_rank is not None else default_rank, memory)
-    return _FileResult(path, table, frames, info_rank, sorted(set(pid_rank.values())),
-                       list(header.deviceProperties or []), sum(p.skipped for p in pieces) + too_long,
-                       header.baseTimeNanoseconds, warnings, memory, _world_size(header),
-                       beyond + too_long)
+    return FileResult(path, table, frames, info_rank, sorted(set(pid_rank.values())),
+                      list(header.deviceProperties or []), sum(p.skipped for p in pieces) + too_long,
+                      header.baseTimeNanoseconds, warnings, memory, world_size(header),
+                      beyond + too_long)
 
 
 def _drop_too_long(table: pd.DataFrame, frames: Frames) -> tuple[pd.DataFrame, Frames, int]:
@@ -306,45 +290,6 @@ def _check_time_base(path: Path, table: pd.DataFrame, beyond: int, too_long: int
                          f"{times.DUR_RATIO:,.0f}x the span of the trace's starts and a day")
 
 
-MAX_RANK = 2**31 - 1
-_FILE_NAME_RANK = re.compile(r"(?<![a-z])rank[-_]?(\d{1,9})(?!\d)", re.IGNORECASE)
-
-
-def file_name_rank(path: Path) -> "int | None":
-    """The rank a file's name states (`rank-3.pt.trace.json.gz`, `sampled_rank-1.json.gz`,
-    `v100_ddp_rank1.json.gz`); None when it states none, or several."""
-    found = set(map(int, _FILE_NAME_RANK.findall(path.name)))
-    return found.pop() if len(found) == 1 else None
-
-
-def _rank_evidence(path: Path, info_rank: "int | None", pid_rank: dict[int, int],
-                   warnings: list[str]) -> "tuple[int | None, dict[int, int]]":
-    """The file's rank (distributedInfo.rank) or its pids' ranks (process names `rank <r>`),
-    whichever the rule picks, with a warning naming both sources where they disagree.
-
-    Process names win over distributedInfo: they are per process, and only a merge writes them
-    (merge.py names each rank's process; its header has no distributedInfo), so a header rank
-    that contradicts them cannot describe every process in the file. distributedInfo wins over
-    the file name: the profiler writes it in the rank's own process; a name is given by whoever
-    copied the file."""
-    named = sorted(set(pid_rank.values()))
-    by_name = file_name_rank(path)
-    names = "/".join(f"rank {r}" for r in named)
-    if info_rank is not None and named and named != [info_rank]:
-        warnings.append(f"rank evidence conflicts in {path.name}: distributedInfo.rank {info_rank}, "
-                        f"process names {names}; using the process names")
-        return None, pid_rank
-    if info_rank is not None:
-        if by_name is not None and by_name != info_rank:
-            warnings.append(f"rank evidence conflicts in {path.name}: distributedInfo.rank {info_rank}, "
-                            f"file name rank {by_name}; using distributedInfo.rank")
-        return info_rank, {}
-    if named and by_name is not None and named != [by_name]:
-        warnings.append(f"rank evidence conflicts in {path.name}: process names {names}, "
-                        f"file name rank {by_name}; using the process names")
-    return None, pid_rank
-
-
 def _trim_heap() -> None:
     """Give the heap pages the decoded pieces freed back to the OS (glibc keeps them otherwise,
     and the analyses would then stack their tables above them)."""
@@ -353,17 +298,6 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
-
-
-def _world_size(header) -> int | None:
-    info = header.distributedInfo
-    size = info.world_size if info is not None else None
-    return size if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_RANK else None
-
-
-def _clip(value) -> str:
-    text = str(value)
-    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def load(path: str | os.PathLike, progress: bool | None = None, workers: int | None = None,
@@ -381,7 +315,7 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
         raise TraceError(f"{quote_path(exc.filename)}: cannot read ({exc.strerror})") from None
     total = sum(sizes)
     show = total > PROGRESS_BYTES if progress is None else progress
-    bar = _bar(len(files), total, show)
+    bar = progress_bar(len(files), total, show)
     try:
         outcomes = _load_all(files, sizes, workers, bar, strict)
     finally:
@@ -390,7 +324,7 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     return finish(path, files, outcomes, strict, started=started)
 
 
-def load_rank_file(path: Path, default_rank: int) -> "_FileResult | TraceError":
+def load_rank_file(path: Path, default_rank: int) -> "FileResult | TraceError":
     """One file of a folder, as a folder load reads it: its tables, or the error that names it."""
     try:
         return _load_file(path, default_rank)
@@ -400,7 +334,7 @@ def load_rank_file(path: Path, default_rank: int) -> "_FileResult | TraceError":
 
 def finish(path: Path, files: list[Path], outcomes: list, strict: bool = False,
            first_warnings: list[str] | None = None, started: float | None = None) -> Trace:
-    """The `Trace` of a path from its files' outcomes (each a `_FileResult` or the `TraceError`
+    """The `Trace` of a path from its files' outcomes (each a `FileResult` or the `TraceError`
     that stopped it); every load path ends here, the cluster's too."""
     failed = [(f, o) for f, o in zip(files, outcomes) if isinstance(o, Exception)]
     if failed and (strict or len(failed) == len(outcomes)):
@@ -444,7 +378,7 @@ def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar,
         results = []
         parts = min(workers or os.cpu_count() or 1, 4) if len(files) == 1 else 1
         for i, f in enumerate(files):
-            progress = _Progress(bar)
+            progress = Progress(bar)
             try:
                 results.append(_load_file(f, i, parts, progress))
             except TraceError as exc:
@@ -471,15 +405,7 @@ def _load_all(files: list[Path], sizes: list[int], workers: int | None, bar,
         return results
 
 
-def _bar(n_files: int, total: int, show: bool):
-    if not show:
-        return None
-    from tqdm import tqdm
-    return tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {n_files} file(s)",
-                leave=False, dynamic_ncols=True)
-
-
-def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
+def _assemble(files: list[Path], results: list[FileResult]) -> Trace:
     warnings: list[str] = []
     if len(results) == 1:
         res = results[0]
@@ -490,7 +416,7 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
         else:
             source, ranks = "single file", [0]
     else:
-        source, ranks = _ranks_of_many(results, warnings)
+        source, ranks = ranks_of_many(results, warnings)
     skipped = sum(r.skipped for r in results)
     if skipped:
         where = (f" in {results[0].path.name}" if len(results) == 1 else
@@ -510,53 +436,4 @@ def _assemble(files: list[Path], results: list[_FileResult]) -> Trace:
             props.setdefault(int(rank), r.device_properties)
     sizes = {r.world_size for r in results if r.world_size is not None}
     return Trace(events, files, sorted(ranks), source, props, skipped, warnings, frames, memory,
-                 sizes.pop() if len(sizes) == 1 else None, [_file_rank(r) for r in results])
-
-
-def _file_rank(r: _FileResult) -> "int | None":
-    """A file's one rank, or None when its pids carry their own (`rank <r>` process names)."""
-    if r.rank is not None:
-        return r.rank
-    ranks = r.table["rank"].unique().tolist() if len(r.table) else [0]
-    return None if r.merged_ranks or len(ranks) != 1 else int(ranks[0])
-
-
-def _ranks_of_many(results: list[_FileResult], warnings: list[str]) -> tuple[str, list[int]]:
-    """Each file's ranks from its own evidence (distributedInfo.rank, process names, else the
-    rank its file name states); no rank may be claimed by two files. Where some file has none,
-    every file takes its place in file order instead, with a warning."""
-    claims = [_claim(r) for r in results]
-    if all(c is not None for c in claims):
-        seen: dict[int, Path] = {}
-        for r, (_, ranks) in zip(results, claims):
-            for rank in ranks:
-                if rank in seen:
-                    raise TraceError(f"{quote_path(r.path)}: claims rank {rank}, like {seen[rank].name}")
-                seen[rank] = r.path
-        for r, (kind, ranks) in zip(results, claims):
-            if kind == "file names":
-                _set_rank(r, ranks[0])
-        kinds = {kind for kind, _ in claims}
-        return " and ".join(k for k in RANK_SOURCES if k in kinds), sorted(seen)
-    for i, r in enumerate(results):  # fall back to file order for every file, consistently
-        _set_rank(r, i)
-    warnings.append("ranks taken from file order (the files carry no distributedInfo)")
-    return "file order", list(range(len(results)))
-
-
-RANK_SOURCES = ("distributedInfo", "process names", "file names")
-
-
-def _claim(r: _FileResult) -> "tuple[str, list[int]] | None":
-    if r.rank is not None:
-        return "distributedInfo", [r.rank]
-    if r.merged_ranks:
-        return "process names", r.merged_ranks
-    by_name = file_name_rank(r.path)
-    return None if by_name is None else ("file names", [by_name])
-
-
-def _set_rank(r: _FileResult, rank: int) -> None:
-    r.table["rank"] = np.int32(rank)
-    r.frames.columns["rank"][:] = rank
-    r.memory["rank"] = np.int32(rank)
+                 sizes.pop() if len(sizes) == 1 else None, [file_rank(r) for r in results])

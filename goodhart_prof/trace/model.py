@@ -272,5 +272,5 @@ class Trace:
 
 
 def _empty_memory() -> pd.DataFrame:
-    from .tables import empty_memory  # tables.py imports this module
+    from .memory_table import empty_memory  # memory_table.py imports this module
     return empty_memory()

@@ -15,8 +15,8 @@ import os
 import re
 from typing import Callable, Iterator
 
-from .decode import (ArrayEnd, DecodeError, FileChanged, TraceDoc, ambiguous, gunzip_limit, inflate_chunks,
-                     read_all, same_file)
+from .decode import ArrayEnd, DecodeError, TraceDoc, ambiguous
+from .file_bytes import FileChanged, gunzip_limit, inflate_chunks, read_all, same_file
 from .frame import HEAD_LIMIT, TAIL_LIMIT, TAIL_WINDOW, events_end, events_start, top_keys
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")

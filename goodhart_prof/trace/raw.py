@@ -7,7 +7,8 @@ from typing import Any
 
 import msgspec
 
-from .decode import DecodeError, parse_json, read_bytes
+from .decode import DecodeError, parse_json
+from .file_bytes import read_bytes
 from ..textsafe import quote_path
 
 
