@@ -251,6 +251,15 @@ def build(root: Path) -> dict[str, Case]:
         cases.append(Case(f"{label}_in_name_malformed", path, error="not valid JSON"))
         cases.append(Case(f"{label}_in_name_missing", root / f"{odd}_missing.json",
                           error="no such file or folder"))
+
+    # -- found by the fuzzer (the 300 s run of issue 20): a GPU `Optimizer.step#` annotation and a
+    # synchronize call but no host op to climb from (sites.py indexed an empty host tree)
+    file("annotation_without_host_ops.json", _dump(good_doc([
+        event(10, 5, "cudaLaunchKernel", cat="cuda_runtime", args={"correlation": 7}),
+        event(20, 40, "cudaDeviceSynchronize", cat="cuda_runtime", args={"correlation": 8}),
+        event(20, 30, "k", cat="kernel", pid=0, tid=7, args={"device": 0, "stream": 7, "correlation": 7}),
+        event(19, 35, "Optimizer.step#SGD.step", cat="gpu_user_annotation", pid=0, tid=7,
+              args={"device": 0, "stream": 7})])))
     return {c.name: c for c in cases}
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import broken_corpus
+from goodhart_prof.textsafe import quote_path
 
 DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "hta" / "mi250_minitoy_rocm.json.gz"
@@ -216,7 +217,7 @@ def check(path: Path) -> str:
         trace = load(path, progress=False, workers=1)
     except TraceError as exc:
         message = exc.format_message()
-        assert "\n" not in message and message.startswith(str(path)), message
+        assert "\n" not in message and message.startswith(quote_path(path)), message
         return "error"
     ev = trace.events
     assert len(ev) > 0 and np.isfinite(ev["ts"]).all(), "an event without a finite ts was kept"

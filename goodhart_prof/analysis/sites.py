@@ -85,7 +85,7 @@ def _torch_annotation(trace: Trace, tree, nodes: np.ndarray) -> np.ndarray:
     wanted = np.zeros(len(tree.names), dtype=bool)
     wanted[name_codes(trace.events, TORCH_ANNOTATION)] = True
     out = np.asarray(nodes, dtype=np.int64).copy()
-    if not wanted.any():
+    if not wanted.any() or len(tree.name) == 0:  # no annotation, or no host op to climb from
         return np.full(len(out), -1, dtype=np.int64)
     up = (out >= 0) & ~wanted[tree.name[np.maximum(out, 0)]]
     while up.any():
