@@ -147,3 +147,15 @@ def test_few_devices_are_not_capped():
     assert out.exit_code == 0, out.output
     assert "more devices" not in out.output and "more ranks" not in out.output
     assert len(set(re.findall(r"rank (\d) / gpu \d", out.output))) == 8
+
+
+# -- pinning the all-devices-at-once paths (exact values on small multi-device inputs) ------------
+from goodhart_prof.analysis.intervals import merge_intervals  # noqa: E402
+
+
+def test_merge_intervals_before_time_zero():
+    """Blocks that end before time 0 keep their own end (their ends were clamped to 0.0, so a
+    device active only at negative times was busy up to 0)."""
+    bs, be = merge_intervals(np.array([-10.0, -8.0, -3.0]), np.array([-5.0, -6.0, -1.0]))
+    np.testing.assert_array_equal(bs, [-10.0, -3.0])
+    np.testing.assert_array_equal(be, [-5.0, -1.0])

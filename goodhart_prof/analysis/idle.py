@@ -19,181 +19,225 @@ Definitions (DESIGN.md, burstiness):
   Python frame that held most of that cause's idle time (the code inside the annotation or op;
   None without stacks). The top `TOP_CAUSES` are kept and the rest summed into `(other)`.
 
-Vectorised: per thread one sorted cut of the gaps, one `HostTree.enclosing` and one
-`FrameNest.enclosing` over all pieces; no loop over gaps or events.
+Vectorised over all devices and threads at once (`device_idle_causes`): each host thread's
+event and frame times sorted once (`_cuts`), every gap cut at the times strictly inside it by one
+binary search for all gaps (`segment_searchsorted`), one `HostTree.enclosing_in` and one
+`FrameForest.enclosing_in` over all pieces, sums by one bincount; no loop over devices, threads,
+gaps or events (1,000 GPUs idling over one host thread were 1,000 passes over it).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .tree import STEP, frame_nest, host_tree
+from .intervals import segment_searchsorted, tuple_codes
+from .tree import STEP, frame_forest, host_tree
 
 UNTRACED = "(host idle / not traced)"
 OTHER = "(other)"
 TOP_CAUSES = 10
+_LAST = np.iinfo(np.int64).max // 4  # sorts after every local code
 
 
-def gap_threads(rank: int, opener_pid: np.ndarray, opener_tid: np.ndarray, device_pid: np.ndarray,
-                device_tid: np.ndarray, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """The host thread each gap is read from (module docstring): the opener's launch thread when it
-    has host events, else the rank's main thread. pid/tid -1: the rank has no host events."""
+@dataclass
+class DeviceGaps:
+    """The gaps of every device, concatenated (device i's rows are `gap_dev == i`, in time
+    order), and each device's launches (one row per GPU activity with its launch thread)."""
+
+    rank: np.ndarray  # per device
+    total: np.ndarray  # per device: its idle time, the sum of its gaps
+    gap_dev: np.ndarray  # per gap
+    start: np.ndarray
+    end: np.ndarray
+    opener_pid: np.ndarray  # the launch thread of the gap's opening activity (-1: unknown)
+    opener_tid: np.ndarray
+    act_dev: np.ndarray  # per GPU activity
+    act_pid: np.ndarray  # its launch thread (-1: launch not in the trace)
+    act_tid: np.ndarray
+
+
+def device_idle_causes(trace: Trace, gaps: DeviceGaps) -> list[list[dict]]:
+    """`idle_causes` of every device (module docstring), in device order."""
+    n_dev = len(gaps.rank)
+    out: list[list[dict]] = [[] for _ in range(n_dev)]
+    if not len(gaps.start):
+        return out
     tree = host_tree(trace)
-    known = _rank_threads(tree).get(rank, {})
-    main = _main_thread(rank, device_pid, device_tid, tree, known)
-    pid, tid = opener_pid.astype(np.int64).copy(), opener_tid.astype(np.int64).copy()
-    ok = _is_known(pid, tid, known)
-    pid[~ok], tid[~ok] = main
-    return pid, tid
+    thread = gap_threads(trace, gaps)
+    sums: list[dict] = [{} for _ in range(n_dev)]
+    for d in np.unique(gaps.gap_dev[thread < 0]).tolist():  # ranks without host events
+        sums[d][(UNTRACED, None)] = float(gaps.total[d])
+    traced = np.flatnonzero(thread >= 0)
+    if len(traced):
+        _traced_sums(trace, tree, gaps, thread, traced, sums)
+    return [_summarise(sums[d], float(gaps.total[d])) if gaps.total[d] > 0 else []
+            for d in range(n_dev)]
 
 
-def _rank_threads(tree) -> dict[int, dict[tuple[int, int], None]]:
-    """rank -> its host threads (pid, tid) in tree order, once per tree (a pass over every
-    thread per device was quadratic: 20,000 ranks of 2 threads, 400 million steps)."""
-    cached = tree.__dict__.get("_rank_threads")
+def gap_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
+    """The host thread (its number in the tree's `spans`) each gap is read from (module
+    docstring): the opener's launch thread when it has host events, else the rank's main
+    thread; -1 when the rank has no host events."""
+    spans = host_tree(trace).spans
+    thread = spans.lookup(gaps.rank[gaps.gap_dev], gaps.opener_pid, gaps.opener_tid)
+    main = _main_threads(trace, gaps)
+    return np.where(thread >= 0, thread, main[gaps.gap_dev])
+
+
+def _main_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
+    """Per device: the launch thread with most of its launches (ties: lowest pid, tid) that has
+    host events, else its rank's thread with the most host events (ties: lowest pid, tid)."""
+    spans = host_tree(trace).spans
+    n_dev = len(gaps.rank)
+    main = np.full(n_dev, -1, dtype=np.int64)
+    ok = np.flatnonzero(gaps.act_pid >= 0)
+    if len(ok):
+        d, p, t = gaps.act_dev[ok], gaps.act_pid[ok], gaps.act_tid[ok]
+        codes = tuple_codes(d, p, t)
+        _, first, counts = np.unique(codes, return_index=True, return_counts=True)
+        d, p, t = d[first], p[first], t[first]
+        thread = spans.lookup(gaps.rank[d], p, t)
+        known = np.flatnonzero(thread >= 0)
+        order = known[np.lexsort((t[known], p[known], -counts[known], d[known]))]
+        lead = order[np.r_[True, d[order][1:] != d[order][:-1]]] if len(order) else order
+        main[d[lead]] = thread[lead]
+    todo = np.flatnonzero(main < 0)
+    if len(todo) and len(spans):
+        size = spans.hi - spans.lo  # threads are in (rank, pid, tid) order: ties go to the first
+        by = np.lexsort((np.arange(len(spans)), -size, spans.rank))
+        lead = by[np.r_[True, spans.rank[by][1:] != spans.rank[by][:-1]]]
+        ranks = spans.rank[lead]
+        j = np.minimum(np.searchsorted(ranks, gaps.rank[todo]), len(ranks) - 1)
+        hit = ranks[j] == gaps.rank[todo]
+        main[todo[hit]] = lead[j[hit]]
+    return main
+
+
+def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
+    """Add the pieces of the gaps read off a host thread into each device's sums, keyed by
+    (cause, frame), in the order the thread-by-thread sums had (the figures stay bit-equal)."""
+    # gaps by (device, thread), each thread's in time order
+    traced = traced[np.lexsort((traced, thread[traced], gaps.gap_dev[traced]))]
+    dev, thr = gaps.gap_dev[traced], thread[traced]
+    gs, ge = gaps.start[traced], gaps.end[traced]
+    cut_vals, cut_lo, cut_hi = _cuts(trace, tree)
+    lo = segment_searchsorted(cut_vals, cut_lo[thr], cut_hi[thr], gs, side="right")
+    hi = segment_searchsorted(cut_vals, cut_lo[thr], cut_hi[thr], ge, side="left")
+    # each gap cut at the thread's times strictly inside it: hi - lo cuts, hi - lo + 1 pieces
+    k = hi - lo + 1
+    gap_of = np.repeat(np.arange(len(gs)), k)
+    j = np.arange(len(gap_of)) - np.repeat(np.cumsum(k) - k, k)
+    last = len(cut_vals) - 1
+    s = np.where(j == 0, gs[gap_of], cut_vals[np.clip(lo[gap_of] + j - 1, 0, last)])
+    e = np.where(j == k[gap_of] - 1, ge[gap_of], cut_vals[np.clip(lo[gap_of] + j, 0, last)])
+    p_thread = thr[gap_of]
+    node = tree.enclosing_in(p_thread, s, e)
+    has_node = node >= 0
+    has_node[has_node] = ~_step_names(tree)[tree.name[node[has_node]]]
+    n_names = len(tree.names)
+    forest = frame_forest(trace) if len(trace.frames) else None
+    if forest is not None:
+        f = forest.enclosing_in(_forest_threads(tree, forest)[p_thread], s, e)
+        # a frame is the detail of a node it lies inside, or the cause where no node is
+        inner = (f >= 0) & (~has_node | (forest.ts[np.maximum(f, 0)] >= tree.ts[np.maximum(node, 0)]))
+        codes, frame_names = _frame_codes(forest)
+        n_frames = len(frame_names)
+        frame = np.where(inner, codes[np.maximum(f, 0)], n_frames)
+    else:
+        inner, frame_names, n_frames = np.zeros(len(s), dtype=bool), np.empty(0, dtype=object), 0
+        frame = np.zeros(len(s), dtype=np.int64)
+    cause = np.where(has_node, tree.name[np.maximum(node, 0)], n_names + frame)
+    # one group per (device, thread): the thread-by-thread sums' unit
+    p_dev = dev[gap_of]
+    dt = np.cumsum(np.r_[True, (p_dev[1:] != p_dev[:-1]) | (p_thread[1:] != p_thread[:-1])]) - 1
+    # each (device, thread)'s frame names numbered by first appearance (pd.factorize's order
+    # in the thread-by-thread sums; it decides the order causes are added in)
+    local = np.full(len(s), _LAST, dtype=np.int64)
+    at = np.flatnonzero(inner)
+    if len(at):
+        c2 = tuple_codes(dt[at], frame[at])
+        _, first2 = np.unique(c2, return_index=True)
+        by = np.lexsort((first2, dt[at][first2]))
+        group_start = np.r_[True, dt[at][first2][by][1:] != dt[at][first2][by][:-1]]
+        rank_in = np.arange(len(by)) - np.maximum.accumulate(np.where(group_start, np.arange(len(by)), 0))
+        rank_of = np.empty(len(by), dtype=np.int64)
+        rank_of[by] = rank_in
+        local[at] = rank_of[c2]
+    # level 1: per (device, thread, cause, frame), summed in time order
+    c1 = tuple_codes(dt, cause, frame)
+    us1 = np.bincount(c1, weights=e - s)
+    _, first1 = np.unique(c1, return_index=True)
+    d1, cause1, frame1, dt1, local1 = p_dev[first1], cause[first1], frame[first1], dt[first1], local[first1]
+    local_cause = np.where(cause1 < n_names, cause1, n_names + local1)
+    # level 2: per (device, cause, frame), the threads' sums added in thread order
+    c2 = tuple_codes(d1, cause1, frame1)
+    us2 = np.bincount(c2, weights=us1)
+    _, first = np.unique(c2, return_index=True)
+    order = first[np.lexsort((local1[first], local_cause[first], dt1[first], d1[first]))]
+    untraced = n_names + n_frames
+    for i, us in zip(order.tolist(), us2[c2[order]].tolist()):
+        c, fr = int(cause1[i]), int(frame1[i])
+        name = (str(tree.names[c]) if c < n_names
+                else UNTRACED if c == untraced else str(frame_names[c - n_names]))
+        sums[int(d1[i])][(name, str(frame_names[fr]) if fr < n_frames else None)] = us
+
+
+def _step_names(tree) -> np.ndarray:
+    """Which name codes are ProfilerStep#N, once per tree."""
+    step = tree.__dict__.get("_step_names")
+    if step is None:
+        step = tree.__dict__["_step_names"] = pd.Series(tree.names, dtype=object).astype(str) \
+            .str.match(STEP.pattern).to_numpy(bool)
+    return step
+
+
+def _cuts(trace: Trace, tree):
+    """Every host thread's event starts and ends and its Python frames' starts and ends, sorted
+    and distinct within the thread, thread after thread (the tree's `spans` order): values and
+    each thread's [lo, hi); once per tree."""
+    cached = tree.__dict__.get("_cuts")
     if cached is None:
-        cached = tree.__dict__["_rank_threads"] = {}
-        for r, p, t in tree.threads:
-            cached.setdefault(r, {})[(p, t)] = None
+        spans = tree.spans
+        node_thread = np.repeat(np.arange(len(spans)), spans.hi - spans.lo)
+        values, owner = [tree.ts, tree.end], [node_thread, node_thread]
+        if len(trace.frames):
+            forest = frame_forest(trace)
+            mine = _forest_threads(tree, forest)  # tree thread -> forest thread
+            of_forest = np.full(len(forest.spans), -1, dtype=np.int64)
+            of_forest[mine[mine >= 0]] = np.flatnonzero(mine >= 0)
+            f_thread = np.repeat(of_forest, forest.spans.hi - forest.spans.lo)
+            keep = f_thread >= 0
+            values += [forest.ts[keep], forest.end[keep]]
+            owner += [f_thread[keep], f_thread[keep]]
+        values, owner = np.concatenate(values), np.concatenate(owner)
+        by = np.lexsort((values, owner))
+        values, owner = values[by], owner[by]
+        distinct = np.r_[True, (values[1:] != values[:-1]) | (owner[1:] != owner[:-1])]
+        values, owner = values[distinct], owner[distinct]
+        bounds = np.searchsorted(owner, np.arange(len(spans) + 1))
+        cached = tree.__dict__["_cuts"] = (values, bounds[:-1], bounds[1:])
     return cached
 
 
-def _is_known(pid: np.ndarray, tid: np.ndarray, known: dict) -> np.ndarray:
-    """Whether each (pid, tid) is one of `known`: pairs as one integer key each, one isin."""
-    if not known or not len(pid):
-        return np.zeros(len(pid), dtype=bool)
-    k_pid, k_tid = (np.fromiter((k[i] for k in known), np.int64, len(known)) for i in (0, 1))
-    pids, pid_code = np.unique(np.concatenate((k_pid, pid)), return_inverse=True)
-    tids, tid_code = np.unique(np.concatenate((k_tid, tid)), return_inverse=True)
-    key = pid_code.ravel() * len(tids) + tid_code.ravel()
-    return np.isin(key[len(known):], key[:len(known)])
+def _forest_threads(tree, forest) -> np.ndarray:
+    """Per tree thread, the number of its frames' thread in the forest (-1: no frames)."""
+    cached = tree.__dict__.get("_forest_threads")
+    if cached is None:
+        s = tree.spans
+        cached = tree.__dict__["_forest_threads"] = forest.spans.lookup(s.rank, s.pid, s.tid)
+    return cached
 
 
-def _main_thread(rank, device_pid, device_tid, tree, known) -> tuple[int, int]:
-    if not known:
-        return -1, -1
-    ok = device_pid >= 0
-    if ok.any():  # launch threads, most launches first (ties: lowest pid, tid)
-        # Each (pid, tid) as one int: codes of pid and tid, combined (10x faster than
-        # np.unique over rows); sorted codes keep the (pid, tid) order for the ties.
-        pids, pid_code = np.unique(device_pid[ok], return_inverse=True)
-        tids, tid_code = np.unique(device_tid[ok], return_inverse=True)
-        pairs, counts = np.unique(pid_code * len(tids) + tid_code, return_counts=True)
-        for i in np.argsort(-counts, kind="stable").tolist():
-            key = (int(pids[pairs[i] // len(tids)]), int(tids[pairs[i] % len(tids)]))
-            if key in known:
-                return key
-    sizes = {(p, t): tree.threads[(rank, p, t)][1] - tree.threads[(rank, p, t)][0] for p, t in known}
-    return max(sorted(sizes), key=lambda k: sizes[k])
-
-
-def idle_causes(trace: Trace, rank: int, gap_start: np.ndarray, gap_end: np.ndarray,
-                pid: np.ndarray, tid: np.ndarray) -> list[dict]:
-    """`idle_causes` of one device (module docstring) from its gaps and the thread of each."""
-    total = float(np.sum(gap_end - gap_start))
-    if total <= 0:
-        return []
-    tree = host_tree(trace)
-    step = tree.__dict__.get("_step_names")
-    if step is None:  # which name codes are ProfilerStep#N, once per tree
-        step = tree.__dict__["_step_names"] = pd.Series(tree.names, dtype=object).astype(str) \
-            .str.match(STEP.pattern).to_numpy(bool)
-    sums: dict[tuple[str, str | None], float] = {}
-    # the gaps of each thread: one lexsort (a mask per thread was quadratic when every gap is
-    # read off another thread)
-    order = np.lexsort((tid, pid))
-    p_sorted, t_sorted = pid[order], tid[order]
-    change = np.flatnonzero((p_sorted[1:] != p_sorted[:-1]) | (t_sorted[1:] != t_sorted[:-1])) + 1
-    bounds = np.concatenate(([0], change, [len(order)]))
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        sel = np.sort(order[a:b])  # the thread's gaps in time order, as before
-        key = (int(p_sorted[a]), int(t_sorted[a]))
-        for k, us in _thread_pieces(trace, tree, step, (rank, *key), gap_start[sel], gap_end[sel]):
-            sums[k] = sums.get(k, 0.0) + us
-    return _summarise(sums, total)
-
-
-def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
-    """((cause, frame or None), idle us) summed over the pieces of this thread's gaps."""
-    span = tree.threads.get(key)
-    if span is None:  # no host events on the rank at all
-        return [((UNTRACED, None), float(np.sum(ge - gs)))]
-    nest = frame_nest(trace, key)
-    # Every run sorted once per thread (starts are; ends in start order nearly are: timsort) and
-    # kept (a device per GPU would sort the same thread again for each), then the values inside
-    # a gap picked per gap with two sorted searches, and all runs merged by one more stable
-    # sort: no search per value.
-    inside = [_within(run, gs, ge) for run in _sorted_runs(tree, key, nest)]
-    cuts = np.sort(np.concatenate(inside + [gs, ge]), kind="stable")
-    cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))]
-    s, e = cuts[:-1], cuts[1:]
-    # A piece that starts at a gap's end lies between gaps, unless the next gap starts right
-    # there (a zero-length busy block between two gaps).
-    follows = np.searchsorted(gs, ge)
-    ends = ge[~((follows < len(gs)) & (gs[np.minimum(follows, len(gs) - 1)] == ge))]
-    keep = np.ones(len(s), dtype=bool)
-    at_end = np.searchsorted(cuts, ends)
-    keep[at_end[at_end < len(s)]] = False
-    s, e = s[keep], e[keep]
-    n = len(s)
-    node = tree.enclosing_on(key, s, e)
-    has_node = node >= 0
-    has_node[has_node] = ~step[tree.name[node[has_node]]]
-    # cause code: a name code of the tree (a node), n_names + frame name code (a frame alone),
-    # or n_names + n_frame_names (nothing); frame code: frame name code, or n_frame_names (none)
-    n_names = len(tree.names)
-    frame_names = np.empty(0, dtype=object)
-    frame_code = np.zeros(n, dtype=np.int64)
-    if nest is not None:
-        f = nest.enclosing(s, e)
-        # a frame is the detail of a node it lies inside, or the cause where no node is
-        inner = (f >= 0) & (~has_node | (nest.ts[np.maximum(f, 0)] >= tree.ts[np.maximum(node, 0)]))
-        codes, frame_names = pd.factorize(nest.name[f[inner]])
-        frame_code[inner] = codes
-        frame_code[~inner] = len(frame_names)
-    else:
-        inner = np.zeros(n, dtype=bool)
-    none = len(frame_names)
-    cause = np.where(has_node, tree.name[np.maximum(node, 0)],
-                     n_names + np.where(inner, frame_code, none))
-    combined = cause * (none + 1) + frame_code
-    if combined.max(initial=0) < 4 * len(combined) + 1024:  # small codes: count directly
-        us = np.bincount(combined, weights=e - s)
-        keys = np.flatnonzero(us)
-        us = us[keys]
-    else:
-        keys, inverse = np.unique(combined, return_inverse=True)
-        us = np.bincount(inverse.ravel(), weights=e - s, minlength=len(keys))
-    out = []
-    for k, t in zip(keys.tolist(), us.tolist()):
-        c, fr = divmod(k, none + 1)
-        name = (str(tree.names[c]) if c < n_names
-                else UNTRACED if c - n_names == none else str(frame_names[c - n_names]))
-        out.append(((name, str(frame_names[fr]) if fr < none else None), t))
-    return out
-
-
-def _sorted_runs(tree, key, nest) -> list[np.ndarray]:
-    """The thread's host event starts and ends and its frames' starts and ends, each sorted;
-    once per thread and tree."""
-    cache = tree.__dict__.setdefault("_sorted_runs", {})
-    runs = cache.get(key)
-    if runs is None:
-        lo, hi = tree.threads[key]
-        runs = [tree.ts[lo:hi], tree.end[lo:hi]] + ([nest.ts, nest.end] if nest is not None else [])
-        runs = cache[key] = [np.sort(run, kind="stable") for run in runs]
-    return runs
-
-
-def _within(sorted_values: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
-    """The values lying in some [gs, ge) (values and gaps sorted, gaps disjoint): each gap's
-    range found by two searches, the ranges marked with one cumulative sum."""
-    lo = np.searchsorted(sorted_values, gs, side="left")
-    hi = np.searchsorted(sorted_values, ge, side="left")
-    n = len(sorted_values)
-    mark = np.bincount(lo, minlength=n + 1)[:n + 1] - np.bincount(hi, minlength=n + 1)[:n + 1]
-    return sorted_values[np.cumsum(mark)[:n] > 0]
+def _frame_codes(forest) -> tuple[np.ndarray, np.ndarray]:
+    """Each frame's name as a code, and the names; once per forest."""
+    cached = forest.__dict__.get("_name_codes")
+    if cached is None:
+        codes, names = pd.factorize(forest.name)
+        cached = forest.__dict__["_name_codes"] = (codes.astype(np.int64), np.asarray(names, dtype=object))
+    return cached
 
 
 def _summarise(sums: dict, total: float) -> list[dict]:
