@@ -27,6 +27,7 @@ gaps or events (1,000 GPUs idling over one host thread were 1,000 passes over it
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,6 @@ from .tree import STEP, frame_forest, host_tree
 UNTRACED = "(host idle / not traced)"
 OTHER = "(other)"
 TOP_CAUSES = 10
-_LAST = np.iinfo(np.int64).max // 4  # sorts after every local code
 
 
 @dataclass
@@ -116,10 +116,18 @@ def _main_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
     return main
 
 
+# Pieces summed per bincount: bounds the memory of the pieces (pieces are gaps times the host
+# events inside them: 1,000 GPUs idling over one host thread each cut it 1,000 times).
+CHUNK_PIECES = 1 << 22
+DENSE_BINS = 1 << 24
+
+
 def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
     """Add the pieces of the gaps read off a host thread into each device's sums, keyed by
-    (cause, frame), in the order the thread-by-thread sums had (the figures stay bit-equal)."""
-    # gaps by (device, thread), each thread's in time order
+    (cause, frame). A piece strictly inside a gap lies between two consecutive cut times of its
+    thread: its cause is the elementary segment's (`_segments`, once per thread); only each
+    gap's first and last piece are looked up. Sums run in time order within each (device,
+    thread) and then over threads in (pid, tid) order, as a gap-by-gap sum would."""
     traced = traced[np.lexsort((traced, thread[traced], gaps.gap_dev[traced]))]
     dev, thr = gaps.gap_dev[traced], thread[traced]
     gs, ge = gaps.start[traced], gaps.end[traced]
@@ -128,61 +136,118 @@ def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
     hi = segment_searchsorted(cut_vals, cut_lo[thr], cut_hi[thr], ge, side="left")
     # each gap cut at the thread's times strictly inside it: hi - lo cuts, hi - lo + 1 pieces
     k = hi - lo + 1
-    gap_of = np.repeat(np.arange(len(gs)), k)
-    j = np.arange(len(gap_of)) - np.repeat(np.cumsum(k) - k, k)
     last = len(cut_vals) - 1
-    s = np.where(j == 0, gs[gap_of], cut_vals[np.clip(lo[gap_of] + j - 1, 0, last)])
-    e = np.where(j == k[gap_of] - 1, ge[gap_of], cut_vals[np.clip(lo[gap_of] + j, 0, last)])
-    p_thread = thr[gap_of]
-    node = tree.enclosing_in(p_thread, s, e)
+    first_end = np.where(k > 1, cut_vals[np.minimum(lo, last)], ge)
+    last_start = cut_vals[np.clip(hi - 1, 0, last)]
+    ends_cause, ends_frame = _piece_keys(trace, tree, np.concatenate((thr, thr)),
+                                         np.concatenate((gs, last_start)), np.concatenate((first_end, ge)))
+    seg_cause, seg_frame, seg_len = _segments(trace, tree)
+    pair = tuple_codes(np.concatenate((seg_cause, ends_cause)), np.concatenate((seg_frame, ends_frame)))
+    n_pairs = int(pair.max()) + 1 if len(pair) else 0
+    pair_cause, pair_frame = np.zeros(n_pairs, dtype=np.int64), np.zeros(n_pairs, dtype=np.int64)
+    pair_cause[pair] = np.concatenate((seg_cause, ends_cause))
+    pair_frame[pair] = np.concatenate((seg_frame, ends_frame))
+    seg_pair, first_pair, last_pair = pair[:len(seg_cause)], *np.split(pair[len(seg_cause):], 2)
+    first_len, last_len = first_end - gs, ge - last_start
+    dt = np.cumsum(np.r_[True, (dev[1:] != dev[:-1]) | (thr[1:] != thr[:-1])]) - 1
+    dt_dev = dev[np.r_[True, dt[1:] != dt[:-1]]]
+    # level 1: per (device, thread, pair), in time order; chunks of whole (device, thread)s
+    l1_dt, l1_pair, l1_us = [], [], []
+    for g0, g1 in _chunks(k, dt):
+        piece_dt, piece_pair, piece_len = _pieces(k[g0:g1], lo[g0:g1], dt[g0:g1], first_pair[g0:g1],
+                                                  last_pair[g0:g1], first_len[g0:g1], last_len[g0:g1],
+                                                  seg_pair, seg_len)
+        base, n_dt = int(dt[g0]), int(dt[g1 - 1] - dt[g0]) + 1
+        key = (piece_dt - base) * n_pairs + piece_pair
+        if n_dt * n_pairs <= DENSE_BINS:
+            us = np.bincount(key, weights=piece_len, minlength=n_dt * n_pairs)
+            keys = np.flatnonzero(us)  # every piece has a length: a key seen has a sum
+            us = us[keys]
+        else:
+            keys, inverse = np.unique(key, return_inverse=True)
+            us = np.bincount(inverse.ravel(), weights=piece_len, minlength=len(keys))
+        l1_dt.append(base + keys // n_pairs)
+        l1_pair.append(keys % n_pairs)
+        l1_us.append(us)
+    l1_dt, l1_pair, l1_us = np.concatenate(l1_dt), np.concatenate(l1_pair), np.concatenate(l1_us)
+    # level 2: per (device, pair), the threads' sums added in thread order
+    keys, inverse = np.unique(dt_dev[l1_dt] * n_pairs + l1_pair, return_inverse=True)
+    us2 = np.bincount(inverse.ravel(), weights=l1_us, minlength=len(keys))
+    n_names = len(tree.names)
+    frame_names = _frame_codes(frame_forest(trace))[1] if len(trace.frames) else np.empty(0, dtype=object)
+    untraced = n_names + len(frame_names)
+    for key, us in zip(keys.tolist(), us2.tolist()):
+        d, p = divmod(key, n_pairs)
+        c, fr = int(pair_cause[p]), int(pair_frame[p])
+        name = (str(tree.names[c]) if c < n_names
+                else UNTRACED if c == untraced else str(frame_names[c - n_names]))
+        sums[d][(name, str(frame_names[fr]) if fr < len(frame_names) else None)] = us
+
+
+def _chunks(k: np.ndarray, dt: np.ndarray):
+    """[g0, g1) ranges of gaps holding about CHUNK_PIECES pieces (at least one (device,
+    thread)), cut between (device, thread)s only, so that each one's sums run in one bincount."""
+    starts = np.flatnonzero(np.r_[True, dt[1:] != dt[:-1]])
+    bounds = np.r_[starts, len(k)]
+    before = np.r_[0, np.cumsum(k)][bounds]  # pieces before each (device, thread), and in all
+    i = 0
+    while i < len(starts):
+        j = max(i + 1, int(np.searchsorted(before, before[i] + CHUNK_PIECES, side="right")) - 1)
+        yield int(bounds[i]), int(bounds[j])
+        i = j
+
+
+def _pieces(k, lo, dt, first_pair, last_pair, first_len, last_len, seg_pair, seg_len):
+    """Each piece's (device, thread) group, pair and length, gap after gap, in time order."""
+    gap_of = np.repeat(np.arange(len(k)), k)
+    j = np.arange(len(gap_of)) - np.repeat(np.cumsum(k) - k, k)
+    m = np.clip(lo[gap_of] + j - 1, 0, max(len(seg_pair) - 1, 0))
+    pair = seg_pair[m] if len(seg_pair) else np.zeros(len(m), dtype=np.int64)
+    length = seg_len[m] if len(seg_len) else np.zeros(len(m))
+    head = j == 0
+    tail = (j == k[gap_of] - 1) & ~head
+    pair[head], length[head] = first_pair[gap_of[head]], first_len[gap_of[head]]
+    pair[tail], length[tail] = last_pair[gap_of[tail]], last_len[gap_of[tail]]
+    return dt[gap_of], pair, length
+
+
+def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
+    """(cause, frame) codes of pieces [s, e] read off tree threads: cause a tree name code (the
+    innermost op or annotation, ProfilerStep#N excluded), else n_names + a frame name code (the
+    innermost frame), else n_names + n_frame_names (untraced); frame a frame name code (the
+    innermost frame, where it lies inside the cause's node or there is none) or n_frame_names."""
+    node = tree.enclosing_in(thread, s, e)
     has_node = node >= 0
     has_node[has_node] = ~_step_names(tree)[tree.name[node[has_node]]]
     n_names = len(tree.names)
-    forest = frame_forest(trace) if len(trace.frames) else None
-    if forest is not None:
-        f = forest.enclosing_in(_forest_threads(tree, forest)[p_thread], s, e)
+    if len(trace.frames):
+        forest = frame_forest(trace)
+        f = forest.enclosing_in(_forest_threads(tree, forest)[thread], s, e)
         # a frame is the detail of a node it lies inside, or the cause where no node is
         inner = (f >= 0) & (~has_node | (forest.ts[np.maximum(f, 0)] >= tree.ts[np.maximum(node, 0)]))
         codes, frame_names = _frame_codes(forest)
-        n_frames = len(frame_names)
-        frame = np.where(inner, codes[np.maximum(f, 0)], n_frames)
+        frame = np.where(inner, codes[np.maximum(f, 0)], len(frame_names))
     else:
-        inner, frame_names, n_frames = np.zeros(len(s), dtype=bool), np.empty(0, dtype=object), 0
         frame = np.zeros(len(s), dtype=np.int64)
     cause = np.where(has_node, tree.name[np.maximum(node, 0)], n_names + frame)
-    # one group per (device, thread): the thread-by-thread sums' unit
-    p_dev = dev[gap_of]
-    dt = np.cumsum(np.r_[True, (p_dev[1:] != p_dev[:-1]) | (p_thread[1:] != p_thread[:-1])]) - 1
-    # each (device, thread)'s frame names numbered by first appearance (pd.factorize's order
-    # in the thread-by-thread sums; it decides the order causes are added in)
-    local = np.full(len(s), _LAST, dtype=np.int64)
-    at = np.flatnonzero(inner)
-    if len(at):
-        c2 = tuple_codes(dt[at], frame[at])
-        _, first2 = np.unique(c2, return_index=True)
-        by = np.lexsort((first2, dt[at][first2]))
-        group_start = np.r_[True, dt[at][first2][by][1:] != dt[at][first2][by][:-1]]
-        rank_in = np.arange(len(by)) - np.maximum.accumulate(np.where(group_start, np.arange(len(by)), 0))
-        rank_of = np.empty(len(by), dtype=np.int64)
-        rank_of[by] = rank_in
-        local[at] = rank_of[c2]
-    # level 1: per (device, thread, cause, frame), summed in time order
-    c1 = tuple_codes(dt, cause, frame)
-    us1 = np.bincount(c1, weights=e - s)
-    _, first1 = np.unique(c1, return_index=True)
-    d1, cause1, frame1, dt1, local1 = p_dev[first1], cause[first1], frame[first1], dt[first1], local[first1]
-    local_cause = np.where(cause1 < n_names, cause1, n_names + local1)
-    # level 2: per (device, cause, frame), the threads' sums added in thread order
-    c2 = tuple_codes(d1, cause1, frame1)
-    us2 = np.bincount(c2, weights=us1)
-    _, first = np.unique(c2, return_index=True)
-    order = first[np.lexsort((local1[first], local_cause[first], dt1[first], d1[first]))]
-    untraced = n_names + n_frames
-    for i, us in zip(order.tolist(), us2[c2[order]].tolist()):
-        c, fr = int(cause1[i]), int(frame1[i])
-        name = (str(tree.names[c]) if c < n_names
-                else UNTRACED if c == untraced else str(frame_names[c - n_names]))
-        sums[int(d1[i])][(name, str(frame_names[fr]) if fr < n_frames else None)] = us
+    return cause, frame
+
+
+def _segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cut time (`_cuts`), the (cause, frame) codes and length of the stretch up to the next
+    cut time of the same thread (meaningless at a thread's last); once per tree."""
+    cached = tree.__dict__.get("_segments")
+    if cached is None:
+        values, lo, hi = _cuts(trace, tree)
+        if len(values) < 2:
+            cached = (np.zeros(len(values), dtype=np.int64),) * 2 + (np.zeros(len(values)),)
+        else:
+            owner = np.repeat(np.arange(len(lo)), hi - lo)
+            s, e = values[:-1], values[1:]
+            cause, frame = _piece_keys(trace, tree, owner[:-1], s, np.where(owner[1:] == owner[:-1], e, s))
+            cached = (np.r_[cause, 0], np.r_[frame, 0], np.r_[e - s, 0.0])
+        tree.__dict__["_segments"] = cached
+    return cached
 
 
 def _step_names(tree) -> np.ndarray:
@@ -241,15 +306,20 @@ def _frame_codes(forest) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _summarise(sums: dict, total: float) -> list[dict]:
-    by_cause: dict[str, float] = {}
-    best: dict[str, tuple[float, str]] = {}
+    """Causes largest first from the (cause, frame) sums: a cause's time is the exactly rounded
+    sum of its frames' (math.fsum: no order to depend on), its frame the one with the most
+    (ties: the first name)."""
+    by_frame: dict[str, list[tuple[float, str | None]]] = {}
     for (cause, frame), us in sums.items():
-        by_cause[cause] = by_cause.get(cause, 0.0) + us
-        if frame is not None and frame != cause and us > best.get(cause, (0.0, ""))[0]:
-            best[cause] = (us, frame)
+        by_frame.setdefault(cause, []).append((us, frame))
+    by_cause = {c: math.fsum(us for us, _ in v) for c, v in by_frame.items()}
+    best = {}
+    for c, v in by_frame.items():
+        named = [(-us, f) for us, f in v if f is not None and f != c]
+        if named:
+            best[c] = min(named)[1]
     ranked = sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))
-    out = [{"cause": c, "idle_us": us, "share": us / total,
-            "frame": best[c][1] if c in best else None} for c, us in ranked]
+    out = [{"cause": c, "idle_us": us, "share": us / total, "frame": best.get(c)} for c, us in ranked]
     if len(out) > TOP_CAUSES:
         rest = sum(o["idle_us"] for o in out[TOP_CAUSES - 1:])
         out = out[:TOP_CAUSES - 1] + [{"cause": OTHER, "idle_us": rest, "share": rest / total,
