@@ -325,3 +325,15 @@ def test_many_gpus_over_one_thread_cost_about_one_gpu(tmp_path):
         return min(runs)
     one, many = best(1), best(600)
     assert many < 3 * one, (one, many)  # 2026-11-23: 0.13 vs 1.08 s before (8.4x), 0.19 vs 0.35 s after
+
+
+@pytest.mark.parametrize("name", ["param/dlrm_8rank", "tracelens/h100_owlv2_inference.json.gz"])
+def test_idle_causes_the_same_in_small_chunks(name, monkeypatch):
+    """Summed in chunks of a few pieces (each (device, thread) whole) and through np.unique
+    instead of dense bins, the idle causes are the same, bit for bit."""
+    from goodhart_prof.analysis import idle
+    whole = [b.idle_causes for b in burstiness(load(DATA / name, progress=False))]
+    monkeypatch.setattr(idle, "CHUNK_PIECES", 3)
+    monkeypatch.setattr(idle, "DENSE_BINS", 1)
+    chunked = [b.idle_causes for b in burstiness(load(DATA / name, progress=False))]
+    assert chunked == whole and any(whole)

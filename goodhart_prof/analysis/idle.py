@@ -17,13 +17,18 @@ Definitions (DESIGN.md, burstiness):
 - `idle_causes` sums the pieces per cause, largest first: `cause`, `idle_us`, `share` (of the
   device's idle time, the sum of its gaps, so shares add up to 1), and `frame`: the innermost
   Python frame that held most of that cause's idle time (the code inside the annotation or op;
-  None without stacks). The top `TOP_CAUSES` are kept and the rest summed into `(other)`.
+  ties: the first name; None without stacks). The top `TOP_CAUSES` are kept and the rest summed
+  into `(other)`. Each (cause, frame) is summed in time order per (device, thread), then over
+  threads in (pid, tid) order; a cause's `idle_us` is the exactly rounded sum (math.fsum) of its
+  frames'.
 
 Vectorised over all devices and threads at once (`device_idle_causes`): each host thread's
-event and frame times sorted once (`_cuts`), every gap cut at the times strictly inside it by one
-binary search for all gaps (`segment_searchsorted`), one `HostTree.enclosing_in` and one
-`FrameForest.enclosing_in` over all pieces, sums by one bincount; no loop over devices, threads,
-gaps or events (1,000 GPUs idling over one host thread were 1,000 passes over it).
+event and frame times sorted once (`_cuts`) and each stretch between two consecutive ones given
+its cause once (`_segments`), so a piece strictly inside a gap is a lookup; every gap is cut by
+one binary search for all gaps (`segment_searchsorted`), and only each gap's first and last piece
+are placed with `HostTree.enclosing_in` / `FrameForest.enclosing_in`; sums by bincount, in chunks
+of whole (device, thread)s. No loop over devices, threads, gaps or events (1,000 GPUs idling over
+one host thread were 1,000 passes over it).
 """
 from __future__ import annotations
 
@@ -118,8 +123,8 @@ def _main_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
 
 # Pieces summed per bincount: bounds the memory of the pieces (pieces are gaps times the host
 # events inside them: 1,000 GPUs idling over one host thread each cut it 1,000 times).
-CHUNK_PIECES = 1 << 22
-DENSE_BINS = 1 << 24
+CHUNK_PIECES = 1 << 20
+DENSE_BINS = 1 << 22
 
 
 def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
