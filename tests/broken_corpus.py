@@ -260,6 +260,19 @@ def build(root: Path) -> dict[str, Case]:
         event(20, 30, "k", cat="kernel", pid=0, tid=7, args={"device": 0, "stream": 7, "correlation": 7}),
         event(19, 35, "Optimizer.step#SGD.step", cat="gpu_user_annotation", pid=0, tid=7,
               args={"device": 0, "stream": 7})])))
+
+    # -- scale2 (many devices): 300 GPUs idling across one host thread, the GPU work before time 0
+    # (busy blocks that end before 0 kept their ends: tests/test_scale.py pins the figures) -----
+    many = []
+    for i in range(3000):
+        t = -200_000.0 + 40.0 * i
+        many.append(event(t, 20.0, "aten::mm", args={"External id": i + 1}))
+        many.append(event(t + 2, 5.0, "cudaLaunchKernel", cat="cuda_runtime",
+                          args={"correlation": i + 1, "External id": i + 1}))
+        many.append(event(t + 9, 12.0, "gemm_kernel", cat="kernel", pid=1000 + i % 300, tid=7,
+                          args={"device": i % 300, "stream": 7, "correlation": i + 1}))
+    (root / "many_gpus_before_zero.json").write_bytes(_dump(good_doc(many)))
+    cases.append(Case("many_gpus_before_zero", root / "many_gpus_before_zero.json"))
     return {c.name: c for c in cases}
 
 

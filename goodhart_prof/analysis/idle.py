@@ -17,195 +17,314 @@ Definitions (DESIGN.md, burstiness):
 - `idle_causes` sums the pieces per cause, largest first: `cause`, `idle_us`, `share` (of the
   device's idle time, the sum of its gaps, so shares add up to 1), and `frame`: the innermost
   Python frame that held most of that cause's idle time (the code inside the annotation or op;
-  None without stacks). The top `TOP_CAUSES` are kept and the rest summed into `(other)`.
+  ties: the first name; None without stacks). The top `TOP_CAUSES` are kept and the rest summed
+  into `(other)`. Each (cause, frame) is summed in time order per (device, thread), then over
+  threads in (pid, tid) order; a cause's `idle_us` is the exactly rounded sum (math.fsum) of its
+  frames'.
 
-Vectorised: per thread one sorted cut of the gaps, one `HostTree.enclosing` and one
-`FrameNest.enclosing` over all pieces; no loop over gaps or events.
+Vectorised over all devices and threads at once (`device_idle_causes`): each host thread's
+event and frame times sorted once (`_cuts`) and each stretch between two consecutive ones given
+its cause once (`_segments`), so a piece strictly inside a gap is a lookup; every gap is cut by
+one binary search for all gaps (`segment_searchsorted`), and only each gap's first and last piece
+are placed with `HostTree.enclosing_in` / `FrameForest.enclosing_in`; sums by bincount, in chunks
+of whole (device, thread)s. No loop over devices, threads, gaps or events (1,000 GPUs idling over
+one host thread were 1,000 passes over it).
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .tree import STEP, frame_nest, host_tree
+from .intervals import segment_searchsorted, tuple_codes
+from .tree import STEP, frame_forest, host_tree
 
 UNTRACED = "(host idle / not traced)"
 OTHER = "(other)"
 TOP_CAUSES = 10
 
 
-def gap_threads(rank: int, opener_pid: np.ndarray, opener_tid: np.ndarray, device_pid: np.ndarray,
-                device_tid: np.ndarray, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """The host thread each gap is read from (module docstring): the opener's launch thread when it
-    has host events, else the rank's main thread. pid/tid -1: the rank has no host events."""
+@dataclass
+class DeviceGaps:
+    """The gaps of every device, concatenated (device i's rows are `gap_dev == i`, in time
+    order), and each device's launches (one row per GPU activity with its launch thread)."""
+
+    rank: np.ndarray  # per device
+    total: np.ndarray  # per device: its idle time, the sum of its gaps
+    gap_dev: np.ndarray  # per gap
+    start: np.ndarray
+    end: np.ndarray
+    opener_pid: np.ndarray  # the launch thread of the gap's opening activity (-1: unknown)
+    opener_tid: np.ndarray
+    act_dev: np.ndarray  # per GPU activity
+    act_pid: np.ndarray  # its launch thread (-1: launch not in the trace)
+    act_tid: np.ndarray
+
+
+def device_idle_causes(trace: Trace, gaps: DeviceGaps) -> list[list[dict]]:
+    """`idle_causes` of every device (module docstring), in device order."""
+    n_dev = len(gaps.rank)
+    out: list[list[dict]] = [[] for _ in range(n_dev)]
+    if not len(gaps.start):
+        return out
     tree = host_tree(trace)
-    known = _rank_threads(tree).get(rank, {})
-    main = _main_thread(rank, device_pid, device_tid, tree, known)
-    pid, tid = opener_pid.astype(np.int64).copy(), opener_tid.astype(np.int64).copy()
-    ok = _is_known(pid, tid, known)
-    pid[~ok], tid[~ok] = main
-    return pid, tid
+    thread = gap_threads(trace, gaps)
+    sums: list[dict] = [{} for _ in range(n_dev)]
+    for d in np.unique(gaps.gap_dev[thread < 0]).tolist():  # ranks without host events
+        sums[d][(UNTRACED, None)] = float(gaps.total[d])
+    traced = np.flatnonzero(thread >= 0)
+    if len(traced):
+        _traced_sums(trace, tree, gaps, thread, traced, sums)
+    return [_summarise(sums[d], float(gaps.total[d])) if gaps.total[d] > 0 else []
+            for d in range(n_dev)]
 
 
-def _rank_threads(tree) -> dict[int, dict[tuple[int, int], None]]:
-    """rank -> its host threads (pid, tid) in tree order, once per tree (a pass over every
-    thread per device was quadratic: 20,000 ranks of 2 threads, 400 million steps)."""
-    cached = tree.__dict__.get("_rank_threads")
+def gap_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
+    """The host thread (its number in the tree's `spans`) each gap is read from (module
+    docstring): the opener's launch thread when it has host events, else the rank's main
+    thread; -1 when the rank has no host events."""
+    spans = host_tree(trace).spans
+    thread = spans.lookup(gaps.rank[gaps.gap_dev], gaps.opener_pid, gaps.opener_tid)
+    main = _main_threads(trace, gaps)
+    return np.where(thread >= 0, thread, main[gaps.gap_dev])
+
+
+def _main_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
+    """Per device: the launch thread with most of its launches (ties: lowest pid, tid) that has
+    host events, else its rank's thread with the most host events (ties: lowest pid, tid)."""
+    spans = host_tree(trace).spans
+    n_dev = len(gaps.rank)
+    main = np.full(n_dev, -1, dtype=np.int64)
+    ok = np.flatnonzero(gaps.act_pid >= 0)
+    if len(ok):
+        d, p, t = gaps.act_dev[ok], gaps.act_pid[ok], gaps.act_tid[ok]
+        codes = tuple_codes(d, p, t)
+        _, first, counts = np.unique(codes, return_index=True, return_counts=True)
+        d, p, t = d[first], p[first], t[first]
+        thread = spans.lookup(gaps.rank[d], p, t)
+        known = np.flatnonzero(thread >= 0)
+        order = known[np.lexsort((t[known], p[known], -counts[known], d[known]))]
+        lead = order[np.r_[True, d[order][1:] != d[order][:-1]]] if len(order) else order
+        main[d[lead]] = thread[lead]
+    todo = np.flatnonzero(main < 0)
+    if len(todo) and len(spans):
+        size = spans.hi - spans.lo  # threads are in (rank, pid, tid) order: ties go to the first
+        by = np.lexsort((np.arange(len(spans)), -size, spans.rank))
+        lead = by[np.r_[True, spans.rank[by][1:] != spans.rank[by][:-1]]]
+        ranks = spans.rank[lead]
+        j = np.minimum(np.searchsorted(ranks, gaps.rank[todo]), len(ranks) - 1)
+        hit = ranks[j] == gaps.rank[todo]
+        main[todo[hit]] = lead[j[hit]]
+    return main
+
+
+# Pieces summed per bincount: bounds the memory of the pieces (pieces are gaps times the host
+# events inside them: 1,000 GPUs idling over one host thread each cut it 1,000 times).
+CHUNK_PIECES = 1 << 20
+DENSE_BINS = 1 << 22
+
+
+def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
+    """Add the pieces of the gaps read off a host thread into each device's sums, keyed by
+    (cause, frame). A piece strictly inside a gap lies between two consecutive cut times of its
+    thread: its cause is the elementary segment's (`_segments`, once per thread); only each
+    gap's first and last piece are looked up. Sums run in time order within each (device,
+    thread) and then over threads in (pid, tid) order, as a gap-by-gap sum would."""
+    traced = traced[np.lexsort((traced, thread[traced], gaps.gap_dev[traced]))]
+    dev, thr = gaps.gap_dev[traced], thread[traced]
+    gs, ge = gaps.start[traced], gaps.end[traced]
+    cut_vals, cut_lo, cut_hi = _cuts(trace, tree)
+    lo = segment_searchsorted(cut_vals, cut_lo[thr], cut_hi[thr], gs, side="right")
+    hi = segment_searchsorted(cut_vals, cut_lo[thr], cut_hi[thr], ge, side="left")
+    # each gap cut at the thread's times strictly inside it: hi - lo cuts, hi - lo + 1 pieces
+    k = hi - lo + 1
+    last = len(cut_vals) - 1
+    first_end = np.where(k > 1, cut_vals[np.minimum(lo, last)], ge)
+    last_start = cut_vals[np.clip(hi - 1, 0, last)]
+    ends_cause, ends_frame = _piece_keys(trace, tree, np.concatenate((thr, thr)),
+                                         np.concatenate((gs, last_start)), np.concatenate((first_end, ge)))
+    seg_cause, seg_frame, seg_len = _segments(trace, tree)
+    pair = tuple_codes(np.concatenate((seg_cause, ends_cause)), np.concatenate((seg_frame, ends_frame)))
+    n_pairs = int(pair.max()) + 1 if len(pair) else 0
+    pair_cause, pair_frame = np.zeros(n_pairs, dtype=np.int64), np.zeros(n_pairs, dtype=np.int64)
+    pair_cause[pair] = np.concatenate((seg_cause, ends_cause))
+    pair_frame[pair] = np.concatenate((seg_frame, ends_frame))
+    seg_pair, first_pair, last_pair = pair[:len(seg_cause)], *np.split(pair[len(seg_cause):], 2)
+    first_len, last_len = first_end - gs, ge - last_start
+    dt = np.cumsum(np.r_[True, (dev[1:] != dev[:-1]) | (thr[1:] != thr[:-1])]) - 1
+    dt_dev = dev[np.r_[True, dt[1:] != dt[:-1]]]
+    # level 1: per (device, thread, pair), in time order; chunks of whole (device, thread)s
+    l1_dt, l1_pair, l1_us = [], [], []
+    for g0, g1 in _chunks(k, dt):
+        piece_dt, piece_pair, piece_len = _pieces(k[g0:g1], lo[g0:g1], dt[g0:g1], first_pair[g0:g1],
+                                                  last_pair[g0:g1], first_len[g0:g1], last_len[g0:g1],
+                                                  seg_pair, seg_len)
+        base, n_dt = int(dt[g0]), int(dt[g1 - 1] - dt[g0]) + 1
+        key = (piece_dt - base) * n_pairs + piece_pair
+        if n_dt * n_pairs <= DENSE_BINS:
+            us = np.bincount(key, weights=piece_len, minlength=n_dt * n_pairs)
+            keys = np.flatnonzero(us)  # every piece has a length: a key seen has a sum
+            us = us[keys]
+        else:
+            keys, inverse = np.unique(key, return_inverse=True)
+            us = np.bincount(inverse.ravel(), weights=piece_len, minlength=len(keys))
+        l1_dt.append(base + keys // n_pairs)
+        l1_pair.append(keys % n_pairs)
+        l1_us.append(us)
+    l1_dt, l1_pair, l1_us = np.concatenate(l1_dt), np.concatenate(l1_pair), np.concatenate(l1_us)
+    # level 2: per (device, pair), the threads' sums added in thread order
+    keys, inverse = np.unique(dt_dev[l1_dt] * n_pairs + l1_pair, return_inverse=True)
+    us2 = np.bincount(inverse.ravel(), weights=l1_us, minlength=len(keys))
+    n_names = len(tree.names)
+    frame_names = _frame_codes(frame_forest(trace))[1] if len(trace.frames) else np.empty(0, dtype=object)
+    untraced = n_names + len(frame_names)
+    for key, us in zip(keys.tolist(), us2.tolist()):
+        d, p = divmod(key, n_pairs)
+        c, fr = int(pair_cause[p]), int(pair_frame[p])
+        name = (str(tree.names[c]) if c < n_names
+                else UNTRACED if c == untraced else str(frame_names[c - n_names]))
+        sums[d][(name, str(frame_names[fr]) if fr < len(frame_names) else None)] = us
+
+
+def _chunks(k: np.ndarray, dt: np.ndarray):
+    """[g0, g1) ranges of gaps holding about CHUNK_PIECES pieces (at least one (device,
+    thread)), cut between (device, thread)s only, so that each one's sums run in one bincount."""
+    starts = np.flatnonzero(np.r_[True, dt[1:] != dt[:-1]])
+    bounds = np.r_[starts, len(k)]
+    before = np.r_[0, np.cumsum(k)][bounds]  # pieces before each (device, thread), and in all
+    i = 0
+    while i < len(starts):
+        j = max(i + 1, int(np.searchsorted(before, before[i] + CHUNK_PIECES, side="right")) - 1)
+        yield int(bounds[i]), int(bounds[j])
+        i = j
+
+
+def _pieces(k, lo, dt, first_pair, last_pair, first_len, last_len, seg_pair, seg_len):
+    """Each piece's (device, thread) group, pair and length, gap after gap, in time order."""
+    gap_of = np.repeat(np.arange(len(k)), k)
+    j = np.arange(len(gap_of)) - np.repeat(np.cumsum(k) - k, k)
+    m = np.clip(lo[gap_of] + j - 1, 0, max(len(seg_pair) - 1, 0))
+    pair = seg_pair[m] if len(seg_pair) else np.zeros(len(m), dtype=np.int64)
+    length = seg_len[m] if len(seg_len) else np.zeros(len(m))
+    head = j == 0
+    tail = (j == k[gap_of] - 1) & ~head
+    pair[head], length[head] = first_pair[gap_of[head]], first_len[gap_of[head]]
+    pair[tail], length[tail] = last_pair[gap_of[tail]], last_len[gap_of[tail]]
+    return dt[gap_of], pair, length
+
+
+def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
+    """(cause, frame) codes of pieces [s, e] read off tree threads: cause a tree name code (the
+    innermost op or annotation, ProfilerStep#N excluded), else n_names + a frame name code (the
+    innermost frame), else n_names + n_frame_names (untraced); frame a frame name code (the
+    innermost frame, where it lies inside the cause's node or there is none) or n_frame_names."""
+    node = tree.enclosing_in(thread, s, e)
+    has_node = node >= 0
+    has_node[has_node] = ~_step_names(tree)[tree.name[node[has_node]]]
+    n_names = len(tree.names)
+    if len(trace.frames):
+        forest = frame_forest(trace)
+        f = forest.enclosing_in(_forest_threads(tree, forest)[thread], s, e)
+        # a frame is the detail of a node it lies inside, or the cause where no node is
+        inner = (f >= 0) & (~has_node | (forest.ts[np.maximum(f, 0)] >= tree.ts[np.maximum(node, 0)]))
+        codes, frame_names = _frame_codes(forest)
+        frame = np.where(inner, codes[np.maximum(f, 0)], len(frame_names))
+    else:
+        frame = np.zeros(len(s), dtype=np.int64)
+    cause = np.where(has_node, tree.name[np.maximum(node, 0)], n_names + frame)
+    return cause, frame
+
+
+def _segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cut time (`_cuts`), the (cause, frame) codes and length of the stretch up to the next
+    cut time of the same thread (meaningless at a thread's last); once per tree."""
+    cached = tree.__dict__.get("_segments")
     if cached is None:
-        cached = tree.__dict__["_rank_threads"] = {}
-        for r, p, t in tree.threads:
-            cached.setdefault(r, {})[(p, t)] = None
+        values, lo, hi = _cuts(trace, tree)
+        if len(values) < 2:
+            cached = (np.zeros(len(values), dtype=np.int64),) * 2 + (np.zeros(len(values)),)
+        else:
+            owner = np.repeat(np.arange(len(lo)), hi - lo)
+            s, e = values[:-1], values[1:]
+            cause, frame = _piece_keys(trace, tree, owner[:-1], s, np.where(owner[1:] == owner[:-1], e, s))
+            cached = (np.r_[cause, 0], np.r_[frame, 0], np.r_[e - s, 0.0])
+        tree.__dict__["_segments"] = cached
     return cached
 
 
-def _is_known(pid: np.ndarray, tid: np.ndarray, known: dict) -> np.ndarray:
-    """Whether each (pid, tid) is one of `known`: pairs as one integer key each, one isin."""
-    if not known or not len(pid):
-        return np.zeros(len(pid), dtype=bool)
-    k_pid, k_tid = (np.fromiter((k[i] for k in known), np.int64, len(known)) for i in (0, 1))
-    pids, pid_code = np.unique(np.concatenate((k_pid, pid)), return_inverse=True)
-    tids, tid_code = np.unique(np.concatenate((k_tid, tid)), return_inverse=True)
-    key = pid_code.ravel() * len(tids) + tid_code.ravel()
-    return np.isin(key[len(known):], key[:len(known)])
-
-
-def _main_thread(rank, device_pid, device_tid, tree, known) -> tuple[int, int]:
-    if not known:
-        return -1, -1
-    ok = device_pid >= 0
-    if ok.any():  # launch threads, most launches first (ties: lowest pid, tid)
-        # Each (pid, tid) as one int: codes of pid and tid, combined (10x faster than
-        # np.unique over rows); sorted codes keep the (pid, tid) order for the ties.
-        pids, pid_code = np.unique(device_pid[ok], return_inverse=True)
-        tids, tid_code = np.unique(device_tid[ok], return_inverse=True)
-        pairs, counts = np.unique(pid_code * len(tids) + tid_code, return_counts=True)
-        for i in np.argsort(-counts, kind="stable").tolist():
-            key = (int(pids[pairs[i] // len(tids)]), int(tids[pairs[i] % len(tids)]))
-            if key in known:
-                return key
-    sizes = {(p, t): tree.threads[(rank, p, t)][1] - tree.threads[(rank, p, t)][0] for p, t in known}
-    return max(sorted(sizes), key=lambda k: sizes[k])
-
-
-def idle_causes(trace: Trace, rank: int, gap_start: np.ndarray, gap_end: np.ndarray,
-                pid: np.ndarray, tid: np.ndarray) -> list[dict]:
-    """`idle_causes` of one device (module docstring) from its gaps and the thread of each."""
-    total = float(np.sum(gap_end - gap_start))
-    if total <= 0:
-        return []
-    tree = host_tree(trace)
+def _step_names(tree) -> np.ndarray:
+    """Which name codes are ProfilerStep#N, once per tree."""
     step = tree.__dict__.get("_step_names")
-    if step is None:  # which name codes are ProfilerStep#N, once per tree
+    if step is None:
         step = tree.__dict__["_step_names"] = pd.Series(tree.names, dtype=object).astype(str) \
             .str.match(STEP.pattern).to_numpy(bool)
-    sums: dict[tuple[str, str | None], float] = {}
-    # the gaps of each thread: one lexsort (a mask per thread was quadratic when every gap is
-    # read off another thread)
-    order = np.lexsort((tid, pid))
-    p_sorted, t_sorted = pid[order], tid[order]
-    change = np.flatnonzero((p_sorted[1:] != p_sorted[:-1]) | (t_sorted[1:] != t_sorted[:-1])) + 1
-    bounds = np.concatenate(([0], change, [len(order)]))
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        sel = np.sort(order[a:b])  # the thread's gaps in time order, as before
-        key = (int(p_sorted[a]), int(t_sorted[a]))
-        for k, us in _thread_pieces(trace, tree, step, (rank, *key), gap_start[sel], gap_end[sel]):
-            sums[k] = sums.get(k, 0.0) + us
-    return _summarise(sums, total)
+    return step
 
 
-def _thread_pieces(trace, tree, step, key, gs: np.ndarray, ge: np.ndarray):
-    """((cause, frame or None), idle us) summed over the pieces of this thread's gaps."""
-    span = tree.threads.get(key)
-    if span is None:  # no host events on the rank at all
-        return [((UNTRACED, None), float(np.sum(ge - gs)))]
-    nest = frame_nest(trace, key)
-    # Every run sorted once per thread (starts are; ends in start order nearly are: timsort) and
-    # kept (a device per GPU would sort the same thread again for each), then the values inside
-    # a gap picked per gap with two sorted searches, and all runs merged by one more stable
-    # sort: no search per value.
-    inside = [_within(run, gs, ge) for run in _sorted_runs(tree, key, nest)]
-    cuts = np.sort(np.concatenate(inside + [gs, ge]), kind="stable")
-    cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))]
-    s, e = cuts[:-1], cuts[1:]
-    # A piece that starts at a gap's end lies between gaps, unless the next gap starts right
-    # there (a zero-length busy block between two gaps).
-    follows = np.searchsorted(gs, ge)
-    ends = ge[~((follows < len(gs)) & (gs[np.minimum(follows, len(gs) - 1)] == ge))]
-    keep = np.ones(len(s), dtype=bool)
-    at_end = np.searchsorted(cuts, ends)
-    keep[at_end[at_end < len(s)]] = False
-    s, e = s[keep], e[keep]
-    n = len(s)
-    node = tree.enclosing_on(key, s, e)
-    has_node = node >= 0
-    has_node[has_node] = ~step[tree.name[node[has_node]]]
-    # cause code: a name code of the tree (a node), n_names + frame name code (a frame alone),
-    # or n_names + n_frame_names (nothing); frame code: frame name code, or n_frame_names (none)
-    n_names = len(tree.names)
-    frame_names = np.empty(0, dtype=object)
-    frame_code = np.zeros(n, dtype=np.int64)
-    if nest is not None:
-        f = nest.enclosing(s, e)
-        # a frame is the detail of a node it lies inside, or the cause where no node is
-        inner = (f >= 0) & (~has_node | (nest.ts[np.maximum(f, 0)] >= tree.ts[np.maximum(node, 0)]))
-        codes, frame_names = pd.factorize(nest.name[f[inner]])
-        frame_code[inner] = codes
-        frame_code[~inner] = len(frame_names)
-    else:
-        inner = np.zeros(n, dtype=bool)
-    none = len(frame_names)
-    cause = np.where(has_node, tree.name[np.maximum(node, 0)],
-                     n_names + np.where(inner, frame_code, none))
-    combined = cause * (none + 1) + frame_code
-    if combined.max(initial=0) < 4 * len(combined) + 1024:  # small codes: count directly
-        us = np.bincount(combined, weights=e - s)
-        keys = np.flatnonzero(us)
-        us = us[keys]
-    else:
-        keys, inverse = np.unique(combined, return_inverse=True)
-        us = np.bincount(inverse.ravel(), weights=e - s, minlength=len(keys))
-    out = []
-    for k, t in zip(keys.tolist(), us.tolist()):
-        c, fr = divmod(k, none + 1)
-        name = (str(tree.names[c]) if c < n_names
-                else UNTRACED if c - n_names == none else str(frame_names[c - n_names]))
-        out.append(((name, str(frame_names[fr]) if fr < none else None), t))
-    return out
+def _cuts(trace: Trace, tree):
+    """Every host thread's event starts and ends and its Python frames' starts and ends, sorted
+    and distinct within the thread, thread after thread (the tree's `spans` order): values and
+    each thread's [lo, hi); once per tree."""
+    cached = tree.__dict__.get("_cuts")
+    if cached is None:
+        spans = tree.spans
+        node_thread = np.repeat(np.arange(len(spans)), spans.hi - spans.lo)
+        values, owner = [tree.ts, tree.end], [node_thread, node_thread]
+        if len(trace.frames):
+            forest = frame_forest(trace)
+            mine = _forest_threads(tree, forest)  # tree thread -> forest thread
+            of_forest = np.full(len(forest.spans), -1, dtype=np.int64)
+            of_forest[mine[mine >= 0]] = np.flatnonzero(mine >= 0)
+            f_thread = np.repeat(of_forest, forest.spans.hi - forest.spans.lo)
+            keep = f_thread >= 0
+            values += [forest.ts[keep], forest.end[keep]]
+            owner += [f_thread[keep], f_thread[keep]]
+        values, owner = np.concatenate(values), np.concatenate(owner)
+        by = np.lexsort((values, owner))
+        values, owner = values[by], owner[by]
+        distinct = np.r_[True, (values[1:] != values[:-1]) | (owner[1:] != owner[:-1])]
+        values, owner = values[distinct], owner[distinct]
+        bounds = np.searchsorted(owner, np.arange(len(spans) + 1))
+        cached = tree.__dict__["_cuts"] = (values, bounds[:-1], bounds[1:])
+    return cached
 
 
-def _sorted_runs(tree, key, nest) -> list[np.ndarray]:
-    """The thread's host event starts and ends and its frames' starts and ends, each sorted;
-    once per thread and tree."""
-    cache = tree.__dict__.setdefault("_sorted_runs", {})
-    runs = cache.get(key)
-    if runs is None:
-        lo, hi = tree.threads[key]
-        runs = [tree.ts[lo:hi], tree.end[lo:hi]] + ([nest.ts, nest.end] if nest is not None else [])
-        runs = cache[key] = [np.sort(run, kind="stable") for run in runs]
-    return runs
+def _forest_threads(tree, forest) -> np.ndarray:
+    """Per tree thread, the number of its frames' thread in the forest (-1: no frames)."""
+    cached = tree.__dict__.get("_forest_threads")
+    if cached is None:
+        s = tree.spans
+        cached = tree.__dict__["_forest_threads"] = forest.spans.lookup(s.rank, s.pid, s.tid)
+    return cached
 
 
-def _within(sorted_values: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> np.ndarray:
-    """The values lying in some [gs, ge) (values and gaps sorted, gaps disjoint): each gap's
-    range found by two searches, the ranges marked with one cumulative sum."""
-    lo = np.searchsorted(sorted_values, gs, side="left")
-    hi = np.searchsorted(sorted_values, ge, side="left")
-    n = len(sorted_values)
-    mark = np.bincount(lo, minlength=n + 1)[:n + 1] - np.bincount(hi, minlength=n + 1)[:n + 1]
-    return sorted_values[np.cumsum(mark)[:n] > 0]
+def _frame_codes(forest) -> tuple[np.ndarray, np.ndarray]:
+    """Each frame's name as a code, and the names; once per forest."""
+    cached = forest.__dict__.get("_name_codes")
+    if cached is None:
+        codes, names = pd.factorize(forest.name)
+        cached = forest.__dict__["_name_codes"] = (codes.astype(np.int64), np.asarray(names, dtype=object))
+    return cached
 
 
 def _summarise(sums: dict, total: float) -> list[dict]:
-    by_cause: dict[str, float] = {}
-    best: dict[str, tuple[float, str]] = {}
+    """Causes largest first from the (cause, frame) sums: a cause's time is the exactly rounded
+    sum of its frames' (math.fsum: no order to depend on), its frame the one with the most
+    (ties: the first name)."""
+    by_frame: dict[str, list[tuple[float, str | None]]] = {}
     for (cause, frame), us in sums.items():
-        by_cause[cause] = by_cause.get(cause, 0.0) + us
-        if frame is not None and frame != cause and us > best.get(cause, (0.0, ""))[0]:
-            best[cause] = (us, frame)
+        by_frame.setdefault(cause, []).append((us, frame))
+    by_cause = {c: math.fsum(us for us, _ in v) for c, v in by_frame.items()}
+    best = {}
+    for c, v in by_frame.items():
+        named = [(-us, f) for us, f in v if f is not None and f != c]
+        if named:
+            best[c] = min(named)[1]
     ranked = sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))
-    out = [{"cause": c, "idle_us": us, "share": us / total,
-            "frame": best[c][1] if c in best else None} for c, us in ranked]
+    out = [{"cause": c, "idle_us": us, "share": us / total, "frame": best.get(c)} for c, us in ranked]
     if len(out) > TOP_CAUSES:
         rest = sum(o["idle_us"] for o in out[TOP_CAUSES - 1:])
         out = out[:TOP_CAUSES - 1] + [{"cause": OTHER, "idle_us": rest, "share": rest / total,

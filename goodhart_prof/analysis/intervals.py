@@ -20,11 +20,9 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     new_block = np.empty(len(s), dtype=bool)
     new_block[0] = True
     new_block[1:] = s[1:] > reach[:-1]
-    block_id = np.cumsum(new_block) - 1
-    block_starts = s[new_block]
-    block_ends = np.zeros(len(block_starts))
-    np.maximum.at(block_ends, block_id, reach)
-    return block_starts, block_ends
+    # a block ends where its reach does at its last interval (reach never falls)
+    last = np.r_[np.flatnonzero(new_block)[1:] - 1, len(s) - 1]
+    return s[new_block], reach[last]
 
 
 def covered_before(block_starts: np.ndarray, block_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -85,4 +83,97 @@ def group_totals(table: pd.DataFrame, keys: list[str], value: str = "dur") -> pd
     out = pd.DataFrame({k: np.asarray(u)[c[first]] for k, c, u in zip(keys, codes, uniques)})
     out["count"] = np.bincount(inverse).astype(np.int64)
     out["total_us"] = exact_sums(inverse, len(groups), total=table[value].to_numpy(float))["total"]
+    return out
+
+
+def segment_searchsorted(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, queries: np.ndarray,
+                         side: str = "left") -> np.ndarray:
+    """`lo + np.searchsorted(values[lo:hi], q, side)` for every query with its own segment
+    [lo, hi) of `values` (sorted within each segment): one binary search for all queries at
+    once, log2(longest segment) numpy steps, exact (values are compared, never shifted)."""
+    lo = np.array(lo, dtype=np.int64, copy=True)
+    hi = np.array(hi, dtype=np.int64, copy=True)
+    q = np.asarray(queries)
+    active = np.flatnonzero(lo < hi)
+    while len(active):
+        a, b = lo[active], hi[active]
+        mid = (a + b) // 2
+        go = values[mid] <= q[active] if side == "right" else values[mid] < q[active]
+        lo[active] = np.where(go, mid + 1, a)
+        hi[active] = np.where(go, b, mid)
+        active = active[lo[active] < hi[active]]
+    return lo
+
+
+def tuple_codes(*cols: np.ndarray) -> np.ndarray:
+    """Dense integer codes of the rows of `cols` (equal rows, equal codes), in lexicographic
+    order of the rows: one lexsort, no overflow however many distinct values each column has."""
+    n = len(cols[0]) if cols else 0
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort(cols[::-1])
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in cols:
+        c = np.asarray(c)[order]
+        change[1:] |= c[1:] != c[:-1]
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = np.cumsum(change) - 1
+    return codes
+
+
+def segment_merge(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`merge_intervals` of every segment [bounds[i], bounds[i+1]) of the intervals at once:
+    the blocks segment after segment, and the bounds of each segment's blocks. Starts and ends
+    become dense codes within their segment, every code of a segment above the codes of the
+    segments before it, so one running maximum serves all segments (exact: only compared)."""
+    n_seg = len(bounds) - 1
+    seg = np.repeat(np.arange(n_seg), np.diff(bounds))
+    if not len(seg):
+        return np.empty(0), np.empty(0), np.zeros(n_seg + 1, dtype=np.int64)
+    order = np.lexsort((starts, seg))  # stable: merge_intervals' order within a segment
+    s, e, seg = np.asarray(starts, float)[order], np.asarray(ends, float)[order], seg[order]
+    codes = tuple_codes(np.concatenate((seg, seg)), np.concatenate((s, e)))
+    s_code, e_code = codes[:len(s)], codes[len(s):]
+    reach = np.maximum.accumulate(e_code)
+    new_block = np.empty(len(s), dtype=bool)
+    new_block[0] = True
+    new_block[1:] = s_code[1:] > reach[:-1]  # a segment's first interval always starts a block
+    first = np.flatnonzero(new_block)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    value = np.empty(codes.max() + 1)
+    value[codes] = np.concatenate((s, e))
+    block_bounds = np.searchsorted(seg[first], np.arange(n_seg + 1))
+    return s[first], value[reach[last]], block_bounds
+
+
+def segment_cumsum(values: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """np.cumsum of each segment [bounds[i], bounds[i+1]), laid out as `values` (each segment
+    summed from its own start, rounded as np.cumsum of it alone rounds)."""
+    return per_segment(values, bounds, lambda m: np.cumsum(m, axis=1), flat=True)
+
+
+def per_segment(values: np.ndarray, bounds: np.ndarray, fn, flat: bool = False) -> np.ndarray:
+    """fn applied to each segment [bounds[i], bounds[i+1]) of `values` at once: segments of
+    equal length are stacked as the rows of a matrix and fn(matrix) gives one result row per
+    segment (numpy's reductions along the rows of a row-major matrix round exactly as on each
+    row alone: tests/test_scale.py). Segments of n distinct lengths cost n calls, at most
+    sqrt(2 * len(values)). Results: one row per segment (NaN for empty segments), or with
+    `flat`, fn's rows laid out as `values` (fn keeps each row's length)."""
+    values = np.asarray(values)
+    lengths = np.diff(bounds)
+    out = np.full(len(values), np.nan) if flat else None
+    for length in np.unique(lengths[lengths > 0]).tolist():
+        idx = np.flatnonzero(lengths == length)
+        cells = bounds[idx][:, None] + np.arange(length)
+        res = np.asarray(fn(values[cells]), dtype=float)
+        if flat:
+            out[cells] = res
+            continue
+        if out is None:
+            out = np.full((len(lengths),) + res.shape[1:], np.nan)
+        out[idx] = res
+    if out is None:
+        out = np.full(len(lengths), np.nan)
     return out

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, name_codes
-from .intervals import exact_sums
+from .intervals import exact_sums, tuple_codes
 from .links import gpu_launches
 from .tree import STEP, step_table, sums_inside
 
@@ -86,9 +86,7 @@ def phases_by_rank(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
         parts.append(a)
     if not steps.empty:
         keys, inverse = _keys(steps["rank"].to_numpy(), steps["step"].to_numpy())
-        per_it = (points.groupby(["rank", "iteration"]).size() if len(points)
-                  else pd.Series(dtype=np.int64))
-        syncs = [int(per_it.get((r, i), 0)) for r, i in keys.tolist()]
+        syncs = _counts_at(keys, points["rank"].to_numpy(np.int64), points["iteration"].to_numpy(np.int64))
         s = pd.DataFrame({"rank": keys[:, 0],
                           "name": np.array([f"ProfilerStep#{i}" for i in keys[:, 1]], dtype=object),
                           "kind": "iteration", "iteration": keys[:, 1], "count": np.bincount(inverse),
@@ -100,6 +98,14 @@ def phases_by_rank(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
         return _empty(RANK_COLUMNS)
     out = pd.concat(parts, ignore_index=True)[RANK_COLUMNS]
     return out.astype({c: _TYPES[c] for c in RANK_COLUMNS if _TYPES[c] is not object})
+
+
+def _counts_at(keys: np.ndarray, rank: np.ndarray, iteration: np.ndarray) -> np.ndarray:
+    """How many of the (rank, iteration) pairs equal each row of `keys`: one sort for all ranks
+    (a lookup per (rank, step) cost ~50 us: 2 s over 20,000 ranks)."""
+    codes = tuple_codes(np.r_[keys[:, 0], rank], np.r_[keys[:, 1], iteration])
+    counts = np.bincount(codes[len(keys):], minlength=int(codes.max(initial=-1)) + 1)
+    return counts[codes[:len(keys)]].astype(np.int64)
 
 
 def _keys(rank: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,8 +24,7 @@ import pandas as pd
 
 from ..trace.model import Trace, name_codes
 from .hostops import TORCH_ANNOTATION
-from .intervals import thread_groups
-from .tree import FrameNest, frame_nest, host_tree
+from .tree import FrameForest, frame_forest, host_tree
 
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
 # The profiler strips sys.path prefixes, so installed packages look like relative paths: these
@@ -56,26 +55,26 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
     # A counted op is itself a node: its chain starts at itself.
     starts = np.where((own >= 0) & ~calls, own, encl)
     torch_own = _torch_annotation(trace, tree, starts)
-    for key, pos in thread_groups(points).items():
-        nest = frame_nest(trace, key)
-        frames = nest.enclosing(cols["ts"][pos], cols["end"][pos]) if nest is not None else None
-        for j, p in enumerate(pos.tolist()):
-            if not hosted[p]:
-                out[p] = f"{names[p]} (no host call)"
-                continue
-            user = _user_frame(nest, int(frames[j])) if frames is not None and frames[j] >= 0 else None
-            if user is not None and torch_own[p] < 0:
-                out[p] = user
-                continue
-            start = int(starts[p])
-            chain = tree.chain(start) if start >= 0 else ()
-            if calls[p] or own[p] < 0:
-                chain = chain + (names[p],)
-            if user is not None:  # torch's own, under the user's call: from the annotation down
-                above = len(tree.chain(int(tree.parent[torch_own[p]]))) if tree.parent[torch_own[p]] >= 0 else 0
-                out[p] = f"torch: {' > '.join(chain[above:])} (called at {user})"
-                continue
-            out[p] = " > ".join(chain)
+    forest = frame_forest(trace) if len(trace.frames) else None
+    frames = (forest.enclosing(cols["rank"], cols["pid"], cols["tid"], cols["ts"], cols["end"])
+              if forest is not None else np.full(len(points), -1, dtype=np.int64))
+    for p in range(len(points)):
+        if not hosted[p]:
+            out[p] = f"{names[p]} (no host call)"
+            continue
+        user = _user_frame(forest, int(frames[p])) if frames[p] >= 0 else None
+        if user is not None and torch_own[p] < 0:
+            out[p] = user
+            continue
+        start = int(starts[p])
+        chain = tree.chain(start) if start >= 0 else ()
+        if calls[p] or own[p] < 0:
+            chain = chain + (names[p],)
+        if user is not None:  # torch's own, under the user's call: from the annotation down
+            above = len(tree.chain(int(tree.parent[torch_own[p]]))) if tree.parent[torch_own[p]] >= 0 else 0
+            out[p] = f"torch: {' > '.join(chain[above:])} (called at {user})"
+            continue
+        out[p] = " > ".join(chain)
     return out
 
 
@@ -106,7 +105,7 @@ def op_sites(trace: Trace, rows: pd.Index | np.ndarray) -> list[str]:
     return sites(trace, ops)
 
 
-def _user_frame(nest: FrameNest, pos: int) -> str | None:
+def _user_frame(nest: FrameForest, pos: int) -> str | None:
     """The first user-code frame walking out from frame pos (answers cached on the nest)."""
     cache = nest.__dict__.setdefault("user_sites", {})
     todo, found = [], None

@@ -296,16 +296,24 @@ class _Plan:
     def _iterations(self, ev: pd.DataFrame) -> None:
         from ..analysis.tree import profiler_steps
 
-        for rank, s in profiler_steps(ev).groupby("rank", sort=True):
-            s = s.sort_values(["ts", "end"], ascending=[True, False], kind="stable")
-            track = self.layout.custom(int(rank), "iterations", "iterations")
-            lanes, ops = assign_lanes(to_ns(s["ts"].to_numpy()).tolist(),
-                                      to_ns(s["end"].to_numpy()).tolist())
+        s = profiler_steps(ev)
+        if s.empty:
+            return
+        rank, ts, end = s["rank"].to_numpy(), s["ts"].to_numpy(), s["end"].to_numpy()
+        # rank by rank, each by start, longer first (stable): one sort for all ranks (a pandas
+        # group and sort per rank cost ~0.4 ms: 8 s over 20,000 ranks)
+        order = np.lexsort((-end, ts, rank))
+        rank = rank[order]
+        begin_ns, end_ns = to_ns(ts[order]).tolist(), to_ns(end[order]).tolist()
+        steps = s["step"].to_numpy()[order].tolist()
+        bounds = np.r_[np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]), len(rank)].tolist()
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            track = self.layout.custom(int(rank[a]), "iterations", "iterations")
+            lanes, ops = assign_lanes(begin_ns[a:b], end_ns[a:b])
             uuids = [self.layout.lane(track, k) for k in range(max(lanes) + 1)]
-            steps = s["step"].tolist()
             for t, op, j in ops:
-                self._add(t, _BEGIN_ITERATION if op == _BEGIN else _END, uuids[lanes[j]], steps[j])
-            self.summary.iterations += len(s)
+                self._add(t, _BEGIN_ITERATION if op == _BEGIN else _END, uuids[lanes[j]], steps[a + j])
+            self.summary.iterations += b - a
 
     # -- packets ----------------------------------------------------------------------------------
     def chunks(self) -> Iterator[bytes]:

@@ -22,7 +22,7 @@ parent always comes before its children. Columns, one numpy array each:
 GPU work hangs off the tree through its launch call (`links.gpu_launches`: GPU activity -> launch
 call, by `correlation`); a launch call, a sync call or any other interval finds its place with
 `HostTree.enclosing`. Python frames (Trace.frames) nest the same way in a tree per thread
-(`FrameNest`, built on demand), where a frame's parent is its Python parent id when recorded.
+(`FrameForest`, all threads' frames, built on demand), where a frame's parent is its Python parent id when recorded.
 
 Everything in the analyses that asks "does this lie inside that" asks this module: the tree for
 host events, and the interval queries at the end for spans a rule chooses (move ops, optimizer
@@ -36,11 +36,11 @@ in between does), and the few that fail (partial overlaps, equal stamps) are sea
 """
 from __future__ import annotations
 
-from .host import (HOST_CATS, STEP, FrameNest, HostTree, frame_nest, host_tree, iterations,
+from .host import (HOST_CATS, STEP, FrameForest, HostTree, frame_forest, host_tree, iterations,
                    profiler_steps, step_table)
 from .parents import climb, depths, holder_parents, start_order
 from .spans import between, covered, launched_inside, outermost, starts_inside, sums_inside
 
-__all__ = ["HOST_CATS", "STEP", "FrameNest", "HostTree", "frame_nest", "host_tree", "iterations",
+__all__ = ["HOST_CATS", "STEP", "FrameForest", "HostTree", "frame_forest", "host_tree", "iterations",
            "profiler_steps", "step_table", "climb", "depths", "holder_parents", "start_order", "between",
            "covered", "launched_inside", "outermost", "starts_inside", "sums_inside"]

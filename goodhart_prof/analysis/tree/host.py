@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Frames, Trace, name_codes, rows_named
-from ..intervals import thread_groups
-from .parents import climb, holder_parents, parents_and_depths, start_order
+from ..intervals import segment_searchsorted, thread_groups
+from .parents import climb, parents_and_depths, start_order
+from .threads import ThreadSpans
 
 # A step number of 19 digits or more may not fit the int64 `iteration` columns: such a
 # `ProfilerStep#N` is an ordinary annotation (docs/DESIGN.md, "Times that fit a trace").
@@ -96,33 +97,22 @@ class HostTree:
         out[ok] = self.node_of_row[rows[ok]]
         return out
 
+    @cached_property
+    def spans(self) -> ThreadSpans:
+        """The threads numbered in tree order (tree/threads.py), for queries on many threads."""
+        return ThreadSpans(self.threads)
+
     def enclosing(self, rank, pid, tid, ts, end) -> np.ndarray:
         """Innermost node holding each [ts, end] on its thread (-1: none): the latest node that
         starts at or before ts and ends at or after end. From the latest node starting by ts,
         climb parents until one reaches end (a parent is the latest earlier node reaching
-        further, so the first found is the latest)."""
-        rank, pid, tid = (np.asarray(x, dtype=np.int64) for x in (rank, pid, tid))
-        ts = np.asarray(ts, dtype=float)
-        out = np.full(len(ts), -1, dtype=np.int64)
-        keys = pd.DataFrame({"rank": rank, "pid": pid, "tid": tid})
-        for key, pos in thread_groups(keys).items():
-            out[pos] = self._latest_starting(key, ts[pos])
-        return climb(out, np.asarray(end, dtype=float), self.end, self.parent)
+        further, so the first found is the latest). All threads in one search, no loop."""
+        return self.enclosing_in(self.spans.lookup(rank, pid, tid), ts, end)
 
-    def enclosing_on(self, key: tuple[int, int, int], ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """`enclosing` for intervals all on one thread (no grouping needed)."""
-        start = self._latest_starting(key, np.asarray(ts, dtype=float))
+    def enclosing_in(self, thread: np.ndarray, ts, end) -> np.ndarray:
+        """`enclosing` for intervals given by thread number (`spans`; -1: no thread)."""
+        start = self.spans.latest_starting(self.ts, np.asarray(thread, dtype=np.int64), ts)
         return climb(start, np.asarray(end, dtype=float), self.end, self.parent)
-
-    def _latest_starting(self, key: tuple[int, int, int], ts: np.ndarray) -> np.ndarray:
-        """The latest node of the thread starting at or before each ts (-1: none)."""
-        span = self.threads.get(key)
-        if span is None:
-            return np.full(len(ts), -1, dtype=np.int64)
-        lo, hi = span
-        start = lo + np.searchsorted(self.ts[lo:hi], ts, side="right") - 1
-        start[start < lo] = -1
-        return start
 
     def innermost_op(self, nodes: np.ndarray) -> np.ndarray:
         """Each node if it is a cpu op, else its nearest cpu-op ancestor (-1: none, or node -1).
@@ -260,38 +250,46 @@ def _all_threads(groups: dict, col: dict):
 
 
 # -- Python frames ---------------------------------------------------------------------------------
-class FrameNest:
-    """The Python frames of one thread in start order: `holder` parents by time (for finding the
-    innermost frame around an interval) and `parent`, the Python parent id's frame where the
-    trace records one (else the holder)."""
+class FrameForest:
+    """The Python frames of every thread, thread after thread ((rank, pid, tid) order, `spans`),
+    each thread's in start order (longer first on ties): `holder`, the parent by time (the latest
+    earlier frame of the thread reaching as far; for the innermost frame around an interval), and
+    `parent`, the frame of the Python parent id within the thread where the trace records one
+    (else the holder). Built for all threads in one pass, as the host tree is past MANY_THREADS."""
 
-    def __init__(self, frames: Frames, idx: np.ndarray):
-        idx = idx[start_order(frames["ts"][idx], frames["dur"][idx])]
-        self.ts, self.end = frames["ts"][idx], frames["end"][idx]
-        self.name = frames["name"][idx]
-        self.holder = holder_parents(self.ts, self.end)
-        self.parent = self.holder.copy()
-        py_id, py_parent = frames["python_id"][idx], frames["python_parent_id"][idx]
+    def __init__(self, frames: Frames, groups: dict[tuple[int, int, int], np.ndarray]):
+        col = {c: frames[c] for c in ("ts", "dur", "end")}
+        order, holder, _, threads = _all_threads(groups, col) if groups else (
+            np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), None, {})
+        self.spans = ThreadSpans(threads)
+        self.ts, self.end = frames["ts"][order], frames["end"][order]
+        self.name = frames["name"][order]
+        self.holder = holder
+        self.parent = holder.copy()
+        py_id, py_parent = frames["python_id"][order], frames["python_parent_id"][order]
         known = np.flatnonzero((py_id >= 0) & (py_parent >= 0))
         if len(known):
-            by_id = np.argsort(py_id, kind="stable")
+            thread = np.repeat(np.arange(len(self.spans)), self.spans.hi - self.spans.lo)
+            by_id = np.lexsort((py_id, thread))  # within each thread by id (ties: start order)
             ids = py_id[by_id]
-            j = np.minimum(np.searchsorted(ids, py_parent[known]), len(ids) - 1)
+            lo, hi = self.spans.lo[thread[known]], self.spans.hi[thread[known]]
+            j = np.minimum(segment_searchsorted(ids, lo, hi, py_parent[known]), hi - 1)
             found = ids[j] == py_parent[known]
             self.parent[known[found]] = by_id[j[found]]
 
-    def enclosing(self, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Innermost frame holding each [ts, end] (-1 if none), by time."""
-        return climb(np.searchsorted(self.ts, ts, side="right") - 1, end, self.end, self.holder)
+    def enclosing(self, rank, pid, tid, ts, end) -> np.ndarray:
+        """Innermost frame holding each [ts, end] on its thread (-1 if none), by time."""
+        return self.enclosing_in(self.spans.lookup(rank, pid, tid), ts, end)
+
+    def enclosing_in(self, thread: np.ndarray, ts, end) -> np.ndarray:
+        """`enclosing` for intervals given by thread number (`spans`; -1: no frames)."""
+        start = self.spans.latest_starting(self.ts, np.asarray(thread, dtype=np.int64), ts)
+        return climb(start, np.asarray(end, dtype=float), self.end, self.holder)
 
 
-def frame_nest(trace: Trace, key: tuple[int, int, int]) -> FrameNest | None:
-    """The frames of one thread (None when it has none), built on first use and cached."""
-    cache = trace.cache.setdefault("frame_nests", {})
-    if key not in cache:
-        idx = frame_threads(trace).get(key)
-        cache[key] = FrameNest(trace.frames, idx) if idx is not None else None
-    return cache[key]
+def frame_forest(trace: Trace) -> FrameForest:
+    """The Python frames of all threads (FrameForest), built on first use and cached."""
+    return trace.derived("frame_forest", lambda t: FrameForest(t.frames, frame_threads(t)))
 
 
 def frame_threads(trace: Trace) -> dict[tuple[int, int, int], np.ndarray]:
