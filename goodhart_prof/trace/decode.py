@@ -366,10 +366,7 @@ def decode_events(raw) -> tuple[TraceDoc, int]:
     except (msgspec.ValidationError, UnicodeDecodeError) as exc:
         strict_error: Exception = exc
     except msgspec.DecodeError as exc:
-        raise_array_end(raw, exc)
-        if _nonstandard_number(raw, exc):
-            return decode_events(_standard_json(raw))
-        raise DecodeError(f"not valid JSON ({_short(exc)})") from None
+        return _events_not_json(raw, exc)
     except RecursionError:
         raise DecodeError(TOO_DEEP) from None
     try:
@@ -382,16 +379,20 @@ def decode_events(raw) -> tuple[TraceDoc, int]:
     except msgspec.ValidationError:
         raise DecodeError("not a list of events") from None
     except msgspec.DecodeError as exc:  # bad bytes after the event that failed validation
-        raise_array_end(raw, exc)
-        if _nonstandard_number(raw, exc):
-            return decode_events(_standard_json(raw))
-        raise DecodeError(f"not valid JSON ({_short(exc)})") from None
-    except RecursionError:
-        raise DecodeError(TOO_DEEP) from None
+        return _events_not_json(raw, exc)
     except RecursionError:
         raise DecodeError(TOO_DEEP) from None
     good, skipped = _good_events(events)
     return LooseTraceDoc(traceEvents=good), skipped
+
+
+def _events_not_json(raw, exc: msgspec.DecodeError) -> tuple[TraceDoc, int]:
+    """A piece of events that msgspec cannot parse: ArrayEnd where the array closed early, the
+    piece again through the standard-JSON rewrite where it holds NaN/Infinity, else not JSON."""
+    raise_array_end(raw, exc)
+    if _nonstandard_number(raw, exc):
+        return decode_events(_standard_json(raw))
+    raise DecodeError(f"not valid JSON ({_short(exc)})") from None
 
 
 def _unknown_phase(ev: msgspec.Raw) -> bool:
