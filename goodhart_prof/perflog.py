@@ -112,14 +112,13 @@ def _run(path: str | os.PathLike):
         raise PerfLogError(exc.message) from None
 
 
-def throughput(path: str | os.PathLike) -> dict[str, Any]:
+def throughput(run) -> dict[str, Any]:
     """The row's env-steps/s fields: the median and interval of the run's per-iteration values
-    (metrics.jsonl), else run.json's figure without spread, else nothing."""
+    (metrics.jsonl), else run.json's figure without spread, else nothing (no run)."""
     from .analysis.spread import median_interval
 
     empty = {"env_steps_per_s": None, "env_steps_per_s_low": None, "env_steps_per_s_high": None,
              "env_steps_per_s_n": None}
-    run = _run(path)
     if run is None:
         return empty
     samples = run.throughput()
@@ -140,12 +139,12 @@ def memcpy_htod_us(trace) -> float:
     return float(copies["dur"].to_numpy()[names.str.startswith(HTOD_PREFIX).to_numpy()].sum())
 
 
-def iteration_time(analysis, path: str | os.PathLike) -> dict[str, Any]:
+def iteration_time(analysis, run) -> dict[str, Any]:
     """The iteration time fields: median and interval over the counted iterations (ms)."""
     from .analysis.compare import mean_iteration_us
     from .analysis.noise import ITERATION_TIME, noise
 
-    n = noise(analysis, _run(path))
+    n = noise(analysis, run)
     if not n.n:
         return {"iteration_ms": mean_iteration_us(analysis.phases) / 1e3, "iteration_ms_low": None,
                 "iteration_ms_high": None, "iteration_ms_n": None}
@@ -156,14 +155,19 @@ def iteration_time(analysis, path: str | os.PathLike) -> dict[str, Any]:
 
 def measure(analysis, path: str | os.PathLike) -> dict[str, Any]:
     """The figures of one row (no id, date or change) from an analysis of the trace at path."""
+    return _measured(analysis, path, _run(path))
+
+
+def _measured(analysis, path: str | os.PathLike, run) -> dict[str, Any]:
+    """`measure`, with the run record (or None) of the run path belongs to already read."""
     from .analysis.compare import syncs_per_iteration
 
     busy, span = float(analysis.gpu["busy_us"].sum()), float(analysis.gpu["span_us"].sum())
     top = analysis.kernels.iloc[0] if len(analysis.kernels) else None
     return _finite({
         "trace": str(path),
-        **iteration_time(analysis, path),
-        **throughput(path),
+        **iteration_time(analysis, run),
+        **throughput(run),
         "gpu_busy_pct": 100 * busy / span if span > 0 else None,
         "syncs_per_iteration": syncs_per_iteration(analysis.phases),
         "top_kernel": str(top["name"]) if top is not None else None,
@@ -182,9 +186,9 @@ def add(path: str | os.PathLike, change: str, log: str | os.PathLike = DEFAULT_L
     from .analysis import analyze
     from .trace.load import load
 
-    _run(path)  # a broken run.json fails before the analysis, not after it
+    run = _run(path)  # a broken run.json fails before the analysis, not after it
     analysis = analyze(load(path))
-    return append(measure(analysis, path), change, log)
+    return append(_measured(analysis, path, run), change, log)
 
 
 # -- writing ---------------------------------------------------------------------------------------
