@@ -146,14 +146,6 @@ def sync_note(a) -> str:
     return f"{s.total:,} sync points ({kinds}); the top {TOP_SITES} sites by count."
 
 
-def _phase_note(a) -> str:
-    gpu = a.phases is not None and not a.phases.empty and bool((a.phases["gpu_us"] > 0).any())
-    return (f"Traced iterations (ProfilerStep#N, whole rank) first, then the {TOP_PHASES} "
-            "annotations with the most CPU time (their own thread). "
-            + ("GPU time counts kernels, memcpys and memsets launched inside." if gpu else
-               "No phase launched GPU work, so only CPU time is shown."))
-
-
 def phase_note(a) -> str:
     ph = a.phases
     gpu = ph is not None and not ph.empty and bool((ph["gpu_us"] > 0).any())

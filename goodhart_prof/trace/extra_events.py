@@ -3,14 +3,13 @@
 sample (`ph: C`), the metadata (`ph: M`: process and thread names, labels, sort indices), and the
 complete events whose pid or tid is not a number (so that their tracks keep the trace's names).
 
-A file is read piece by piece (`decode.stream_pieces`, `PIECE_BYTES` at a time) and each piece is
-turned into compact columns before the next is read: memory follows the events kept, not the
-file. The ids stay as the trace wrote them (an int, or the text of a string id). Analyses never
+A file is read piece by piece (`pieces.stream_pieces`, `pieces.PIECE_BYTES` at a time) and each
+piece is turned into compact columns before the next is read: memory follows the events kept, not
+the file. The ids stay as the trace wrote them (an int, or the text of a string id). Analyses never
 use this: they read `Trace` tables.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
@@ -18,12 +17,12 @@ from typing import Any, Union
 import msgspec
 import numpy as np
 
+from .columns import is_number
 from .decode import DecodeError, parse_json, raise_array_end
 from .file_bytes import GZIP_MAGIC, read_bytes
-from .pieces import BadCut, gzip_chunks, plain_chunks, stream_pieces
+from .pieces import PIECE_BYTES, BadCut, gzip_chunks, plain_chunks, stream_pieces
 from .times import MAX_ABS_US
 
-PIECE_BYTES = 64 << 20
 PYTHON_CAT = "python_function"
 
 
@@ -93,14 +92,6 @@ class _LooseDoc(msgspec.Struct, gc=False):
 _doc_decoder = msgspec.json.Decoder(_Doc)
 _event_decoder = msgspec.json.Decoder(_Event)
 _events_decoder = msgspec.json.Decoder(list[_Event])
-
-
-def _is_number(v) -> bool:
-    """A finite int or float (an int beyond float's range is not)."""
-    try:
-        return v.__class__ in (int, float) and math.isfinite(v)
-    except OverflowError:
-        return False
 
 
 def _time(v) -> "float | None":
@@ -190,7 +181,7 @@ class _Builder:
             if cls is _X:
                 if ev.cat == PYTHON_CAT:
                     t, d = _time(ev.ts), ev.dur
-                    d = float(d) if _is_number(d) and d > 0 else 0.0
+                    d = float(d) if is_number(d) and d > 0 else 0.0
                     if t is None or not abs(t + d) < MAX_ABS_US:
                         out.skipped += 1
                         continue
@@ -212,7 +203,7 @@ class _Builder:
                 if (t := _time(ev.ts)) is None or not isinstance(ev.args, dict):
                     out.skipped += 1
                     continue
-                series = {str(k): float(v) for k, v in ev.args.items() if _is_number(v)}
+                series = {str(k): float(v) for k, v in ev.args.items() if is_number(v)}
                 out.counters.append((_id(ev.pid), _text(ev.name), ev.id, t, series))
             elif cls is _M:
                 out.metadata.append((_text(ev.name), _id(ev.pid), _id(ev.tid),

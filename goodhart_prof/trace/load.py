@@ -23,8 +23,8 @@ from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
 from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, world_size
 from .memory_table import concat_memory, empty_memory, memory_table
 from .model import Frames, LoadCost, Trace
-from .pieces import (BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks, split_range,
-                     stream_pieces)
+from .pieces import (PIECE_BYTES, BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks,
+                     split_range, stream_pieces)
 from .progress import Progress, progress_bar
 from .tables import assign_ranks, concat_tables, events_table, rank_processes
 from .workers import worker_pool
@@ -33,8 +33,6 @@ from ..textsafe import quote_path
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 TRIM_EVENTS = 1_000_000  # a load this big gives its freed heap back once assembled (4 GB trace: 1.55 -> 0.93 GB RSS)
-PIECE_BYTES = 64 << 20  # a document bigger than this is decoded piece by piece (bounded memory), a
-#                         plain one in byte ranges of its events, one process each
 FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 NOT_TRACES = {"run.json"}
 

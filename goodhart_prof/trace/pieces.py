@@ -20,6 +20,8 @@ from .file_bytes import FileChanged, gunzip_limit, inflate_chunks, read_all, sam
 from .frame import HEAD_LIMIT, TAIL_LIMIT, TAIL_WINDOW, events_end, events_start, top_keys
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+PIECE_BYTES = 64 << 20  # a document bigger than this is decoded piece by piece (bounded memory); the
+#                         loader cuts a plain one into byte ranges of its events, one process each
 TAIL_GUARD = 4 << 20  # no cut this close to the end (the fields after the events are not cut)
 CUT_RETRIES = 4       # a piece that fails to decode is grown to the next cut this many times
 READ_BYTES = 16 << 20
