@@ -31,13 +31,13 @@ def memory_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> pd.DataF
     n = len(insts)
     try:  # every ts a finite number: one C-level pass (a Python check per event costs 3x more)
         ts = np.fromiter(map(_TS, insts), np.float64, n)
-        usable = bool((np.abs(ts) < times.MAX_ABS_US).all())  # NaN and inf compare False
+        usable = bool(times.within(ts).all())
     except (TypeError, OverflowError):
         usable = False
     if not usable:
         insts = list(compress(insts, map(is_number, map(_TS, insts))))
         ts = np.fromiter(map(_TS, insts), np.float64, len(insts))
-        near = np.abs(ts) < times.MAX_ABS_US
+        near = times.within(ts)
         if not near.all():  # a time that does not fit the trace (`times.fits`)
             insts, ts = list(compress(insts, near.tolist())), ts[near]
         n = len(insts)

@@ -20,11 +20,16 @@ DUR_RATIO = 1000.0     # a duration over 1000x the span of the file's starts is 
 DUR_FLOOR_US = 86_400e6  # ... when it is also over a day
 
 
+def within(times: np.ndarray) -> np.ndarray:
+    """Which times lie within +-MAX_ABS_US (NaN and infinities do not)."""
+    with np.errstate(invalid="ignore"):
+        return np.abs(times) < MAX_ABS_US
+
+
 def fits(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Which events start and end within +-MAX_ABS_US (ts finite, dur finite and >= 0)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        end = ts + dur
-        return (np.abs(ts) < MAX_ABS_US) & (np.abs(end) < MAX_ABS_US)
+        return within(ts) & within(ts + dur)
 
 
 def duration_limit(starts: list[np.ndarray]) -> float:
