@@ -22,13 +22,12 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from .fileio import atomic_path, write_json, writing
 from .heap_guard import PROCESS_GUARD, release_memory
-from .merge import merge_rank_traces
 from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,
                        parse_iterations)
 
 __all__ = ["DEFAULT_ITERATIONS", "MODES", "PHASES", "ProfSettings", "SettingsError", "parse_iterations",
            "NoHooks", "ProfilerHooks", "make_hooks", "atomic_path", "write_json", "write_profiler_trace",
-           "merge_rank_traces", "trace_name", "release_memory"]
+           "trace_name", "release_memory"]
 
 _NULL = contextlib.nullcontext()
 

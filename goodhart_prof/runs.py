@@ -23,7 +23,6 @@ from typing import Any, Mapping
 from .errors import UserError
 from .fileio import atomic_path, take_folder_lock, write_error
 from .settings import DEFAULT_OUTPUT_DIR
-from .trace.run_json import read_run_json
 from .textsafe import quote_path
 
 RUN_RECORD = "run.json"
@@ -113,6 +112,8 @@ def has_trace(folder: Path) -> bool:
 
 def read_run(folder: Path) -> Run | None:
     """The run in `folder`; None when it holds no readable run.json (an unfinished run)."""
+    from .trace.run_json import read_run_json  # the reading side (msgspec): not for the trainer
+
     path = Path(folder) / RUN_RECORD
     try:
         record = read_run_json(path)  # size, nesting and the fields' types checked

@@ -10,7 +10,8 @@ import torch
 
 from goodhart_prof.fileio import atomic_path
 from goodhart_prof.hooks import (PHASES, NoHooks, ProfilerHooks, ProfSettings, SettingsError,
-                                 make_hooks, merge_rank_traces, parse_iterations)
+                                 make_hooks, parse_iterations)
+from goodhart_prof.merge import merge_rank_traces
 from helpers import read_trace, step_labels
 
 

@@ -25,7 +25,6 @@ import torch
 from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import write_json, writing
 from goodhart_prof.hooks import ProfSettings, trace_name
-from goodhart_prof.merge import merge_rank_traces
 from goodhart_prof.runs import CREATED
 
 from .config import Config
@@ -152,10 +151,7 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
     out_dir = Path(cfg.output_dir)
     trace_dir = Path(settings.output_dir)
     traces = {o.rank: Path(o.trace_path) for o in outcomes if o.trace_path and Path(o.trace_path).exists()}
-    merged = None
-    if traces:
-        merged = trace_dir / "merged_trace.json"
-        merge_rank_traces(traces, merged)
+    merged = merge_traces(traces, trace_dir)
     main = outcomes[0]
     first = cfg.total_iterations - main.iterations_run if start_iteration is None else start_iteration
     end = first + main.iterations_run
@@ -197,6 +193,24 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
     }
     write_json(out_dir / "run.json", record)
     return record
+
+
+def merge_traces(traces: dict[int, Path], trace_dir: Path) -> Path | None:
+    """The ranks' traces merged into trace_dir/merged_trace.json (None without traces).
+
+    The reading side (msgspec, pandas) is imported here, after training, never in a training
+    process's imports: a machine without it (a bare GPU image) still trains and traces, and
+    then gets this one-line error naming what is missing."""
+    if not traces:
+        return None
+    try:
+        from goodhart_prof.merge import merge_rank_traces
+    except ModuleNotFoundError as exc:
+        raise UserError(f"{trace_dir}: the rank traces were written but cannot be merged: "
+                        f"{exc.name} is not installed (pip install {exc.name})") from None
+    merged = trace_dir / "merged_trace.json"
+    merge_rank_traces(traces, merged)
+    return merged
 
 
 def _total_rate(outcomes: list[RankOutcome]) -> float | None:
