@@ -14,6 +14,7 @@ import platform
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,7 @@ from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import write_json, writing
 from goodhart_prof.hooks import ProfSettings, trace_name
 from goodhart_prof.runs import CREATED
+from goodhart_prof.textsafe import quote_path
 
 from .config import Config
 from .train import RunResult, checkpoint_path, train
@@ -196,18 +198,21 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
 
 
 def merge_traces(traces: dict[int, Path], trace_dir: Path) -> Path | None:
-    """The ranks' traces merged into trace_dir/merged_trace.json (None without traces).
+    """The ranks' traces merged into trace_dir/merged_trace.json; None without traces, or where
+    the reading side is not installed.
 
     The reading side (msgspec, pandas) is imported here, after training, never in a training
-    process's imports: a machine without it (a bare GPU image) still trains and traces, and
-    then gets this one-line error naming what is missing."""
+    process's imports: a machine without it (a bare GPU image) still trains and writes its rank
+    traces, and says in one line why they were not merged (analyze reads rank traces as they are)."""
     if not traces:
         return None
     try:
         from goodhart_prof.merge import merge_rank_traces
     except ModuleNotFoundError as exc:
-        raise UserError(f"{trace_dir}: the rank traces were written but cannot be merged: "
-                        f"{exc.name} is not installed (pip install {exc.name})") from None
+        sys.stderr.write(f"{quote_path(trace_dir)}: rank traces written, not merged: {exc.name} is "
+                         f"not installed (pip install {exc.name}; goodhart-prof analyze reads the "
+                         f"rank traces as they are)\n")
+        return None
     merged = trace_dir / "merged_trace.json"
     merge_rank_traces(traces, merged)
     return merged
