@@ -6,10 +6,12 @@ other people's runs and on hand-built ones, since no GPU recording of our traine
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -266,3 +268,79 @@ def test_gpu_copies_of_fresh_tensors_go_to_one_rule(tmp_path):
     assert made["cpu_alloc"].evidence["creators"] == {"aten::zeros": 6}
     host = _moves_on_gpu(tmp_path, "aten::lift_fresh", "numpy.json")  # torch.from_numpy(a).to(dev)
     assert host["pageable_htod"].evidence["gpu_copies"] == 6 and "cpu_alloc" not in host
+
+
+# -- memory_growth: bf16 observations, a bounded history ---------------------------------------------
+def _saved_bytes(loss: torch.Tensor, exclude: set[int]) -> int:
+    """Bytes of the tensors `loss`'s graph saved for backward (each storage once), storages in
+    `exclude` (the parameters, the observation buffer) left out: what keeping `loss` keeps alive."""
+    sizes, todo, done = {}, [loss.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in done:
+            continue
+        done.add(node)
+        for attr in dir(node):
+            value = getattr(node, attr) if attr.startswith("_saved_") else None
+            for t in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in exclude:
+                    sizes[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        todo += [fn for fn, _ in node.next_functions]
+    return sum(sizes.values())
+
+
+def _fake_gae(n: int):
+    return lambda *args: (torch.zeros(n), torch.ones(n))
+
+
+def test_memory_growth_values_bf16_observations_under_the_trainers_autocast(tmp_path):
+    # On CUDA the trainer's observation buffer is bf16 (amp on); the planted forward used to run
+    # outside autocast: bf16 input, float weights, a RuntimeError on the first iteration.
+    cfg = build_config(write_tiny_config(tmp_path), device="cpu", output_dir=str(tmp_path),
+                       amp="on", inject="memory_growth")
+    trainer = Trainer(cfg)
+    obs = torch.rand(cfg.rollout_steps, cfg.n_envs, *trainer.env.obs_shape).to(torch.bfloat16)
+    n = obs.shape[0] * obs.shape[1]
+    history: list[torch.Tensor] = []
+    unguarded = antipatterns.value_loss_history_gae(_fake_gae(n), trainer.policy, obs, history,
+                                                    contextlib.nullcontext)
+    with pytest.raises(RuntimeError, match="BFloat16"):
+        unguarded()  # the bug, as it was
+    planted = antipatterns.value_loss_history_gae(_fake_gae(n), trainer.policy, obs, history,
+                                                  trainer._autocast)
+    advantages, returns = planted()
+    assert len(history) == 1 and history[0].dtype == torch.float32 and history[0].requires_grad
+    assert torch.isfinite(history[0]) and history[0].grad_fn is not None
+    assert torch.equal(returns, torch.ones(n))  # GAE's results pass through
+    # The trainer wires it with its own autocast: a whole iteration (amp on, CPU) keeps one loss.
+    trainer.run_iteration(0, None)
+    assert len(trainer.loss_history) == 1 and trainer.loss_history[0].grad_fn is not None
+
+
+def test_memory_growth_history_is_bounded():
+    # The CUDA preset's network and bf16 observations (64 steps x 512 envs: the slice is what
+    # counts, not the rollout), under bf16 autocast as the trainer runs it on CUDA.
+    c, hidden, view, rows = 32, 256, 7, antipatterns.VALUED_ROWS
+    policy = antipatterns.ActorCritic((3, view, view), 5, c, hidden)
+    obs = torch.rand(64, 512, 3, view, view).to(torch.bfloat16)
+    n = obs.shape[0] * obs.shape[1]
+    history: list[torch.Tensor] = []
+    planted = antipatterns.value_loss_history_gae(
+        _fake_gae(n), policy, obs, history, lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    planted()
+    first = weakref.ref(history[0])
+    exclude = {p.untyped_storage().data_ptr() for p in policy.parameters()}
+    exclude.add(obs.untyped_storage().data_ptr())
+    per_loss = _saved_bytes(history[0], exclude)
+    cells = view * view
+    # bf16 activations of the valued rows (ReLU outputs: conv1, conv2, fc), bf16 weight copies
+    # autocast made (conv1, conv2, fc, value head), and the float32 difference the square keeps.
+    expected = 2 * (rows * (c * cells + 2 * c * cells + hidden)
+                    + 3 * c * 9 + 2 * c * c * 9 + 2 * c * cells * hidden + hidden) + 4 * rows
+    assert per_loss == expected == 4_185_280  # docs/zoo.md states this, and the bound below
+    assert antipatterns.KEPT_LOSSES * per_loss == 267_857_920
+    for _ in range(antipatterns.KEPT_LOSSES):
+        planted()
+    assert len(history) == antipatterns.KEPT_LOSSES
+    assert first() is None  # the oldest loss was dropped, and with it its graph
+    assert _saved_bytes(history[-1], exclude) == per_loss  # every kept loss costs the same

@@ -120,7 +120,7 @@ class Trainer:
                 loss_fn = torch.compile(loss_fn)
         if "memory_growth" in self.inject:
             gae_fn = antipatterns.value_loss_history_gae(gae_fn, self.policy, self.buf.obs,
-                                                         self.loss_history)
+                                                         self.loss_history, self._autocast)
         self.act_fn, self.loss_fn, self.gae_fn = act_fn, loss_fn, gae_fn
         self.env_step = self._planted_env_step(env_step)
         self.clip_grads = (antipatterns.clip_grad_norm_with_readback if "sync_grad_clip" in self.inject
