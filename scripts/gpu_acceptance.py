@@ -61,8 +61,6 @@ sys.path.insert(0, str(SCRIPTS))
 from gpu_summary import write_summary  # noqa: E402
 
 STEPS = ("env", "smoke", "bench", "zoo", "traces")
-# Each step's share of the budget (cumulative deadlines: time a step leaves unused flows on).
-SHARES = {"env": 0.04, "smoke": 0.18, "bench": 0.30, "zoo": 0.36, "traces": 0.12}
 # Zoo patterns by priority: the host syncs and copies the seed reports are about first, then
 # the CUDA-only ones, then the costly ones.
 ZOO_PRIORITY = ("item_logging", "sync_grad_clip", "pageable_htod", "nan_checks", "cpu_alloc",
@@ -97,7 +95,8 @@ def gpu_plan() -> Plan:
                 ["--iterations", "3-5", "--total-iterations", "16", "--mode", "full",
                  "--timing-rounds", "0"],
                 "3-4", 6, min_start_s=15.0,
-                estimate_s={"env": 15, "smoke": 80, "bench": 150, "zoo": 175, "traces": 55})
+                # docs/gpu.md gives the parts of each estimate; the budget is shared in proportion.
+                estimate_s={"env": 15, "smoke": 75, "bench": 205, "zoo": 150, "traces": 30})
 
 
 def dry_plan(work: Path) -> Plan:
@@ -115,8 +114,10 @@ def dry_plan(work: Path) -> Plan:
 class Run:
     """The results folder: results.json and summary.md rewritten after each step, the log."""
 
-    def __init__(self, out: Path, budget_s: float, plan: Plan, steps: list[str], dry_run: bool):
+    def __init__(self, out: Path, budget_s: float, plan: Plan, steps: list[str], dry_run: bool,
+                 earlier: dict[str, Any] | None = None):
         self.out, self.plan, self.steps = out, plan, steps
+        self.earlier = (earlier or {}).get("steps", {})  # --resume: what an earlier call finished
         self.t0 = time.monotonic()
         self.budget_s = budget_s
         self.results: dict[str, Any] = {
@@ -131,11 +132,12 @@ class Run:
         return time.monotonic() - self.t0
 
     def deadline(self, step: str) -> float:
-        """Seconds since start by which `step` must end: cumulative shares of the asked steps."""
+        """Seconds since start by which `step` must end. The asked steps share the budget in
+        proportion to the plan's estimates, cumulatively: time a step leaves unused flows on."""
         asked = [s for s in STEPS if s in self.steps]
-        total = sum(SHARES[s] for s in asked)
-        upto = sum(SHARES[s] for s in asked[:asked.index(step) + 1])
-        return self.budget_s * upto / total
+        share = self.plan.estimate_s
+        upto = sum(share[s] for s in asked[:asked.index(step) + 1])
+        return self.budget_s * upto / sum(share[s] for s in asked)
 
     def record(self, step: str, result: dict[str, Any]) -> None:
         self.results["steps"][step] = result
@@ -227,7 +229,12 @@ def step_probe(run: Run, env: dict[str, str], name: str) -> dict[str, Any]:
 
 def step_bench(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
     rows, deadline = [], run.deadline("bench")
-    for i, (n, variant) in enumerate(run.plan.bench):
+    done = {(r["n_envs"], r["variant"]): r for r in run.earlier.get("bench", {}).get("runs", [])
+            if r["status"] == "ok"}
+    for n, variant in run.plan.bench:
+        if (n, variant) in done:
+            rows.append({**done[(n, variant)], "earlier_call": True})
+            continue
         left = deadline - run.elapsed()
         if left < run.plan.min_start_s:
             rows.append({"n_envs": n, "variant": variant, "status": "not run (budget)"})
@@ -272,7 +279,7 @@ def step_zoo(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
     if left < run.plan.min_start_s:
         return {"status": "not run (budget)"}
     argv = [sys.executable, str(SCRIPTS / "bench_zoo.py"), "--device", run.plan.device,
-            "--patterns", ",".join(ZOO_PRIORITY), "--budget-s", f"{max(1.0, left - 5):.0f}",
+            "--patterns", ",".join(zoo_todo(run)), "--budget-s", f"{max(1.0, left - 5):.0f}",
             "--keep", str(keep), "--json-out", str(out), "--cache-dir", env["TORCHINDUCTOR_CACHE_DIR"],
             *run.plan.zoo_args]
     argv += ["--config", run.plan.config] if run.plan.config else []
@@ -285,6 +292,14 @@ def step_zoo(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
             "summary": summary}
 
 
+def zoo_todo(run: Run) -> list[str]:
+    """The zoo's patterns in priority order, less those an earlier call measured (--resume); the
+    clean run is always run again, so that slowdowns compare runs of one call."""
+    summary = run.earlier.get("zoo", {}).get("summary") or {}
+    measured = set(summary.get("slowdowns") or {}) - set(summary.get("failed_patterns") or [])
+    return [p for p in ZOO_PRIORITY if p not in measured] or list(ZOO_PRIORITY[:1])
+
+
 def step_traces(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
     """Lite traces of clean and each pattern (budget allowing), then analyze --json of every
     trace kept (the zoo's full ones first), packed into traces.tar in priority order."""
@@ -293,8 +308,13 @@ def step_traces(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
     lite = work / "lite"
     lite_rows = []
     # Analyses take their share first: lite runs only with the time left after an estimate.
+    lite_done = {r["name"] for r in run.earlier.get("traces", {}).get("lite_runs", [])
+                 if r["status"] == "ok"}
     for name in names:
         left = deadline - run.elapsed()
+        if name in lite_done:
+            lite_rows.append({"name": name, "status": "ok", "earlier_call": True})
+            continue
         if left < 2 * run.plan.min_start_s:
             lite_rows.append({"name": name, "status": "not run (budget)"})
             continue
@@ -373,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds for all steps (default: 480 on a GPU, 90 with --dry-run)")
     ap.add_argument("--only", default=None, help=f"comma list of steps to run ({', '.join(STEPS)})")
     ap.add_argument("--dry-run", action="store_true", help="the CPU check: tiny sizes, 90 s")
+    ap.add_argument("--resume", default=None, metavar="RESULTS_JSON",
+                    help="results.json of an earlier call: what it finished is kept, not run again "
+                         "(the second device call runs what the first did not reach or what failed)")
     ap.add_argument("--work", default=None,
                     help="scratch folder (default: /tmp/goodhart-acceptance, or a new temporary "
                          "folder with --dry-run)")
@@ -400,9 +423,20 @@ def main(argv: list[str] | None = None) -> int:
         if not torch.cuda.is_available():
             print("gpu_acceptance: torch sees no CUDA device; on a CPU use --dry-run", file=sys.stderr)
             return 2
+    earlier = None
+    if args.resume:
+        try:
+            earlier = json.loads(Path(args.resume).read_text())
+            if not isinstance(earlier, dict) or not isinstance(earlier.get("steps"), dict):
+                raise ValueError("no steps in it")
+        except (OSError, ValueError) as exc:
+            print(f"gpu_acceptance: {args.resume}: not a results.json of this script: "
+                  f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+            return 2
     plan = dry_plan(work) if args.dry_run else gpu_plan()
     budget = args.budget_s if args.budget_s is not None else (90.0 if args.dry_run else 480.0)
-    run = Run(out, budget, plan, steps, args.dry_run)
+    run = Run(out, budget, plan, steps, args.dry_run, earlier)
+    run.results["resumed_from"] = args.resume
     wheels = install_wheels(work)
     run.results["wheels"] = wheels
     env = child_env(work, work / "cache", wheels)
@@ -410,7 +444,9 @@ def main(argv: list[str] | None = None) -> int:
           f"steps {', '.join(steps)}; results in {out}, scratch in {work}", flush=True)
     for step in steps:
         started = run.elapsed()
-        if step in ("env", "smoke"):
+        if step in ("env", "smoke") and run.earlier.get(step, {}).get("status") == "ok":
+            result = {**run.earlier[step], "earlier_call": True}
+        elif step in ("env", "smoke"):
             result = step_probe(run, env, step)
         elif step == "bench":
             result = step_bench(run, env, work)
@@ -424,9 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {step}: {result['status']} in {result['step_s']} s "
               f"(deadline {result['deadline_s']} s)", flush=True)
     failed = [s for s in steps if run.results["steps"][s]["status"] not in ("ok", "partial")]
+    unfinished = [s for s in steps if run.results["steps"][s]["status"] != "ok"]
     print(f"gpu_acceptance: done in {run.elapsed():.0f} s; "
-          f"{'all steps ran' if not failed else 'failed or not run: ' + ', '.join(failed)}; "
-          f"rerun those with --only {','.join(failed) or '...'}", flush=True)
+          + ("every step finished" if not unfinished else
+             f"not finished: {', '.join(unfinished)}; a second call runs what is left with "
+             f"--resume {out / 'results.json'} (a copy of it carried back)"), flush=True)
     return 1 if failed else 0
 
 
