@@ -403,8 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = list(STEPS) if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
     bad = [s for s in steps if s not in STEPS]
     if bad or not steps:
-        ap.error(f"--only: unknown step {bad[0]!r}; steps: {', '.join(STEPS)}" if bad
-                 else "--only: name a step")
+        print(f"gpu_acceptance: --only: unknown step {bad[0]!r}; steps: {', '.join(STEPS)}" if bad
+              else "gpu_acceptance: --only: name a step", file=sys.stderr)
+        return 2
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
