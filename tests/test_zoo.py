@@ -7,6 +7,7 @@ other people's runs and on hand-built ones, since no GPU recording of our traine
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import subprocess
@@ -333,14 +334,113 @@ def test_memory_growth_history_is_bounded():
     exclude.add(obs.untyped_storage().data_ptr())
     per_loss = _saved_bytes(history[0], exclude)
     cells = view * view
-    # bf16 activations of the valued rows (ReLU outputs: conv1, conv2, fc), bf16 weight copies
-    # autocast made (conv1, conv2, fc, value head), and the float32 difference the square keeps.
-    expected = 2 * (rows * (c * cells + 2 * c * cells + hidden)
-                    + 3 * c * 9 + 2 * c * c * 9 + 2 * c * cells * hidden + hidden) + 4 * rows
-    assert per_loss == expected == 4_185_280  # docs/zoo.md states this, and the bound below
-    assert antipatterns.KEPT_LOSSES * per_loss == 267_857_920
+    # bf16 activations of the valued rows (ReLU outputs of conv1, conv2, fc), the bf16 weight
+    # copies autocast made (conv1, conv2, fc) and the float32 difference the square keeps; the
+    # value head adds a bf16 copy of its weight, or, run in float32, its float32 input.
+    trunk = 2 * (rows * (c * cells + 2 * c * cells + hidden)
+                 + 3 * c * 9 + 2 * c * c * 9 + 2 * c * cells * hidden) + 4 * rows
+    head_bf16, head_fp32 = 2 * hidden, 4 * rows * hidden
+    assert per_loss in (trunk + head_bf16, trunk + head_fp32), per_loss
+    assert trunk + head_bf16 == 4_185_280  # docs/zoo.md states these, and the bound below
+    assert antipatterns.KEPT_LOSSES * (trunk + head_fp32) == 284_602_368
     for _ in range(antipatterns.KEPT_LOSSES):
         planted()
     assert len(history) == antipatterns.KEPT_LOSSES
     assert first() is None  # the oldest loss was dropped, and with it its graph
     assert _saved_bytes(history[-1], exclude) == per_loss  # every kept loss costs the same
+
+
+# -- scripts/bench_zoo.py -----------------------------------------------------------------------------
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import bench_zoo  # noqa: E402
+
+# A learning rate that turns the weights to NaN after the first update: the clean trainer goes on
+# (NaN rewards nobody checks), sync_grad_clip's readback raises "gradient norm is nan".
+NAN_LR = "lr = 1e30\n"
+
+
+def _bench(tmp_path, config: Path, *extra: str) -> tuple[int, dict, str]:
+    out = tmp_path / "zoo.json"
+    argv = ["--config", str(config), "--device", "cpu", "--total-iterations", "8", "--iterations",
+            "2-4", "--warmup-iterations", "1", "--timed-iterations", "2", "--threads", "1",
+            "--keep", str(tmp_path / "runs"), "--json-out", str(out), *extra]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = bench_zoo.main(argv)
+    printed = buf.getvalue()
+    last = json.loads(printed.strip().splitlines()[-1])  # the last line is one JSON object
+    assert json.loads(out.read_text()) == last
+    assert [p.name for p in out.parent.iterdir() if p.name.endswith(".tmp")] == []
+    return code, last, printed
+
+
+@pytest.mark.slow
+def test_bench_zoo_goes_on_after_a_failed_pattern(tmp_path):
+    config = write_tiny_config(tmp_path)
+    config.write_text(config.read_text() + NAN_LR)
+    code, summary, printed = _bench(tmp_path, config, "--patterns", "sync_grad_clip,item_logging")
+    assert code == 1 and summary["finished"] and summary["pending"] == []
+    [failed] = summary["failed"]
+    assert failed["name"] == "sync_grad_clip" and failed["stage"] == "run"
+    assert failed["error"] == "exit 1: FloatingPointError: gradient norm is nan"
+    assert "Traceback" in failed["stderr_tail"] and "\n" not in failed["error"]
+    # The pattern after the failed one ran, was found, and was timed.
+    assert summary["detected"] == ["item_logging"] and summary["missed"] == ["sync_grad_clip"]
+    assert summary["recall"] == 0.5 and summary["precision"] == 1.0
+    assert summary["measurable"] == ["sync_grad_clip", "item_logging"]
+    assert list(summary["slowdowns"]) == ["item_logging"] and summary["slowdowns"]["item_logging"] > 0
+    assert summary["timing"]["item_logging"]["iterations"] == 2  # 6 and 7 (0: warm-up, 1-5: profiler)
+    assert (tmp_path / "runs" / "item_logging" / "merged_trace.json").exists()
+    rows = [line.split() for line in printed.splitlines() if line.strip()]
+    confusion = {r[0]: r for r in rows[2:13]}  # after the title and the header: the eleven rules
+    assert confusion["sync_grad_clip"][2] == "FAILED" and confusion["item_logging"][2] == "detected"
+    timing = {r[0]: r for r in rows[15:]}
+    assert timing["sync_grad_clip"][1:3] == ["FAILED", "(run)"] and timing["item_logging"][1] == "2"
+    assert "FAILED sync_grad_clip (run): exit 1: FloatingPointError" in printed
+
+
+@pytest.mark.slow
+def test_bench_zoo_budget_lists_the_patterns_it_did_not_start(tmp_path):
+    code, summary, printed = _bench(tmp_path, write_tiny_config(tmp_path), "--budget-s", "0",
+                                    "--patterns", "memory_growth,cpu_alloc")
+    assert code == 0 and summary["not_run"] == ["memory_growth", "cpu_alloc"]
+    assert summary["failed"] == [] and summary["recall"] is None and summary["slowdowns"] == {}
+    assert summary["timing"]["clean"]["iterations"] == 2  # the clean run always runs
+    assert "not run (budget 0.0 s): memory_growth, cpu_alloc" in printed
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["cache", "clean", "latest"]
+
+
+def test_bench_zoo_times_iterations_no_profiler_touched():
+    assert bench_zoo.timed_iterations(32, 2, 16, (20, 22)) == list(range(2, 18))
+    # warm-up 0-1; 19 warms the profiler up, 20-22 are traced, 23 writes the trace
+    assert bench_zoo.timed_iterations(32, 2, 30, (20, 22)) == [*range(2, 19), *range(24, 32)]
+    assert bench_zoo.timed_iterations(7, 1, 5, (2, 4)) == [6]
+    assert bench_zoo.timed_iterations(6, 1, 5, None) == [1, 2, 3, 4, 5]
+
+
+def test_bench_zoo_slowdown_is_per_env_step(tmp_path):
+    rows = [{"iteration": i, "env_steps": 4096, "iteration_s": s}
+            for i, s in enumerate([9.0, 0.40, 0.38, 0.44, 0.40, 0.50])]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    clean = bench_zoo.timing_stats(bench_zoo.iteration_samples(tmp_path, [1, 2, 3, 4, 5]))
+    assert clean["iterations"] == 5 and clean["iteration_s_median"] == 0.40  # iteration 0 left out
+    assert (clean["iteration_s_min"], clean["iteration_s_max"]) == (0.38, 0.50)
+    assert (clean["iteration_s_q1"], clean["iteration_s_q3"]) == (0.40, 0.44)
+    assert clean["env_steps_per_s"] == 10240.0
+    # 8 envs instead of 128: a quarter of the clean iteration time is 4x slower per env-step.
+    tiny = bench_zoo.timing_stats([{"iteration": i, "env_steps": 256, "iteration_s": 0.1}
+                                   for i in range(3)])
+    assert bench_zoo.slowdown(tiny, clean) == {"median": 4.0, "q1": 4.0, "q3": 4.0}
+
+
+def test_bench_zoo_failed_child_is_a_record_not_an_exit(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('amp = "sometimes"\n')
+    args = bench_zoo.parse_args(["--config", str(config), "--device", "cpu", "--total-iterations", "7",
+                                 "--iterations", "2-4", "--keep", str(tmp_path)])
+    record = bench_zoo.run_kind("cpu_alloc", tmp_path, args, bench_zoo.child_env(args, tmp_path / "c"))
+    assert record["status"] == "failed" and record["stage"] == "run"
+    assert record["error"] == "exit 2: Error: amp must be auto, on or off, not 'sometimes'"
+    summary = bench_zoo.summarize({"cpu_alloc": record}, ["cpu_alloc", "nan_checks"], [], args)
+    assert summary["missed"] == ["cpu_alloc"] and summary["recall"] == 0.0
+    assert summary["failed"][0]["name"] == "cpu_alloc" and summary["pending"] == ["nan_checks"]

@@ -166,9 +166,10 @@ def clip_grad_norm_with_readback(params: list[torch.Tensor], max_norm: float) ->
 # history keeps the last KEPT_LOSSES losses (older ones are dropped, and their graphs freed). 64
 # covers the default window (iterations 50-55 of 56, plus the warm-up's loss): allocated memory
 # grows every iteration up to iteration KEPT_LOSSES - 2 (one loss per iteration and one from the
-# warm-up), then stays flat. Measured on the CPU with the CUDA preset's network and bf16 autocast
-# (tests/test_zoo.py pins it): one kept loss holds about 4.2 MB (its graph's saved activations and
-# the bf16 weight copies autocast made for it), so the history holds at most about 270 MB.
+# warm-up), then stays flat. Measured with the CUDA preset's network under bf16 autocast
+# (tests/test_zoo.py pins it): one kept loss holds 4,185,280 B (its graph's saved activations and
+# the bf16 weight copies autocast made for it; 4,446,912 B with a float32 value head), so the
+# history holds at most 64 x 4,446,912 B = 284,602,368 B (about 285 MB).
 VALUED_ROWS = 256
 KEPT_LOSSES = 64
 
