@@ -78,6 +78,9 @@ TRAINER_OPTIONS = (
                   run_note="run: continue the run --name names, else the newest run with a "
                            "checkpoint, in its own folder"),
     TrainerOption("--no-progress", "No progress bar", is_flag=True),
+    TrainerOption("--cudagraphs", "CUDA graphs for the rollout step and the minibatch step "
+                  "(torch.compile mode reduce-overhead; needs CUDA and compile, one rank)",
+                  is_flag=True),
 )
 
 

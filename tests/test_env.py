@@ -51,7 +51,8 @@ def make_state(env: GoodhartGridWorld, layouts: list[list[str]], t=None, ep_prox
     ep_proxy = torch.zeros(n) if ep_proxy is None else torch.tensor(ep_proxy, dtype=torch.float32)
     ep_true = torch.zeros(n) if ep_true is None else torch.tensor(ep_true, dtype=torch.float32)
     stats = torch.zeros(N_STATS) if stats is None else torch.tensor(stats, dtype=torch.float32)
-    return EnvState(grid, pos, t, ep_proxy, ep_true, stats, torch.ones(n, dtype=torch.bool))
+    cell = pos[:, 0] * P + pos[:, 1]  # the state holds flat agent cells
+    return EnvState(grid, cell, t, ep_proxy, ep_true, stats, torch.ones(n, dtype=torch.bool))
 
 
 def field_of(env: GoodhartGridWorld, grid: torch.Tensor) -> torch.Tensor:
@@ -387,26 +388,33 @@ def test_truncation_reports_the_final_observation_before_the_reset():
     assert res.truncated.tolist() == [True, False]
     assert res.terminated.tolist() == [False, False]
     assert res.done.tolist() == [True, False]
+    # Final observations come for k = ceil(2 / 5) = 1 row: the truncated env's.
+    assert env.max_truncations_per_step == 1 and res.final_rows.tolist() == [0]
+    assert res.final_obs.shape == (1, *env.obs_shape)
     # Its final observation is the window of the state the step reached, read off the layout;
     # the returned observation is already that of the next episode's fresh layout.
     assert torch.equal(res.final_obs[0], expected_obs(OPEN_7_DOWN, 5))
     assert torch.equal(res.obs, env.observe(res.state.grid, res.state.pos))
     assert not torch.equal(res.obs[0], res.final_obs[0])
     assert res.state.t.tolist() == [0, 2]
-    # An env that goes on has its final observation equal to its observation.
-    assert torch.equal(res.final_obs[1], expected_obs(OPEN_7_DOWN, 5))
-    assert torch.equal(res.final_obs[1], res.obs[1])
+    # An env that goes on is not reset: its observation is that of the state it reached.
+    assert torch.equal(res.obs[1], expected_obs(OPEN_7_DOWN, 5))
+    # The policy input is obs then final_obs, one tensor (obs and final_obs are views of it).
+    assert torch.equal(res.policy_obs, torch.cat((res.obs, res.final_obs)))
+    assert res.obs.data_ptr() == res.policy_obs.data_ptr()
 
 
 def test_final_observation_equals_the_pre_reset_state_on_random_steps():
     # The same states and random draws stepped by an env without time limit give the pre-reset
-    # states: every final observation must be the observation of that state.
-    n, max_steps = 12, 4
+    # states: every final observation must be the observation of that state, for the k rows
+    # the step names; they include every truncated env, and a row that goes on is unchanged.
+    # 10 envs, clocks of 4: k = 3 rows, clock values held by 2 or 3 envs (fill rows appear).
+    n, max_steps = 10, 4
     torch.manual_seed(9)
     env = make_env(n, 7, view=5, max_steps=max_steps, bank_size=64)
     unlimited = make_env(n, 7, view=5, max_steps=10**6, bank_size=64)
     state, _ = env.reset()
-    truncations = 0
+    truncations, fills = 0, 0
     for k in range(2 * max_steps):
         actions = torch.randint(0, 5, (n,))
         seed = 100 + k
@@ -414,13 +422,22 @@ def test_final_observation_equals_the_pre_reset_state_on_random_steps():
         res = env.step(state, actions)
         torch.manual_seed(seed)  # the respawn draws come before the reset draws in a step
         pre_reset = unlimited.step(state._replace(t=torch.zeros(n, dtype=torch.int32)), actions)
-        assert torch.equal(res.final_obs, env.observe(pre_reset.state.grid, pre_reset.state.pos))
+        rows = res.final_rows
+        assert rows.shape == (3,) and len(set(rows.tolist())) == 3
+        assert set(torch.nonzero(res.truncated).view(-1).tolist()) <= set(rows.tolist())
+        before = env.observe(pre_reset.state.grid, pre_reset.state.pos)
+        assert torch.equal(res.final_obs, before[rows])
         assert torch.equal(res.truncated, state.t + 1 >= max_steps)
         kept = ~res.truncated
-        assert torch.equal(res.final_obs[kept], res.obs[kept])
+        assert torch.equal(res.obs[kept], before[kept])  # no reset where nothing ended
+        assert torch.equal(res.state.grid[kept], pre_reset.state.grid[kept])
+        fill = kept[rows]
+        assert torch.equal(res.final_obs[fill], res.obs[rows[fill]])
+        fills += int(fill.sum())
         truncations += int(res.truncated.sum())
         state = res.state
     assert truncations == 2 * n  # every env ran two whole episodes' worth of steps
+    assert fills > 0  # steps that truncate fewer than k envs occurred
 
 
 def test_clocks_are_staggered_evenly_so_truncations_per_step_are_bounded():

@@ -9,8 +9,8 @@ from torch.distributions import Categorical
 from torch.profiler import ProfilerActivity, profile
 
 from trainer.policy import ActorCritic, PopArtValueHead, ValueHead, act, act_and_value, sample_actions
-from trainer.ppo import (Minibatch, N_UPDATE_STATS, clip_grad_norm_no_sync, compute_gae, ppo_loss,
-                         truncation_rows)
+from trainer.env import truncation_rows
+from trainer.ppo import Minibatch, N_UPDATE_STATS, clip_grad_norm_no_sync, compute_gae, ppo_loss
 
 SYNC_OPS = {"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero"}
 
@@ -123,7 +123,7 @@ def test_final_values_come_from_the_next_forward(max_truncated):
     rows = truncation_rows(truncated, max_truncated)
     assert rows.shape == (min(max_truncated, 6),) and {1, 4} <= set(rows.tolist())
     torch.manual_seed(7)
-    out, values = act_and_value(policy, obs, final_obs[rows])
+    out, values = act_and_value(policy, torch.cat((obs, final_obs[rows])), 6)
     torch.manual_seed(7)
     alone = act(policy, obs)
     assert torch.equal(out.action, alone.action)
@@ -134,6 +134,27 @@ def test_final_values_come_from_the_next_forward(max_truncated):
         full = policy(final_obs)[1]
     assert torch.allclose(stored[truncated], full[truncated], atol=1e-6)  # envs 1 and 4
     assert not values.requires_grad
+
+
+@pytest.mark.parametrize("value_head", ["plain", "popart"])
+def test_value_head_runs_in_float32_under_bf16_autocast(value_head):
+    """Under bf16 autocast the trunk runs in bf16 but the value head's Linear in float32: the
+    value is fc(features.float()) exactly, not a bf16 product (8 significant bits: steps of
+    0.125 near 20), which differs from it."""
+    policy = small_policy(value_head)
+    with torch.no_grad():
+        policy.value_head.fc.bias.fill_(20.0)  # values near a return of 20
+        obs = torch.rand(64, *OBS_SHAPE, generator=torch.Generator().manual_seed(5))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            features = policy.trunk(obs)
+            logits, value = policy(obs)
+            bf16_value = policy.value_head.fc(features).squeeze(-1)  # what autocast alone gives
+        assert features.dtype == torch.bfloat16 and logits.dtype == torch.bfloat16
+        assert value.dtype == torch.float32
+        fc = policy.value_head.fc
+        assert torch.equal(value, torch.nn.functional.linear(features.float(), fc.weight, fc.bias).squeeze(-1))
+        assert bf16_value.dtype == torch.bfloat16
+        assert not torch.equal(value, bf16_value.float())  # the float32 head resolves finer steps
 
 
 # -- PPO loss ------------------------------------------------------------------------------------

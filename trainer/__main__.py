@@ -24,7 +24,7 @@ from .train import checkpoint_path
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @run_options.trainer_side(to_dict(Config()))
 def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_every, resume, nproc,
-         no_progress, inject):
+         no_progress, inject, cudagraphs):
     """Train PPO on the Goodhart grid world. Profile with PROF_ENABLED=1 (or true/yes/on; see README)."""
     started = time.perf_counter()
     try:
@@ -36,9 +36,12 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
         cfg = build_config(config_file, total_iterations=total_iterations,
                            output_dir=output_dir or env_dir, device=device, seed=seed,
                            checkpoint_every=checkpoint_every,
-                           progress=False if no_progress else None, inject=inject)
+                           progress=False if no_progress else None, inject=inject,
+                           cudagraphs=True if cudagraphs else None)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
+    if cfg.cudagraphs and nproc > 1:
+        raise UserError("cudagraphs runs on one rank only (DDP's all-reduce is not captured)")
     if not env_dir:
         settings = dataclasses.replace(settings, output_dir=Path(cfg.output_dir))
     if settings.enabled and settings.first >= cfg.total_iterations:

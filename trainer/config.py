@@ -95,6 +95,10 @@ class Config:
     """bf16 autocast: `auto` (on for CUDA), `on` or `off`."""
     compile: str = "auto"
     """torch.compile of the policy and the update: `auto` (on for CUDA), `on` or `off`."""
+    cudagraphs: bool = False
+    """CUDA graphs for the rollout step (policy forward, env step) and the update's minibatch
+    step: torch.compile(mode="reduce-overhead"). Needs device cuda and compile on or auto, one
+    rank (docs/trainer.md: what is captured and what is not)."""
     warmup: bool = True
     """Run one rollout + update before timing (compiles, autotunes), then restore all state."""
 
@@ -113,6 +117,10 @@ class Config:
         for name in ("amp", "compile"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ConfigError(f"{name} must be auto, on or off, not {getattr(self, name)!r}")
+        if self.cudagraphs and self.device != "cuda":
+            raise ConfigError(f"cudagraphs needs a CUDA device (device is {self.device})")
+        if self.cudagraphs and self.compile == "off":
+            raise ConfigError("cudagraphs needs torch.compile (compile is off)")
         if self.value_head not in ("plain", "popart"):
             raise ConfigError(f"value_head must be plain or popart, not {self.value_head!r}")
         if not 0.0 < self.popart_beta <= 1.0:

@@ -5,11 +5,13 @@ Each env is a square field with walls on its border and a few random interior wa
 apart: eating either pays the **proxy reward**. Only food is worth anything; a decoy is harmful,
 so the env also reports the **true reward**. The agent is trained on the proxy; the gap between
 the two returns is the headline metric. An eaten item respawns on a random empty cell, so the
-numbers of food and decoys stay constant.
+numbers of food and decoys stay constant (`GoodhartGridWorld.step` says from which distribution).
 
 Everything is torch ops over the whole batch: no Python loop over envs, no `.item()`, no host
-transfer. Finished episodes are reset on the device with `torch.where` against layouts drawn by
-random index from a bank generated once at construction, so no data-dependent shapes appear.
+transfer. Finished episodes are reset on the device from layouts drawn by random index from a bank
+generated once at construction; a step touches a fixed number k of rows for that (the
+`max_truncations_per_step` rows a top-k over the truncation mask picks), so no data-dependent
+shapes appear and the work does not grow with the n - k envs that go on.
 Randomness comes from torch's default generator (seeded by the trainer), which `torch.compile`
 supports and checkpoints can save.
 
@@ -53,25 +55,52 @@ def layout_bank_size(n_envs: int, max_episode_steps: int) -> int:
     return min(LAYOUT_BANK_MAX, -(-n_envs * LAYOUT_BANK_STEPS // max_episode_steps))
 
 
+RESPAWN_CANDIDATES = 8  # random cells a respawn tries before the fallback (GoodhartGridWorld.step)
+
+
+def truncation_rows(truncated: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of `k` distinct envs that include every env `truncated` marks: (k,) int64.
+
+    `k` is the most envs one step can truncate (`max_truncations_per_step`). A top-k over the
+    mask: a fixed shape, so no host sync and one static graph for torch.compile; it runs inside
+    `step`, so inside the compiled step. Rows picked beyond the truncated envs are carried along
+    unchanged (their final observation equals their observation) and never read as final (GAE
+    reads final values only where an episode was truncated).
+    """
+    return truncated.float().topk(min(k, truncated.shape[0])).indices
+
+
 class EnvState(NamedTuple):
     grid: torch.Tensor       # (n, P, P) int8, P = grid_size + 2*pad; walls fill the padding
-    pos: torch.Tensor        # (n, 2) int64, agent row/col in padded coordinates
+    cell: torch.Tensor       # (n,) int64, agent cell as a flat index row * P + col (padded grid)
     t: torch.Tensor          # (n,) int32, steps taken in the current episode
     ep_proxy: torch.Tensor   # (n,) float32, proxy return so far in the current episode
     ep_true: torch.Tensor    # (n,) float32, true return so far
     stats: torch.Tensor      # (N_STATS,) float32, finished-episode totals since last drained
     whole: torch.Tensor      # (n,) bool, the current episode began at t = 0 (counts in stats)
 
+    @property
+    def pos(self) -> torch.Tensor:
+        """(n, 2) int64 agent row/col in padded coordinates. Computed from `cell` on demand (a
+        div and a mod): for tests and readers off the hot path; `step` never needs it."""
+        size = self.grid.shape[-1]
+        return torch.stack((self.cell // size, self.cell % size), dim=1)
+
 
 class StepResult(NamedTuple):
     state: EnvState
-    obs: torch.Tensor          # (n, C, V, V) in obs_dtype
+    obs: torch.Tensor          # (n, C, V, V) in obs_dtype: policy_obs[:n]
     proxy_reward: torch.Tensor  # (n,) float32
     true_reward: torch.Tensor   # (n,) float32
     terminated: torch.Tensor   # (n,) bool, reached a terminal state (never, in this world)
     truncated: torch.Tensor    # (n,) bool, cut off by the time limit
-    final_obs: torch.Tensor    # (n, C, V, V), the observation before any auto-reset: for an env
-                               # that ended this step, that of its final state; else equal to obs
+    final_obs: torch.Tensor    # (k, C, V, V): policy_obs[n:], the observations before the
+                               # auto-reset of the k envs `final_rows` names (k =
+                               # max_truncations_per_step): for a row that ended this step, that
+                               # of its final state; for a row that goes on, equal to its obs
+    final_rows: torch.Tensor   # (k,) int64, distinct env indices that include every truncated env
+    policy_obs: torch.Tensor   # (n + k, C, V, V): obs then final_obs in one tensor, the next
+                               # policy forward's input as it is (policy.act_and_value), no cat
 
     @property
     def done(self) -> torch.Tensor:
@@ -126,10 +155,11 @@ class GoodhartGridWorld:
         if bank_size is None:
             bank_size = layout_bank_size(n_envs, max_episode_steps)
         self.bank_grid, self.bank_pos = self._generate_layouts(bank_size)
-        # Per layout also its agent's flat cell and its first observation: a reset then gathers
-        # these instead of computing them again.
-        self.bank_here = self._flat_cell(self.bank_pos)
-        self.bank_obs = self._observe_flat(self.bank_grid.view(bank_size, -1), self.bank_here)
+        # Per layout also its agent's flat cell and its first view patch (int8, V*V cells, the
+        # observation before the one-hot): a reset gathers these instead of computing them.
+        self.bank_cell = self._flat_cell(self.bank_pos)
+        self.bank_flat = self.bank_grid.view(bank_size, -1)
+        self.bank_patch = self._patch(self.bank_flat, self.bank_cell)
 
     @property
     def obs_shape(self) -> tuple[int, int, int]:
@@ -155,17 +185,17 @@ class GoodhartGridWorld:
         pos = torch.stack((agent // self.padded, agent % self.padded), dim=1)
         return grid.view(n, self.padded, self.padded), pos
 
-    def _draw_layouts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One layout from the bank for every env, drawn uniformly (callers pick which to use):
-        grids (n, P, P), positions (n, 2), flat agent cells (n,) and first observations.
+    def _draw_layouts(self, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`count` layouts from the bank, drawn uniformly and independently: flat grids
+        (count, P*P), flat agent cells (count,) and first view patches (count, V*V).
 
-        A gather of n layouts by random index: far cheaper than generating n new ones (a random
-        score and a top-k over every interior cell of every env), which a step needs for only
-        the ~n/max_episode_steps envs that reset.
+        A gather by random index: far cheaper than generating new ones (a random score and a
+        top-k over every interior cell). `reset` draws n, a step only k =
+        max_truncations_per_step, for the rows that can have ended.
         """
-        idx = torch.randint(0, self.bank_grid.shape[0], (self.n_envs,), device=self.device)
-        return (self.bank_grid.index_select(0, idx), self.bank_pos.index_select(0, idx),
-                self.bank_here.index_select(0, idx), self.bank_obs.index_select(0, idx))
+        idx = torch.randint(0, self.bank_grid.shape[0], (count,), device=self.device)
+        return (self.bank_flat.index_select(0, idx), self.bank_cell.index_select(0, idx),
+                self.bank_patch.index_select(0, idx))
 
     @property
     def max_truncations_per_step(self) -> int:
@@ -181,59 +211,80 @@ class GoodhartGridWorld:
         return -(-self.n_envs // self.max_steps)
 
     def reset(self) -> tuple[EnvState, torch.Tensor]:
-        grid, pos, _, obs = self._draw_layouts()
         n, dev = self.n_envs, self.device
+        flat, cell, patch = self._draw_layouts(n)
+        grid, obs = flat.view(n, self.padded, self.padded), self._one_hot(patch)
         # Stagger episode clocks evenly (each value held by n/max_steps envs, in random envs) so
         # resets spread over time instead of hitting all envs at once, and no step truncates more
         # than `max_truncations_per_step` envs. A first episode that starts mid-clock is short,
         # so it is kept out of the statistics.
         t = (torch.randperm(n, device=dev) % self.max_steps).to(torch.int32)
         zeros = torch.zeros(n, device=dev)
-        state = EnvState(grid, pos, t, zeros, zeros.clone(), torch.zeros(N_STATS, device=dev),
+        state = EnvState(grid, cell, t, zeros, zeros.clone(), torch.zeros(N_STATS, device=dev),
                          t == 0)
         return state, obs
 
     # -- dynamics ------------------------------------------------------------------------------
     def observe(self, grid: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """The (n, C, V, V) observations of agents at `pos` (n, 2) on grids (n, P, P)."""
-        return self._observe_flat(grid.reshape(grid.shape[0], -1), self._flat_cell(pos))
+        return self.observe_cells(grid, self._flat_cell(pos))
+
+    def observe_cells(self, grid: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """The (n, C, V, V) observations of agents at flat cells `cell` (n,) on grids (n, P, P)."""
+        return self._one_hot(self._patch(grid.reshape(grid.shape[0], -1), cell))
 
     def _flat_cell(self, pos: torch.Tensor) -> torch.Tensor:
         return pos[:, 0] * self.padded + pos[:, 1]
 
-    def _observe_flat(self, flat: torch.Tensor, here: torch.Tensor) -> torch.Tensor:
-        """Observations from flat grids (m, P*P) and flat agent cells (m,)."""
-        patch = flat.gather(1, here.view(-1, 1) + self.view_flat)      # (m, V*V) int8
-        patch = patch.view(-1, 1, self.view, self.view)
-        return (patch == self.channel_types).to(self.obs_dtype)
+    def _patch(self, flat: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+        """The (m, V*V) int8 cells around flat agent cells `cell` (m,) on flat grids (m, P*P)."""
+        return flat.gather(1, cell.view(-1, 1) + self.view_flat)
+
+    def _one_hot(self, patch: torch.Tensor) -> torch.Tensor:
+        """Observations (m, C, V, V) in obs_dtype from view patches (m, V*V)."""
+        return (patch.view(-1, 1, self.view, self.view) == self.channel_types).to(self.obs_dtype)
 
     def step(self, state: EnvState, actions: torch.Tensor) -> StepResult:
         """One step of every env. Cells are read and written through flat indices (gather and
         scatter), and the per-step work is kept to few ops: the profiler records each one, and
-        on a GPU each is a kernel launch."""
-        grid, pos, t, ep_proxy, ep_true, stats, whole = state
-        n, size, cells, zero = self.n_envs, self.padded, self.cells, self.zero
+        on a GPU each is a kernel launch.
+
+        Respawn: an eaten item goes to the first of RESPAWN_CANDIDATES cells drawn uniformly
+        (with replacement) from the interior that is empty before the item is taken, so never
+        onto a wall, an item or the agent (its new cell still holds the item it eats). The first
+        empty draw of independent uniform draws is uniform over the empty cells, so the item's
+        cell is uniform over them unless all draws hit occupied cells (probability q^8, q the
+        occupied share of the interior: about 0.19 at the defaults, so ~2e-6); then the item goes
+        onto the cell the agent just left, which is empty (agents only stand on empty cells) and
+        is not its new one (eating means it moved). Every env draws its candidates every step,
+        eating or not (a fixed shape); the old rule scored all interior cells of all envs.
+
+        Resets: the k = max_truncations_per_step rows of a top-k over the truncation mask (every
+        truncated env, plus others when fewer end) get fresh bank layouts where they ended;
+        grid, agent cell and view patch are scattered into those rows only.
+        """
+        grid, cell, t, ep_proxy, ep_true, stats, whole = state
+        n, k, cells, zero = self.n_envs, self.max_truncations_per_step, self.cells, self.zero
         proxy_value, food_value, decoy_value = self.rewards
         flat = grid.view(n, -1).clone()
-        here = self._flat_cell(pos)
-        target = here + self.flat_deltas.index_select(0, actions)
+        target = cell + self.flat_deltas.index_select(0, actions)
         blocked = flat.gather(1, target.view(n, 1)).view(n) == cells[WALL]
-        here = torch.where(blocked, here, target)
-        pos = torch.stack((here // size, here % size), dim=1)
+        here = torch.where(blocked, cell, target)
         at = here.view(n, 1)
-        cell = flat.gather(1, at).view(n)
-        ate_food, ate_decoy = cell == cells[FOOD], cell == cells[DECOY]
+        eaten = flat.gather(1, at)                                       # (n, 1)
+        ate_food, ate_decoy = eaten.view(n) == cells[FOOD], eaten.view(n) == cells[DECOY]
         ate = ate_food | ate_decoy
         proxy = torch.where(ate, proxy_value, zero)
         true = torch.where(ate_food, food_value, torch.where(ate_decoy, decoy_value, zero))
 
-        flat.scatter_(1, at, torch.where(ate, cells[EMPTY], cell).view(n, 1))
-        # Respawn the eaten item on a random empty cell that the agent is not on.
-        inside = flat.index_select(1, self.interior_flat)
-        score = torch.rand(inside.shape, device=self.device)
-        score = torch.where((inside != cells[EMPTY]) | (self.interior_flat == at), self.minus_one, score)
-        spot = self.interior_flat.index_select(0, score.argmax(dim=1)).view(n, 1)
-        flat.scatter_(1, spot, torch.where(ate.view(n, 1), cell.view(n, 1), flat.gather(1, spot)))
+        # Respawn (see above): candidates, then the cell the agent left as the last resort.
+        draws = torch.randint(0, self.interior_flat.numel(), (n, RESPAWN_CANDIDATES),
+                              device=self.device)
+        spots = torch.cat((self.interior_flat.take(draws), cell.view(n, 1)), dim=1)
+        first = (flat.gather(1, spots) == cells[EMPTY]).to(torch.uint8).argmax(dim=1, keepdim=True)
+        spot = spots.gather(1, first)
+        flat.scatter_(1, at, torch.where(ate.view(n, 1), cells[EMPTY], eaten))
+        flat.scatter_(1, spot, torch.where(ate.view(n, 1), eaten, flat.gather(1, spot)))
 
         t = t + 1
         ep_proxy, ep_true = ep_proxy + proxy, ep_true + true
@@ -243,17 +294,27 @@ class GoodhartGridWorld:
         # Finished whole episodes: count, proxy and true returns, lengths (one product).
         counted = (done & whole).float()
         stats = stats + torch.mv(torch.stack((self.ones, ep_proxy, ep_true, t.float())), counted)
-        final_obs = self._observe_flat(flat, here)
-        fresh_grid, fresh_pos, _, fresh_obs = self._draw_layouts()
-        grid = torch.where(done.view(n, 1, 1), fresh_grid, flat.view_as(grid))
-        pos = torch.where(done.view(n, 1), fresh_pos, pos)
+
+        # The k rows that can have ended (fixed shape, no host sync), their final patches, and
+        # fresh layouts scattered into those that did end.
+        rows = truncation_rows(done, k)
+        ended = done.index_select(0, rows).view(k, 1)
+        patch = self._patch(flat, here)                                  # (n, V*V) int8
+        final_patch = patch.index_select(0, rows)
+        fresh_flat, fresh_cell, fresh_patch = self._draw_layouts(k)
+        flat.index_copy_(0, rows, torch.where(ended, fresh_flat, flat.index_select(0, rows)))
+        here = here.index_copy(0, rows, torch.where(ended.view(k), fresh_cell, here.index_select(0, rows)))
+        patch.index_copy_(0, rows, torch.where(ended, fresh_patch, final_patch))
         t = torch.where(done, self.t_zero, t)
         ep_proxy = torch.where(done, zero, ep_proxy)
         ep_true = torch.where(done, zero, ep_true)
         whole = whole | done
-        obs = torch.where(done.view(n, 1, 1, 1), fresh_obs, final_obs)
-        new_state = EnvState(grid, pos, t, ep_proxy, ep_true, stats, whole)
-        return StepResult(new_state, obs, proxy, true, terminated, truncated, final_obs)
+        # One (n + k) observation tensor: the one-hot of an int8 (n + k, V*V) patch stack, so
+        # the next forward reads it as it is; obs and final_obs are views of it.
+        policy_obs = self._one_hot(torch.cat((patch, final_patch)))
+        new_state = EnvState(flat.view_as(grid), here, t, ep_proxy, ep_true, stats, whole)
+        return StepResult(new_state, policy_obs[:n], proxy, true, terminated, truncated,
+                          policy_obs[n:], rows, policy_obs)
 
     @staticmethod
     def drain_stats(state: EnvState) -> tuple[EnvState, torch.Tensor]:

@@ -8,6 +8,7 @@ complete on disk. The launcher then still merges the complete traces and writes 
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import platform
@@ -100,11 +101,16 @@ def _rank_entry(cfg: Config, settings: ProfSettings, resume: bool, threads: int)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     catch_signals()  # the launcher stops its workers with SIGTERM: unwind, close the logger
     torch.set_num_threads(threads)
+    bound: dict[str, Any] = {}
     if cfg.device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local)
         cfg = _replace(cfg, device="cuda")
-    dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo")
+        # Bind NCCL to this rank's device at once (torch >= 2.3): the communicator is made
+        # eagerly for it, and no collective has to guess the device from the current one.
+        if "device_id" in inspect.signature(dist.init_process_group).parameters:
+            bound["device_id"] = torch.device("cuda", local)
+    dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo", **bound)
     try:
         return _train_rank(_replace(cfg, progress=cfg.progress and rank == 0), settings, resume,
                            rank, world)

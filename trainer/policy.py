@@ -22,15 +22,22 @@ def _this_rank(x: torch.Tensor) -> torch.Tensor:
 
 
 class ValueHead(nn.Module):
-    """Plain value head: predicts returns directly."""
+    """Plain value head: predicts returns directly.
+
+    Its Linear runs in float32 even under bf16 autocast (the trunk stays bf16): a bf16 output has
+    8 significant bits, so values near a return of 20 would be quantised to steps of 0.125, as
+    coarse as the advantages it is meant to resolve. One (batch, hidden) x (hidden, 1) product
+    costs nothing next to the trunk.
+    """
 
     def __init__(self, hidden: int):
         super().__init__()
         self.fc = nn.Linear(hidden, 1)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """The value in training units (normalised for PopArt), shape (batch,)."""
-        return self.fc(features).squeeze(-1)
+        """The value in training units (normalised for PopArt), shape (batch,), float32."""
+        with torch.autocast(features.device.type, enabled=False):
+            return self.fc(features.float()).squeeze(-1)
 
     def denormalize(self, value: torch.Tensor) -> torch.Tensor:
         return value
@@ -148,14 +155,13 @@ def act(policy: ActorCritic, obs: torch.Tensor) -> ActOutput:
         return ActOutput(action, logprob, policy.value_head.denormalize(value.float()))
 
 
-def act_and_value(policy: ActorCritic, obs: torch.Tensor, extra_obs: torch.Tensor
-                  ) -> tuple[ActOutput, torch.Tensor]:
-    """`act` on `obs`, and in the same forward the raw values of `extra_obs` (no grad): one
-    batch of n + k rows instead of a second forward for k rows (the rollout values the final
-    states of truncated episodes this way, ppo.truncation_rows)."""
-    n = obs.shape[0]
+def act_and_value(policy: ActorCritic, obs: torch.Tensor, n: int) -> tuple[ActOutput, torch.Tensor]:
+    """`act` on the first `n` rows of `obs`, and in the same forward the raw values of the rows
+    after them (no grad): one batch of n + k rows instead of a second forward for k rows (the
+    rollout values the final states of truncated episodes this way: the env hands both over in
+    one tensor, StepResult.policy_obs, so nothing is concatenated here)."""
     with torch.no_grad():
-        logits, value = policy(torch.cat((obs, extra_obs)))
+        logits, value = policy(obs)
         action, logprob = sample_actions(logits[:n])
         value = policy.value_head.denormalize(value.float())
         return ActOutput(action, logprob, value[:n]), value[n:]

@@ -72,21 +72,6 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, terminated: torch.T
     return advantages, advantages + values
 
 
-def truncation_rows(truncated: torch.Tensor, max_truncated: int) -> torch.Tensor:
-    """Indices of `max_truncated` envs that include every env `truncated` marks: (k,) int64.
-
-    `max_truncated` is the most envs one step can truncate (the env's
-    `max_truncations_per_step`). The rollout values the final observations of these rows only
-    (a top-k over the truncation mask: a fixed shape, so no host sync and one static graph for
-    torch.compile), inside the next step's policy forward (policy.act_and_value). With every
-    episode exactly max_episode_steps long and the clocks staggered evenly, that is
-    ceil(n / max_episode_steps) rows (2 of 128 in the CPU preset, 128 of 8192 on CUDA) instead of
-    a second full-batch forward per step. Rows picked beyond the truncated envs are valued too,
-    and never read (GAE reads final values only where an episode was truncated).
-    """
-    return truncated.float().topk(min(max_truncated, truncated.shape[0])).indices
-
-
 class Minibatch(NamedTuple):
     obs: torch.Tensor
     actions: torch.Tensor

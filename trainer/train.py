@@ -22,7 +22,7 @@ from .env import N_ACTIONS, EnvState, GoodhartGridWorld, StepResult
 from .logger import AsyncLogger
 from .policy import ActorCritic, ActOutput, act_and_value
 from .ppo import (UPDATE_STAT_NAMES, RolloutBuffer, clip_grad_norm_no_sync, compute_gae, ppo_loss,
-                  ppo_update, truncation_rows)
+                  ppo_update)
 
 METRIC_NAMES = ("episodes", "proxy_return", "true_return", "episode_length", "proxy_per_step",
                 "true_per_step") + UPDATE_STAT_NAMES
@@ -46,13 +46,21 @@ class RunResult:
 class Trainer:
     """Owns the env, the policy, the optimizer and the rollout storage of one rank."""
 
-    def __init__(self, cfg: Config, hooks=None, rank: int = 0, world_size: int = 1):
+    def __init__(self, cfg: Config, hooks=None, rank: int = 0, world_size: int = 1,
+                 static_storage: bool | None = None):
+        """`static_storage` (default: `cfg.cudagraphs`) writes each rollout step into the buffer
+        at once and keeps the env state and observations in tensors that never move (what CUDA
+        graph replays need); tests set it on the CPU to check that path against the default."""
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         self.hooks = hooks or NoHooks()
         self.device = torch.device(cfg.device)
         cuda = self.device.type == "cuda"
         self.amp = cfg.amp == "on" or (cfg.amp == "auto" and cuda)
         self.compiled = cfg.compile == "on" or (cfg.compile == "auto" and cuda)
+        self.cudagraphs = cfg.cudagraphs
+        if self.cudagraphs:
+            _check_cudagraphs(cuda, self.compiled, world_size)
+        self.static = self.cudagraphs if static_storage is None else static_storage
         # Planted anti-patterns (empty for a clean run): looked up here, once, never per step.
         self.inject = antipatterns.parse(cfg.inject)
         self.reward_log: list[float] = []  # filled by the item_logging pattern only
@@ -63,7 +71,14 @@ class Trainer:
             torch.backends.cudnn.benchmark = True
         obs_dtype = torch.bfloat16 if (self.amp and cuda) else torch.float32
         self.env = GoodhartGridWorld.from_config(cfg, self.device, obs_dtype)
-        self.state, self.obs = self.env.reset()
+        self.n_envs = cfg.n_envs
+        self.max_truncated = self.env.max_truncations_per_step
+        self.state, obs = self.env.reset()
+        # The next forward's input: this step's observations, then the final observations of the
+        # last step's truncated envs (and a few more rows: a fixed shape, env.truncation_rows);
+        # at a rollout's start those are already valued. `obs` and `final_obs` are views of it.
+        self.policy_obs = torch.cat((obs, obs[:self.max_truncated]))
+        self.final_rows = torch.arange(self.max_truncated, device=self.device)
         policy_cls = antipatterns.NanCheckedActorCritic if "nan_checks" in self.inject else ActorCritic
         self.policy = policy_cls(self.env.obs_shape, N_ACTIONS, cfg.channels, cfg.hidden,
                                  cfg.value_head, cfg.popart_beta).to(self.device)
@@ -71,19 +86,24 @@ class Trainer:
             antipatterns.make_branchy(self.policy.value_head)
         self.model: torch.nn.Module = self.policy
         if world_size > 1:
-            self.model = torch.nn.parallel.DistributedDataParallel(self.policy)
+            # No buffer broadcast: the only buffers are PopArt's statistics, and update_stats
+            # already moves them on every rank from the same all-reduced (sum R, sum R^2, n),
+            # by the same arithmetic, rescaling the head's weights alike; all ranks start from
+            # equal buffers (DDP broadcasts rank 0's parameters and buffers at construction), so
+            # they stay equal without a broadcast before every minibatch's forward.
+            self.model = torch.nn.parallel.DistributedDataParallel(self.policy,
+                                                                   broadcast_buffers=False)
         self.params = list(self.policy.parameters())
         self.optimizer = self._make_optimizer()
         self.buf = RolloutBuffer.allocate(cfg.rollout_steps, cfg.n_envs, self.env.obs_shape,
                                           obs_dtype, self.device)
-        # The final observations of the last step's truncated envs (and a few more rows: a fixed
-        # shape), valued by the next policy forward; at a rollout's start they are already valued.
-        self.max_truncated = min(self.env.max_truncations_per_step, cfg.n_envs)
-        self.final_rows = torch.arange(self.max_truncated, device=self.device)
-        self.final_obs = torch.zeros((self.max_truncated, *self.env.obs_shape), dtype=obs_dtype,
-                                     device=self.device)
         self._steps: list[tuple] = []   # the rollout's steps until finish_rollout stores them
         self._final: list[tuple] = []   # (rows, final values) of each step, in step order
+        if self.static:
+            self.store_step, self.finish_rollout = self._store_step_now, self._finish_rollout_now
+            self.state = EnvState(*(x.clone() for x in self.state))  # owned, never replaced
+        if self.cudagraphs:
+            self._mark_static()
         self._build_step_functions()
         self.iteration = 0  # next iteration to run
 
@@ -100,12 +120,22 @@ class Trainer:
     def _autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
 
-    def _build_step_functions(self) -> None:
-        cfg = self.cfg
+    def _mark_static(self) -> None:
+        """Tensors a CUDA graph reads at a fixed address: the layout bank (tens of MB, else
+        copied into a static input at every replay), the env's constants, and the trainer-owned
+        state and observations the rollout writes in place."""
+        env = self.env
+        kept = [env.bank_flat, env.bank_cell, env.bank_patch, env.interior_flat, env.flat_deltas,
+                env.view_flat, env.channel_types, env.ones, *self.state, self.policy_obs]
+        for x in kept:
+            torch._dynamo.mark_static_address(x)
 
-        def act_fn(obs, final_obs):
+    def _build_step_functions(self) -> None:
+        cfg, n = self.cfg, self.n_envs
+
+        def act_all(policy_obs):
             with self._autocast():
-                return act_and_value(self.policy, obs, final_obs)
+                return act_and_value(self.policy, policy_obs, n)
 
         def loss_fn(mb):
             with self._autocast():
@@ -115,13 +145,20 @@ class Trainer:
         gae_fn: Callable = partial(compute_gae, gamma=cfg.gamma, lam=cfg.gae_lambda)
         env_step = self.env.step
         if self.compiled:
-            act_fn, gae_fn, env_step = torch.compile(act_fn), torch.compile(gae_fn), torch.compile(env_step)
+            # CUDA graph trees for the per-step functions and the minibatch step; GAE runs once
+            # per iteration and its outputs live through the whole update, so it stays a plain
+            # compiled graph (a replay of another graph must not overwrite them).
+            graphs = {"mode": "reduce-overhead"} if self.cudagraphs else {}
+            act_all, env_step = torch.compile(act_all, **graphs), torch.compile(env_step, **graphs)
+            gae_fn = torch.compile(gae_fn)
             if "eager_update" not in self.inject:
-                loss_fn = torch.compile(loss_fn)
+                loss_fn = torch.compile(loss_fn, **graphs)
+        if self.cudagraphs:
+            act_all, loss_fn = _step_begin(act_all), _step_begin(loss_fn)
         if "memory_growth" in self.inject:
             gae_fn = antipatterns.value_loss_history_gae(gae_fn, self.policy, self.buf.obs,
                                                          self.loss_history, self._autocast)
-        self.act_fn, self.loss_fn, self.gae_fn = act_fn, loss_fn, gae_fn
+        self.act_all, self.loss_fn, self.gae_fn = act_all, loss_fn, gae_fn
         self.env_step = self._planted_env_step(env_step)
         self.clip_grads = (antipatterns.clip_grad_norm_with_readback if "sync_grad_clip" in self.inject
                            else clip_grad_norm_no_sync)
@@ -133,8 +170,34 @@ class Trainer:
         if "cpu_alloc" in self.inject:
             env_step = antipatterns.cpu_alloc_step(env_step, self.cfg.n_envs, self.device)
         if "pageable_htod" in self.inject:
-            env_step = antipatterns.pageable_htod_step(env_step, self.env)
+            env_step = _host_obs_to_policy(antipatterns.pageable_htod_step(env_step, self.env))
         return env_step
+
+    def act_fn(self, obs: torch.Tensor, final_obs: torch.Tensor | None = None
+               ) -> tuple[ActOutput, torch.Tensor]:
+        """The rollout forward: actions for the n envs, and the raw values of the k final
+        observations. `obs` is the (n + k) policy input (StepResult.policy_obs) as it is; callers
+        that hold the two parts apart pass them both and pay for joining them."""
+        if final_obs is not None:
+            obs = torch.cat((obs, final_obs))
+        return self.act_all(obs)
+
+    @property
+    def obs(self) -> torch.Tensor:
+        """The n envs' current observations (a view of `policy_obs`)."""
+        return self.policy_obs[:self.n_envs]
+
+    @obs.setter
+    def obs(self, value: torch.Tensor) -> None:
+        if self.static:
+            self.policy_obs[:self.n_envs].copy_(value)
+        else:
+            self.policy_obs = torch.cat((value, self.final_obs))
+
+    @property
+    def final_obs(self) -> torch.Tensor:
+        """The final observations of the last step's `final_rows` (a view of `policy_obs`)."""
+        return self.policy_obs[self.n_envs:]
 
     # -- one iteration ---------------------------------------------------------------------------
     def run_iteration(self, it: int, logger: AsyncLogger | None) -> None:
@@ -143,14 +206,13 @@ class Trainer:
             with phase("rollout"):
                 for t in range(cfg.rollout_steps):
                     with phase("policy_act"):
-                        out, final_values = self.act_fn(self.obs, self.final_obs)
+                        out, final_values = self.act_all(self.policy_obs)
                     with phase("env_step"):
                         res = self.env_step(self.state, out.action)
                     with phase("store"):
                         self.store_step(t, out, res, final_values)
-                    self.state, self.obs = res.state, res.obs
                 with phase("policy_act"):
-                    out, final_values = self.act_fn(self.obs, self.final_obs)
+                    out, final_values = self.act_all(self.policy_obs)
                     last_value = out.value
                 with phase("store"):
                     self.finish_rollout(final_values)
@@ -164,26 +226,26 @@ class Trainer:
                                           advantages, returns, cfg.epochs, cfg.minibatches,
                                           cfg.max_grad_norm, phase, self.clip_grads)
             with phase("logging"):
-                self.state, episode = GoodhartGridWorld.drain_stats(self.state)
+                episode = self._drain_stats()
                 if logger is not None:
                     logger.submit(it, self.steps_per_iteration, self._metrics(episode, update_stats))
         self.iteration = it + 1
 
     def store_step(self, t: int, out: ActOutput, res: StepResult, final_values: torch.Tensor) -> None:
         """Keep step t of the rollout (the observation the policy acted on) and step t-1's final
-        values (`final_values`: this step's forward valued them) for `finish_rollout`; keep the
-        final observations of this step's truncated envs for the next forward.
+        values (`final_values`: this step's forward valued them) for `finish_rollout`, and move
+        on to the step's new state and observations (`policy_obs`: the next forward's input).
 
         Nothing is copied per step: the buffer is filled once per rollout (a stack per field),
-        since every per-step copy is a few more ops for the profiler and, on a GPU, launches."""
+        since every per-step copy is a few more ops for the profiler and, on a GPU, launches.
+        With static storage (`--cudagraphs`) `_store_step_now` runs instead."""
         if t == 0:
             self._steps, self._final = [], []
         else:
             self._final.append((self.final_rows, final_values))
         self._steps.append((self.obs, out.action, out.logprob, out.value, res.proxy_reward,
                             res.true_reward, res.terminated, res.truncated))
-        self.final_rows = truncation_rows(res.truncated, self.max_truncated)
-        self.final_obs = res.final_obs.index_select(0, self.final_rows)
+        self.state, self.policy_obs, self.final_rows = res.state, res.policy_obs, res.final_rows
 
     def finish_rollout(self, final_values: torch.Tensor) -> None:
         """Fill the buffer from the kept steps; `final_values` values the last step's final
@@ -200,6 +262,37 @@ class Trainer:
         flat_rows = (torch.stack(rows) + offsets.view(-1, 1)).view(-1)
         buf.final_values.view(-1).index_copy_(0, flat_rows, torch.stack(values).view(-1))
         self._steps, self._final = [], []
+
+    def _store_step_now(self, t: int, out: ActOutput, res: StepResult, final_values: torch.Tensor
+                        ) -> None:
+        """store_step for static storage: step t goes into the buffer at once, and the new
+        state, observations and rows are copied into the trainer's own tensors (fixed
+        addresses). Under CUDA graph trees a replay overwrites the previous replay's outputs,
+        so nothing a step returned may be kept until the next step."""
+        buf = self.buf
+        if t > 0:
+            buf.final_values[t - 1].index_copy_(0, self.final_rows, final_values)
+        for field, value in ((buf.obs, self.obs), (buf.actions, out.action),
+                             (buf.logprobs, out.logprob), (buf.values, out.value),
+                             (buf.rewards, res.proxy_reward), (buf.true_rewards, res.true_reward),
+                             (buf.terminated, res.terminated), (buf.truncated, res.truncated)):
+            field[t].copy_(value)
+        for mine, new in zip(self.state, res.state):
+            mine.copy_(new)
+        self.policy_obs.copy_(res.policy_obs)
+        self.final_rows.copy_(res.final_rows)
+
+    def _finish_rollout_now(self, final_values: torch.Tensor) -> None:
+        self.buf.final_values[-1].index_copy_(0, self.final_rows, final_values)
+
+    def _drain_stats(self) -> torch.Tensor:
+        """The finished-episode totals, zeroed in the state (in place with static storage)."""
+        if self.static:
+            episode = self.state.stats.clone()
+            self.state.stats.zero_()
+            return episode
+        self.state, episode = GoodhartGridWorld.drain_stats(self.state)
+        return episode
 
     @property
     def steps_per_iteration(self) -> int:
@@ -219,6 +312,7 @@ class Trainer:
             "optimizer": copy.deepcopy(self.optimizer.state_dict()),
             "env_state": {k: v.clone() for k, v in self.state._asdict().items()},
             "obs": self.obs.clone(),
+            "final_rows": self.final_rows.clone(),
             "rng_cpu": torch.get_rng_state(),
         }
         if self.device.type == "cuda":
@@ -229,8 +323,21 @@ class Trainer:
         self.iteration = snap["iteration"]
         self.policy.load_state_dict(snap["policy"])
         self.optimizer.load_state_dict(snap["optimizer"])
-        self.state = EnvState(**{k: v.to(self.device) for k, v in snap["env_state"].items()})
-        self.obs = snap["obs"].to(self.device)
+        saved = {k: v.to(self.device) for k, v in snap["env_state"].items()}
+        if "pos" in saved:  # a checkpoint from before states held flat agent cells
+            pos = saved.pop("pos")
+            saved["cell"] = pos[:, 0] * self.env.padded + pos[:, 1]
+        state = EnvState(**saved)
+        obs = snap["obs"].to(self.device)
+        rows = snap.get("final_rows", self.final_rows).to(self.device)
+        if self.static:  # the tensors CUDA graphs read keep their addresses
+            for mine, new in zip(self.state, state):
+                mine.copy_(new)
+            self.policy_obs[:self.n_envs].copy_(obs)
+            self.final_rows.copy_(rows)
+        else:
+            self.state, self.final_rows = state, rows
+            self.policy_obs = torch.cat((obs, self.final_obs))
         torch.set_rng_state(snap["rng_cpu"])
         if "rng_cuda" in snap and self.device.type == "cuda":
             torch.cuda.set_rng_state(snap["rng_cuda"], self.device)
@@ -255,6 +362,38 @@ class Trainer:
     def load_checkpoint(self, path: Path) -> None:
         snap = torch.load(path, map_location=self.device, weights_only=False)
         self.restore(snap)
+
+
+def _check_cudagraphs(cuda: bool, compiled: bool, world_size: int) -> None:
+    """CUDA graphs need a CUDA device, torch.compile and one rank (ConfigError otherwise)."""
+    from .config import ConfigError
+    if not cuda:
+        raise ConfigError("cudagraphs needs a CUDA device")
+    if not compiled:
+        raise ConfigError("cudagraphs needs torch.compile (compile is off)")
+    if world_size > 1:
+        raise ConfigError("cudagraphs runs on one rank only (DDP's all-reduce is not captured)")
+
+
+def _step_begin(fn: Callable) -> Callable:
+    """`fn` after torch.compiler.cudagraph_mark_step_begin(): a new generation of CUDA graph
+    trees begins, so the replay may reuse the memory of the previous replays' outputs (the
+    trainer has copied out all it keeps by then)."""
+    mark = torch.compiler.cudagraph_mark_step_begin
+
+    def begin_then(*args):
+        mark()
+        return fn(*args)
+    return begin_then
+
+
+def _host_obs_to_policy(step: Callable) -> Callable:
+    """The pageable_htod pattern replaces `obs` with its host-built copy: the policy input
+    (`policy_obs`) is rebuilt from it, so the policy acts on what the planted code made."""
+    def step_with_host_obs(state, actions):
+        res = step(state, actions)
+        return res._replace(policy_obs=torch.cat((res.obs, res.final_obs)))
+    return step_with_host_obs
 
 
 def sum_across_ranks(x: torch.Tensor) -> torch.Tensor:
