@@ -27,9 +27,10 @@ left is under the clean run's wall time (the clean run always runs); those are l
 (budget)". `--json-out` is rewritten (atomically) after each run finishes, so a killed benchmark
 keeps what it finished (`"finished": false` and the `pending` patterns until the end).
 
-The children share one compile cache (TORCHINDUCTOR_CACHE_DIR=<cache-dir>/inductor and
-TRITON_CACHE_DIR=<cache-dir>/triton; `--cache-dir`, default <runs folder>/cache), so only the first
-run compiles cold; each run's warm-up time is printed.
+The children share one compile cache (TORCHINDUCTOR_CACHE_DIR=<cache-dir>, default <runs
+folder>/cache/inductor, and TRITON_CACHE_DIR beside it: <cache-dir>/../triton), so only the first
+run compiles cold; each run's warm-up time is printed (the trainer's warm-up iteration, which
+compiles, and the `--warmup-iterations` left out of the timing).
 
 Layout of the runs folder (`--keep DIR`; without it a temporary folder, removed at the end):
 
@@ -39,6 +40,13 @@ Layout of the runs folder (`--keep DIR`; without it a temporary folder, removed 
     DIR/latest                            a link to the last profiled run (goodhart-prof run's)
     DIR/timing/<round>/<name>/...         the unprofiled timing runs (--timing-rounds), round 1..N
     DIR/cache/inductor, DIR/cache/triton  the shared compile caches (unless --cache-dir)
+
+The JSON summary: recall, precision, measurable / not_measurable / detected / missed (patterns),
+false_alarms ({rule, run}), failed and failed_patterns (names; failed includes clean if it failed),
+failures ({name, stage, error, stderr_tail}), not_run (budget), pending (not reached yet: only
+while `finished` is false), slowdowns ({pattern: median}), slowdown_spread ({pattern: [q1, q3]}),
+env_steps_per_s and timing ({run: iterations, iteration_s_median/_q1/_q3/_min/_max,
+env_steps_per_s, warmup_s, warmup_iterations_s, wall_s}), the arguments, the command.
 
 recall = detected / measurable patterns that ran (failed ones count as missed); precision = true
 firings / all firings of zoo rules (a firing is true when the rule is the run's own pattern). The
@@ -96,7 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=None,
                    help="start no pattern when less time is left than the clean run took")
     p.add_argument("--cache-dir", default=None,
-                   help="shared inductor/triton cache (default: <runs folder>/cache)")
+                   help="TORCHINDUCTOR_CACHE_DIR of every run, TRITON_CACHE_DIR beside it "
+                        "(default: <runs folder>/cache/inductor)")
     p.add_argument("--keep", default=None, help="keep the runs in this folder (default: a temp dir)")
     p.add_argument("--json-out", default=None,
                    help="also write the JSON summary here (rewritten after each run)")
@@ -189,8 +198,8 @@ def child_env(args, cache_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROF_")}
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "inductor")
-    env["TRITON_CACHE_DIR"] = str(cache_dir / "triton")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    env["TRITON_CACHE_DIR"] = str(cache_dir.parent / "triton")
     return env
 
 
@@ -291,11 +300,12 @@ def summarize(runs: dict[str, dict[str, Any]], order: list[str], not_run: list[s
         "measurable": [p for p in started if measurable(p, device_type)],
         "not_measurable": [p for p in started if not measurable(p, device_type)],
         "detected": detected, "missed": missed, "false_alarms": false_alarms,
-        "failed": [{"name": n, "stage": runs[n]["stage"], "error": runs[n]["error"],
-                    "stderr_tail": runs[n]["stderr_tail"]} for n in failed],
+        "failed": failed, "failed_patterns": [n for n in failed if n != "clean"],
+        "failures": [{"name": n, "stage": runs[n]["stage"], "error": runs[n]["error"],
+                      "stderr_tail": runs[n]["stderr_tail"]} for n in failed],
         "not_run": list(not_run), "pending": [p for p in order if p not in runs and p not in not_run],
         "slowdowns": {p: s["median"] for p, s in slowdowns.items()},
-        "slowdown_iqr": {p: [s["q1"], s["q3"]] for p, s in slowdowns.items()},
+        "slowdown_spread": {p: [s["q1"], s["q3"]] for p, s in slowdowns.items()},  # the IQR
         "env_steps_per_s": {n: t["env_steps_per_s"] for n, t in timing.items() if "env_steps_per_s" in t},
         "timing": timing,
     }
@@ -320,14 +330,18 @@ def confusion_rows(summary: dict[str, Any], runs: dict[str, dict[str, Any]]) -> 
     return rows
 
 
+def _num(x) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
 def evidence_text(ev: dict) -> str:
     parts = []
     if "per_iteration" in ev:
-        parts.append(f"{ev['per_iteration']}/it")
+        parts.append(f"{_num(ev['per_iteration'])}/it")
     for key in ("kernels_per_step", "median_kernel_us", "low_precision_us", "backward_ops",
                 "growth_per_iteration"):
         if key in ev:
-            parts.append(f"{key}={ev[key]}")
+            parts.append(f"{key}={_num(ev[key])}")
     sites = ev.get("sites") or []
     if sites and "site" in sites[0]:
         parts.append(str(sites[0]["site"]))
@@ -364,7 +378,7 @@ def timing_rows(summary: dict[str, Any], runs: dict[str, dict[str, Any]], order:
         if name == "clean":
             slow = "1.000x"
         elif name in summary["slowdowns"]:
-            q1, q3 = summary["slowdown_iqr"][name]
+            q1, q3 = summary["slowdown_spread"][name]
             slow = f"{summary['slowdowns'][name]:.3f}x ({q1:.2f}-{q3:.2f})"
         else:
             slow = "-"
@@ -401,7 +415,7 @@ def print_report(summary: dict[str, Any], runs: dict[str, dict[str, Any]], order
           f"at start, other processes used {summary['other_cpus_used']} CPUs meanwhile")
     if summary["not_run"]:
         print(f"not run (budget {args.budget_s} s): {', '.join(summary['not_run'])}")
-    for f in summary["failed"]:
+    for f in summary["failures"]:
         print(f"FAILED {f['name']} ({f['stage']}): {f['error']}")
 
 
@@ -409,7 +423,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_zoo-"))
     folder.mkdir(parents=True, exist_ok=True)
-    cache_dir = Path(args.cache_dir) if args.cache_dir else folder / "cache"
+    cache_dir = Path(args.cache_dir) if args.cache_dir else folder / "cache" / "inductor"
     env = child_env(args, cache_dir)
     load0, noise = os.getloadavg()[0], ForeignLoad()
     start = time.perf_counter()

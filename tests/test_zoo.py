@@ -380,7 +380,8 @@ def test_bench_zoo_goes_on_after_a_failed_pattern(tmp_path):
     config.write_text(config.read_text() + NAN_LR)
     code, summary, printed = _bench(tmp_path, config, "--patterns", "sync_grad_clip,item_logging")
     assert code == 1 and summary["finished"] and summary["pending"] == []
-    [failed] = summary["failed"]
+    assert summary["failed"] == summary["failed_patterns"] == ["sync_grad_clip"]
+    [failed] = summary["failures"]
     assert failed["name"] == "sync_grad_clip" and failed["stage"] == "run"
     assert failed["error"] == "exit 1: FloatingPointError: gradient norm is nan"
     assert "Traceback" in failed["stderr_tail"] and "\n" not in failed["error"]
@@ -438,9 +439,13 @@ def test_bench_zoo_failed_child_is_a_record_not_an_exit(tmp_path):
     config.write_text('amp = "sometimes"\n')
     args = bench_zoo.parse_args(["--config", str(config), "--device", "cpu", "--total-iterations", "7",
                                  "--iterations", "2-4", "--keep", str(tmp_path)])
-    record = bench_zoo.run_kind("cpu_alloc", tmp_path, args, bench_zoo.child_env(args, tmp_path / "c"))
+    env = bench_zoo.child_env(args, tmp_path / "cache" / "inductor")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+    assert env["TRITON_CACHE_DIR"] == str(tmp_path / "cache" / "triton")  # beside it
+    record = bench_zoo.run_kind("cpu_alloc", tmp_path, args, env)
     assert record["status"] == "failed" and record["stage"] == "run"
     assert record["error"] == "exit 2: Error: amp must be auto, on or off, not 'sometimes'"
     summary = bench_zoo.summarize({"cpu_alloc": record}, ["cpu_alloc", "nan_checks"], [], args)
     assert summary["missed"] == ["cpu_alloc"] and summary["recall"] == 0.0
-    assert summary["failed"][0]["name"] == "cpu_alloc" and summary["pending"] == ["nan_checks"]
+    assert summary["failed"] == ["cpu_alloc"] and summary["pending"] == ["nan_checks"]
+    assert summary["failures"][0]["error"] == record["error"]
