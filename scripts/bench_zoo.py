@@ -41,6 +41,8 @@ Layout of the runs folder (`--keep DIR`; without it a temporary folder, removed 
     DIR/timing/<round>/<name>/...         the unprofiled timing runs (--timing-rounds), round 1..N
     DIR/cache/inductor, DIR/cache/triton  the shared compile caches (unless --cache-dir)
 
+A second benchmark into the same DIR replaces the runs of the names it runs (the others stay).
+
 The JSON summary: recall, precision, measurable / not_measurable / detected / missed (patterns),
 false_alarms ({rule, run}), failed and failed_patterns (names; failed includes clean if it failed),
 failures ({name, stage, error, stderr_tail}), not_run (budget), pending (not reached yet: only
@@ -222,12 +224,23 @@ def _kind_argv(name: str, args) -> list[str]:
     return argv
 
 
+def clear_run(folder: Path) -> None:
+    """Remove an earlier benchmark's run of this name (`goodhart-prof run` refuses a name that
+    exists, and metrics.jsonl is appended to): only a folder that is a run or empty, so anything
+    else makes the run fail with its one-line error instead."""
+    if folder.is_dir() and not folder.is_symlink() and (
+            not any(folder.iterdir()) or (folder / "run.json").exists()
+            or (folder / "metrics.jsonl").exists()):
+        shutil.rmtree(folder)
+
+
 def run_kind(name: str, folder: Path, args, env: dict[str, str]) -> dict[str, Any]:
     """Record, analyze and time one kind (clean or a pattern): its profiled run in folder/<name>,
-    then `--timing-rounds` unprofiled runs in folder/timing/<round>/<name>. Never raises for a
-    child that fails or a trace that cannot be analyzed: the record says `status: failed`, the
-    one-line `error`, and the `stderr_tail`."""
+    then `--timing-rounds` unprofiled runs in folder/timing/<round>/<name>; an earlier run of
+    that name there is replaced. Never raises for a child that fails or a trace that cannot be
+    analyzed: the record says `status: failed`, the one-line `error`, and the `stderr_tail`."""
     out = folder / name
+    clear_run(out)
     started = time.perf_counter()
     record: dict[str, Any] = {"name": name, "status": "ok", "fired": {}}
     argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--iterations", args.iterations,
@@ -251,6 +264,7 @@ def run_kind(name: str, folder: Path, args, env: dict[str, str]) -> dict[str, An
     plain = timed_iterations(args.total_iterations, args.warmup_iterations, args.timed_iterations, None)
     for r in range(1, args.timing_rounds + 1):
         where = folder / "timing" / str(r)
+        clear_run(where / name)
         res = subprocess.run([sys.executable, "-m", "trainer", "--output-dir", str(where / name),
                               *_kind_argv(name, args)], env=env, capture_output=True, text=True)
         if res.returncode != 0:

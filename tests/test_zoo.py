@@ -409,6 +409,12 @@ def test_bench_zoo_budget_lists_the_patterns_it_did_not_start(tmp_path):
     assert summary["timing"]["clean"]["iterations"] == 2  # the clean run always runs
     assert "not run (budget 0.0 s): memory_growth, cpu_alloc" in printed
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["cache", "clean", "latest"]
+    # Into the same folder again: the clean run is replaced, not refused, nor its metrics doubled.
+    code, again, _ = _bench(tmp_path, write_tiny_config(tmp_path), "--budget-s", "0",
+                            "--patterns", "cpu_alloc")
+    assert code == 0 and again["failed"] == [] and again["timing"]["clean"]["iterations"] == 2
+    metrics = (tmp_path / "runs" / "clean" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in metrics] == list(range(8))
 
 
 def test_bench_zoo_times_iterations_no_profiler_touched():
