@@ -169,7 +169,7 @@ def test_step_touches_k_rows_of_the_bank_and_no_interior_score():
     assert not names & {"aten::div", "aten::floor_divide", "aten::remainder", "aten::cat_interior"}
     bank_reads = [e.input_shapes for e in events
                   if e.name == "aten::index_select" and e.input_shapes and e.input_shapes[0][:1] == [bank]]
-    assert len(bank_reads) == 3 * 3  # grid, agent cell, view patch, each step
+    assert len(bank_reads) == 3 * 2  # grid and agent cell, each step
     assert all(shapes[2] == [k] for shapes in bank_reads)
     shapes = [s for e in events for s in (e.input_shapes or []) if isinstance(s, list)]
     assert [n, interior] not in shapes and [n, interior, 1] not in shapes

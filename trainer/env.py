@@ -67,7 +67,7 @@ def truncation_rows(truncated: torch.Tensor, k: int) -> torch.Tensor:
     unchanged (their final observation equals their observation) and never read as final (GAE
     reads final values only where an episode was truncated).
     """
-    return truncated.float().topk(min(k, truncated.shape[0])).indices
+    return truncated.view(torch.uint8).topk(min(k, truncated.shape[0])).indices
 
 
 class EnvState(NamedTuple):
@@ -155,11 +155,9 @@ class GoodhartGridWorld:
         if bank_size is None:
             bank_size = layout_bank_size(n_envs, max_episode_steps)
         self.bank_grid, self.bank_pos = self._generate_layouts(bank_size)
-        # Per layout also its agent's flat cell and its first view patch (int8, V*V cells, the
-        # observation before the one-hot): a reset gathers these instead of computing them.
+        # Per layout also its agent's flat cell: a reset gathers it with the flat grid.
         self.bank_cell = self._flat_cell(self.bank_pos)
         self.bank_flat = self.bank_grid.view(bank_size, -1)
-        self.bank_patch = self._patch(self.bank_flat, self.bank_cell)
 
     @property
     def obs_shape(self) -> tuple[int, int, int]:
@@ -185,17 +183,16 @@ class GoodhartGridWorld:
         pos = torch.stack((agent // self.padded, agent % self.padded), dim=1)
         return grid.view(n, self.padded, self.padded), pos
 
-    def _draw_layouts(self, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _draw_layouts(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """`count` layouts from the bank, drawn uniformly and independently: flat grids
-        (count, P*P), flat agent cells (count,) and first view patches (count, V*V).
+        (count, P*P) and flat agent cells (count,).
 
         A gather by random index: far cheaper than generating new ones (a random score and a
         top-k over every interior cell). `reset` draws n, a step only k =
         max_truncations_per_step, for the rows that can have ended.
         """
         idx = torch.randint(0, self.bank_grid.shape[0], (count,), device=self.device)
-        return (self.bank_flat.index_select(0, idx), self.bank_cell.index_select(0, idx),
-                self.bank_patch.index_select(0, idx))
+        return self.bank_flat.index_select(0, idx), self.bank_cell.index_select(0, idx)
 
     @property
     def max_truncations_per_step(self) -> int:
@@ -212,8 +209,8 @@ class GoodhartGridWorld:
 
     def reset(self) -> tuple[EnvState, torch.Tensor]:
         n, dev = self.n_envs, self.device
-        flat, cell, patch = self._draw_layouts(n)
-        grid, obs = flat.view(n, self.padded, self.padded), self._one_hot(patch)
+        flat, cell = self._draw_layouts(n)
+        grid, obs = flat.view(n, self.padded, self.padded), self._one_hot(self._patch(flat, cell))
         # Stagger episode clocks evenly (each value held by n/max_steps envs, in random envs) so
         # resets spread over time instead of hitting all envs at once, and no step truncates more
         # than `max_truncations_per_step` envs. A first episode that starts mid-clock is short,
@@ -261,7 +258,8 @@ class GoodhartGridWorld:
 
         Resets: the k = max_truncations_per_step rows of a top-k over the truncation mask (every
         truncated env, plus others when fewer end) get fresh bank layouts where they ended;
-        grid, agent cell and view patch are scattered into those rows only.
+        grid and agent cell are scattered into those rows only, and the observations are read
+        off the grids after that (the final ones off the k rows before it).
         """
         grid, cell, t, ep_proxy, ep_true, stats, whole = state
         n, k, cells, zero = self.n_envs, self.max_truncations_per_step, self.cells, self.zero
@@ -281,7 +279,7 @@ class GoodhartGridWorld:
         draws = torch.randint(0, self.interior_flat.numel(), (n, RESPAWN_CANDIDATES),
                               device=self.device)
         spots = torch.cat((self.interior_flat.take(draws), cell.view(n, 1)), dim=1)
-        first = (flat.gather(1, spots) == cells[EMPTY]).to(torch.uint8).argmax(dim=1, keepdim=True)
+        first = (flat.gather(1, spots) == cells[EMPTY]).view(torch.uint8).argmax(dim=1, keepdim=True)
         spot = spots.gather(1, first)
         flat.scatter_(1, at, torch.where(ate.view(n, 1), cells[EMPTY], eaten))
         flat.scatter_(1, spot, torch.where(ate.view(n, 1), eaten, flat.gather(1, spot)))
@@ -298,20 +296,19 @@ class GoodhartGridWorld:
         # The k rows that can have ended (fixed shape, no host sync), their final patches, and
         # fresh layouts scattered into those that did end.
         rows = truncation_rows(done, k)
-        ended = done.index_select(0, rows).view(k, 1)
-        patch = self._patch(flat, here)                                  # (n, V*V) int8
-        final_patch = patch.index_select(0, rows)
-        fresh_flat, fresh_cell, fresh_patch = self._draw_layouts(k)
-        flat.index_copy_(0, rows, torch.where(ended, fresh_flat, flat.index_select(0, rows)))
-        here = here.index_copy(0, rows, torch.where(ended.view(k), fresh_cell, here.index_select(0, rows)))
-        patch.index_copy_(0, rows, torch.where(ended, fresh_patch, final_patch))
+        ended = done.index_select(0, rows)
+        old_flat, old_here = flat.index_select(0, rows), here.index_select(0, rows)
+        final_patch = self._patch(old_flat, old_here)                   # (k, V*V) int8
+        fresh_flat, fresh_cell = self._draw_layouts(k)
+        flat.index_copy_(0, rows, torch.where(ended.view(k, 1), fresh_flat, old_flat))
+        here.index_copy_(0, rows, torch.where(ended, fresh_cell, old_here))
         t = torch.where(done, self.t_zero, t)
         ep_proxy = torch.where(done, zero, ep_proxy)
         ep_true = torch.where(done, zero, ep_true)
         whole = whole | done
         # One (n + k) observation tensor: the one-hot of an int8 (n + k, V*V) patch stack, so
         # the next forward reads it as it is; obs and final_obs are views of it.
-        policy_obs = self._one_hot(torch.cat((patch, final_patch)))
+        policy_obs = self._one_hot(torch.cat((self._patch(flat, here), final_patch)))
         new_state = EnvState(flat.view_as(grid), here, t, ep_proxy, ep_true, stats, whole)
         return StepResult(new_state, policy_obs[:n], proxy, true, terminated, truncated,
                           policy_obs[n:], rows, policy_obs)

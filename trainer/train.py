@@ -125,7 +125,7 @@ class Trainer:
         copied into a static input at every replay), the env's constants, and the trainer-owned
         state and observations the rollout writes in place."""
         env = self.env
-        kept = [env.bank_flat, env.bank_cell, env.bank_patch, env.interior_flat, env.flat_deltas,
+        kept = [env.bank_flat, env.bank_cell, env.interior_flat, env.flat_deltas,
                 env.view_flat, env.channel_types, env.ones, *self.state, self.policy_obs]
         for x in kept:
             torch._dynamo.mark_static_address(x)
