@@ -455,3 +455,23 @@ def test_bench_zoo_failed_child_is_a_record_not_an_exit(tmp_path):
     assert summary["missed"] == ["cpu_alloc"] and summary["recall"] == 0.0
     assert summary["failed"] == ["cpu_alloc"] and summary["pending"] == ["nan_checks"]
     assert summary["failures"][0]["error"] == record["error"]
+
+
+def test_bench_zoo_json_out_keeps_what_a_killed_benchmark_finished(tmp_path, monkeypatch):
+    def fake_run_kind(name, folder, args, env):  # a real record's fields, no child process
+        if name == "cpu_alloc":
+            raise KeyboardInterrupt  # the benchmark killed while this pattern runs
+        timing = bench_zoo.timing_stats([{"iteration": 2, "env_steps": 4096, "iteration_s": 0.4}])
+        return {"name": name, "status": "ok", "wall_s": 20.0, "device": "cpu", "device_type": "cpu",
+                "warmup_s": 0.5, "warmup_iterations_s": 0.8, "timing": timing,
+                "fired": {name: {"per_iteration": 32}} if name != "clean" else {}}
+    monkeypatch.setattr(bench_zoo, "run_kind", fake_run_kind)
+    out = tmp_path / "zoo.json"
+    with pytest.raises(KeyboardInterrupt):
+        bench_zoo.main(["--device", "cpu", "--patterns", "item_logging,cpu_alloc,nan_checks",
+                        "--keep", str(tmp_path / "runs"), "--json-out", str(out)])
+    kept = json.loads(out.read_text())
+    assert kept["finished"] is False and kept["pending"] == ["cpu_alloc", "nan_checks"]
+    assert kept["detected"] == ["item_logging"] and kept["slowdowns"] == {"item_logging": 1.0}
+    assert sorted(kept["timing"]) == ["clean", "item_logging"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
