@@ -73,9 +73,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from benchlib import ForeignLoad, write_json_atomic  # noqa: E402
+from benchlib import ForeignLoad  # noqa: E402
 from goodhart_prof.analysis import analyze  # noqa: E402
 from goodhart_prof.analysis.rules import ZOO_RULES  # noqa: E402
+from goodhart_prof.fileio import write_json  # noqa: E402 (atomic: a temp file, then os.replace)
 from goodhart_prof.settings import parse_iterations  # noqa: E402
 from goodhart_prof.trace.load import load  # noqa: E402
 from trainer import antipatterns  # noqa: E402
@@ -471,10 +472,10 @@ def main(argv=None) -> int:
                   f"warm-up {r['warmup_s'] or 0:.2f} s + {r['warmup_iterations_s']:.2f} s ({r['wall_s']} s)",
                   file=sys.stderr)
         if args.json_out:
-            write_json_atomic(Path(args.json_out), current())
+            write_json(Path(args.json_out), current())
     summary = current(finished=True)
     if args.json_out:
-        write_json_atomic(Path(args.json_out), summary)
+        write_json(Path(args.json_out), summary)
     print_report(summary, runs, args.order, args, folder, kept=bool(args.keep))
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)

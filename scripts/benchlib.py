@@ -1,18 +1,14 @@
-"""Helpers shared by the benchmark scripts: device sync, a noise indicator, an atomic JSON write."""
+"""Helpers shared by the benchmark scripts: device sync and a noise indicator."""
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from trainer.launch import device_name
 
-__all__ = ["ForeignLoad", "device_name", "sync", "write_json_atomic"]
+__all__ = ["ForeignLoad", "device_name", "sync"]
 
 
 def sync(device: torch.device) -> None:
@@ -44,18 +40,3 @@ class ForeignLoad:
         if b0 is None or b1 is None or w1 <= w0:
             return None
         return max(0.0, ((b1 - b0) - (own1 - own0)) / (w1 - w0))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` through a temporary file beside it and os.replace, so a
-    reader (or a benchmark killed mid-write) sees the old document or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
