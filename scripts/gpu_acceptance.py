@@ -105,10 +105,10 @@ def dry_plan(work: Path) -> Plan:
     bench = [(16, "eager"), (16, "cudagraphs"), (32, "eager"), (64, "eager")]
     return Plan("cpu", str(toml), bench,
                 ["--iterations", "2", "--phase-iterations", "1", "--rounds", "2"],
-                ["--iterations", "3-5", "--total-iterations", "9", "--mode", "full",
+                ["--iterations", "1-3", "--total-iterations", "7", "--warmup-iterations", "0", "--mode", "full",
                  "--timing-rounds", "0"],
                 "1-2", 3, min_start_s=3.0,
-                estimate_s={"env": 3, "smoke": 8, "bench": 16, "zoo": 45, "traces": 15})
+                estimate_s={"env": 5, "smoke": 12, "bench": 12, "zoo": 41, "traces": 20})
 
 
 class Run:
@@ -301,73 +301,81 @@ def zoo_todo(run: Run) -> list[str]:
 
 
 def step_traces(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
-    """Lite traces of clean and each pattern (budget allowing), then analyze --json of every
-    trace kept (the zoo's full ones first), packed into traces.tar in priority order."""
+    """analyze --json of the zoo's full traces first, then lite runs of clean and each pattern
+    as time allows, each analysed too; every trace with its run.json, metrics and analysis goes
+    into traces.tar in that order, up to TAR_LIMIT (what does not fit is listed)."""
     deadline = run.deadline("traces")
     names = ["clean", *ZOO_PRIORITY]
-    lite = work / "lite"
-    lite_rows = []
-    # Analyses take their share first: lite runs only with the time left after an estimate.
+    tar_path = run.out / "traces.tar"
+    packed: list[dict[str, Any]] = []
+    left_out: list[dict[str, Any]] = []
+    lite_rows: list[dict[str, Any]] = []
     lite_done = {r["name"] for r in run.earlier.get("traces", {}).get("lite_runs", [])
                  if r["status"] == "ok"}
-    for name in names:
-        left = deadline - run.elapsed()
-        if name in lite_done:
-            lite_rows.append({"name": name, "status": "ok", "earlier_call": True})
-            continue
-        if left < 2 * run.plan.min_start_s:
-            lite_rows.append({"name": name, "status": "not run (budget)"})
-            continue
-        folder = lite / name
-        if folder.exists():
-            shutil.rmtree(folder)  # a second call on the same machine records afresh
-        argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--mode", "lite",
-                "--iterations", run.plan.lite_iterations, "--total-iterations", str(run.plan.lite_total),
-                "--output-dir", str(lite), "--name", name, "--device", run.plan.device, "--no-progress"]
-        argv += ["--config", run.plan.config] if run.plan.config else []
-        argv += ["--inject", name] if name != "clean" else []
-        code, _, seconds = run.child(argv, env, left - run.plan.min_start_s, f"lite {name}")
-        lite_rows.append({"name": name, "status": "ok" if code == 0 else
-                          ("timed out" if code is None else "failed"), "seconds": round(seconds, 1)})
-    tar_path = run.out / "traces.tar"
-    packed, left_out = [], []
     with tarfile.open(tar_path, "w") as tar:
-        for mode, root in (("full", work / "zoo"), ("lite", lite)):
-            for name in names:
-                folder = root / name
-                traces = sorted(folder.glob("rank-*.pt.trace.json.gz")) if folder.is_dir() else []
-                if not traces:
-                    continue
-                entry = {"name": name, "mode": mode, "trace_bytes": sum(t.stat().st_size for t in traces)}
-                left = deadline - run.elapsed()
-                analysis = work / "analyses" / f"{name}-{mode}.json"
-                analysis.parent.mkdir(parents=True, exist_ok=True)
-                if left >= run.plan.min_start_s / 3:
-                    code, stdout, _ = run.child([sys.executable, "-m", "goodhart_prof.cli", "analyze",
-                                                 str(folder), "--json", "--no-progress"], env, left,
-                                                f"analyze {name} {mode}")
-                    if code == 0:
-                        analysis.write_text(stdout)
-                        entry["findings"] = _findings(stdout)
-                    entry["analysis"] = "ok" if code == 0 else ("timed out" if code is None else "failed")
-                else:
-                    entry["analysis"] = "not run (budget)"
-                size = tar_path.stat().st_size + entry["trace_bytes"] + (
-                    analysis.stat().st_size if analysis.exists() else 0) + 4096
-                if size > TAR_LIMIT:
-                    left_out.append({**entry, "why": "traces.tar would pass 15 MiB"})
-                    continue
-                for t in traces:
-                    tar.add(t, arcname=f"{mode}/{name}/{t.name}")
-                for extra in ("run.json", "metrics.jsonl"):
-                    if (folder / extra).is_file():
-                        tar.add(folder / extra, arcname=f"{mode}/{name}/{extra}")
-                if analysis.exists():
-                    tar.add(analysis, arcname=f"{mode}/{name}/analysis.json")
-                tar.fileobj.flush()  # type: ignore[union-attr]
-                packed.append(entry)
-    status = "ok" if packed and all(r["status"] == "ok" for r in lite_rows) else (
-        "partial" if packed else "failed")
+        def pack(mode: str, name: str, folder: Path) -> None:
+            traces = sorted(folder.glob("rank-*.pt.trace.json.gz")) if folder.is_dir() else []
+            if not traces:
+                return
+            entry: dict[str, Any] = {"name": name, "mode": mode,
+                                     "trace_bytes": sum(t.stat().st_size for t in traces)}
+            analysis = work / "analyses" / f"{name}-{mode}.json"
+            analysis.parent.mkdir(parents=True, exist_ok=True)
+            analysis.unlink(missing_ok=True)
+            left = deadline - run.elapsed()
+            if left >= run.plan.min_start_s / 3:
+                code, stdout, _ = run.child([sys.executable, "-m", "goodhart_prof.cli", "analyze",
+                                             str(folder), "--json", "--no-progress"], env, left,
+                                            f"analyze {name} {mode}")
+                if code == 0:
+                    analysis.write_text(stdout)
+                    entry["findings"] = _findings(stdout)
+                entry["analysis"] = "ok" if code == 0 else ("timed out" if code is None else "failed")
+            else:
+                entry["analysis"] = "not run (budget)"
+            size = tar_path.stat().st_size + entry["trace_bytes"] + (
+                analysis.stat().st_size if analysis.exists() else 0) + 8192
+            if size > TAR_LIMIT:
+                left_out.append({**entry, "why": "traces.tar would pass 15 MiB"})
+                return
+            for t in traces:
+                tar.add(t, arcname=f"{mode}/{name}/{t.name}")
+            for extra in ("run.json", "metrics.jsonl"):
+                if (folder / extra).is_file():
+                    tar.add(folder / extra, arcname=f"{mode}/{name}/{extra}")
+            if analysis.exists():
+                tar.add(analysis, arcname=f"{mode}/{name}/analysis.json")
+            tar.fileobj.flush()  # type: ignore[union-attr]
+            packed.append(entry)
+
+        for name in names:  # the zoo's full traces: the fixtures that matter most
+            pack("full", name, work / "zoo" / name)
+        lite = work / "lite"
+        for name in names:
+            left = deadline - run.elapsed()
+            if name in lite_done:
+                lite_rows.append({"name": name, "status": "ok", "earlier_call": True})
+                continue
+            if left < 2 * run.plan.min_start_s:
+                lite_rows.append({"name": name, "status": "not run (budget)"})
+                continue
+            folder = lite / name
+            if folder.exists():
+                shutil.rmtree(folder)  # a second call on the same machine records afresh
+            argv = [sys.executable, "-m", "goodhart_prof.cli", "run", "--mode", "lite",
+                    "--iterations", run.plan.lite_iterations, "--total-iterations",
+                    str(run.plan.lite_total), "--output-dir", str(lite), "--name", name,
+                    "--device", run.plan.device, "--no-progress"]
+            argv += ["--config", run.plan.config] if run.plan.config else []
+            argv += ["--inject", name] if name != "clean" else []
+            code, _, seconds = run.child(argv, env, left - run.plan.min_start_s / 3, f"lite {name}")
+            lite_rows.append({"name": name, "status": "ok" if code == 0 else
+                              ("timed out" if code is None else "failed"), "seconds": round(seconds, 1)})
+            if code == 0:
+                pack("lite", name, folder)
+    analysed = all(p.get("analysis") == "ok" for p in packed)
+    status = ("ok" if packed and analysed and not left_out and
+              all(r["status"] == "ok" for r in lite_rows) else "partial" if packed else "failed")
     return {"status": status, "lite_runs": lite_rows, "packed": packed, "left_out": left_out,
             "tar_bytes": tar_path.stat().st_size}
 

@@ -35,12 +35,15 @@ def test_the_dry_run_does_every_step_within_its_budget(dry_run):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert results["dry_run"] is True and results["budget_s"] == 90
     assert list(results["steps"]) == ["env", "smoke", "bench", "zoo", "traces"]
-    assert all(step["status"] == "ok" for step in results["steps"].values()), \
-        {k: v["status"] for k, v in results["steps"].items()}
-    assert results["elapsed_s"] <= 90
-    # Every step ended by its deadline (plus the few seconds a last child may overrun a share).
-    for name, step in results["steps"].items():
-        assert step["deadline_s"] <= 90.0
+    statuses = {k: v["status"] for k, v in results["steps"].items()}
+    # env, smoke and the zoo must finish; bench and traces list what the budget left out.
+    assert statuses["env"] == statuses["smoke"] == statuses["zoo"] == "ok", statuses
+    assert statuses["bench"] in ("ok", "partial") and statuses["traces"] in ("ok", "partial"), statuses
+    assert results["elapsed_s"] <= 92  # the budget, and the moment it takes to close the tar
+    deadlines = [step["deadline_s"] for step in results["steps"].values()]
+    assert deadlines == sorted(deadlines) and deadlines[-1] == 90.0
+    for name, step in results["steps"].items():  # a step ends by its deadline (a child is killed)
+        assert step["step_s"] <= step["deadline_s"] + 2, name
     # What comes back fits the device tool's limits: at most 8 files of at most 16 MiB.
     files = [p for p in out.iterdir() if p.is_file()]
     assert sorted(p.name for p in files) == ["acceptance.log", "results.json", "summary.md", "traces.tar"]
@@ -56,13 +59,14 @@ def test_the_dry_run_measures_real_figures(dry_run):
     assert smoke["n_envs"] == 16 and len(smoke["iteration_s"]) == 3 and smoke["env_steps_per_s"] > 0
     assert smoke["sync_debug"] == "not available on the CPU" and smoke["host_syncs"] is None
     rows = {(r["n_envs"], r["variant"]): r for r in bench["runs"]}
-    assert set(rows) == {(16, "eager"), (16, "cudagraphs"), (32, "eager"), (64, "eager")}
+    assert list(rows) == [(16, "eager"), (16, "cudagraphs"), (32, "eager"), (64, "eager")]
     for n in (16, 32, 64):
         row = rows[(n, "eager")]
+        if n > 16 and row["status"] == "not run (budget)":
+            continue  # a slow machine: listed, not dropped
         assert row["status"] == "ok" and row["sps"] > 0 and row["rollout_steps"] == 8
         assert set(row["phase_s"]) == {"rollout", "gae", "ppo_update", "logging"}
-    assert rows[(16, "eager")]["naive_rollout_sps"] > 0          # the naive loop, once
-    assert rows[(32, "eager")]["naive_rollout_sps"] is None
+        assert row["naive_rollout_sps"] is None if n > 16 else row["naive_rollout_sps"] > 0
     graphs = rows[(16, "cudagraphs")]
     assert graphs["status"] == "refused on the CPU, as it must be"
     assert graphs["error"].startswith("ConfigError: ") and "CUDA" in graphs["error"]
@@ -76,12 +80,14 @@ def test_the_dry_run_zoo_and_traces(dry_run):
     assert zoo["slowdowns"]["item_logging"] > 0
     traces = results["steps"]["traces"]
     packed = {(p["name"], p["mode"]): p for p in traces["packed"]}
-    assert ("clean", "full") in packed and ("clean", "lite") in packed
-    assert ("item_logging", "full") in packed
+    assert list(packed)[:2] == [("clean", "full"), ("item_logging", "full")]  # priority order
+    assert traces["lite_runs"][0]["name"] == "clean"
+    if traces["lite_runs"][0]["status"] == "ok":
+        assert ("clean", "lite") in packed
     with tarfile.open(out / "traces.tar") as tar:
         names = set(tar.getnames())
         assert {"full/clean/rank-0.pt.trace.json.gz", "full/clean/analysis.json",
-                "full/clean/run.json", "lite/clean/rank-0.pt.trace.json.gz"} <= names
+                "full/clean/run.json", "full/item_logging/analysis.json"} <= names
         doc = json.load(tar.extractfile("full/item_logging/analysis.json"))
     assert doc["schema"].startswith("goodhart-prof/analysis/")
     assert "item_logging" in {f["rule"] for f in doc["findings"]}
