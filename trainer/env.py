@@ -278,7 +278,8 @@ class GoodhartGridWorld:
         # Respawn (see above): candidates, then the cell the agent left as the last resort.
         draws = torch.randint(0, self.interior_flat.numel(), (n, RESPAWN_CANDIDATES),
                               device=self.device)
-        spots = torch.cat((self.interior_flat.take(draws), cell.view(n, 1)), dim=1)
+        spots = torch.cat((self.interior_flat.index_select(0, draws.view(-1)).view(n, -1),
+                           cell.view(n, 1)), dim=1)
         first = (flat.gather(1, spots) == cells[EMPTY]).view(torch.uint8).argmax(dim=1, keepdim=True)
         spot = spots.gather(1, first)
         flat.scatter_(1, at, torch.where(ate.view(n, 1), cells[EMPTY], eaten))
