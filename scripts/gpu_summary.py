@@ -82,7 +82,8 @@ def _zoo(r: dict[str, Any]) -> list[str]:
              f"detected: {', '.join(s.get('detected') or []) or '-'}; missed: "
              f"{', '.join(s.get('missed') or []) or '-'}; failed: "
              f"{', '.join(str(x) for x in (s.get('failed') or [])) or '-'}; not run: "
-             f"{', '.join(s.get('not_run') or []) or '-'}", ""]
+             f"{', '.join(s.get('not_run') or []) or '-'}; not measurable on this device: "
+             f"{', '.join(s.get('not_measurable') or []) or '-'}", ""]
     slow = s.get("slowdowns") or {}
     spreads = s.get("slowdown_spread") or s.get("spreads") or {}
     rows = []
@@ -91,7 +92,7 @@ def _zoo(r: dict[str, Any]) -> list[str]:
         text = f"{_n(spread[0], '.2f')} .. {_n(spread[1], '.2f')}" if isinstance(spread, (list, tuple)) \
             and len(spread) == 2 else "-"
         rows.append((name, f"{_n(value, '.2f')}x", text))
-    lines += _table(("pattern", "slowdown vs clean (median)", "spread"), rows)
+    lines += _table(("pattern", "slowdown vs clean (median per env-step)", "IQR"), rows)
     return lines
 
 
