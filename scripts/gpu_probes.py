@@ -158,7 +158,8 @@ def probe_smoke(device: torch.device, config: str | None, dry_run: bool) -> dict
         try:
             t0 = time.perf_counter()
             trainer.run_iteration(trainer.iteration, logger)
-            torch.cuda.set_sync_debug_mode(0) if device.type == "cuda" else None
+            if device.type == "cuda":
+                torch.cuda.set_sync_debug_mode(0)
             _sync(device)
             times.append(time.perf_counter() - t0)
             out["host_syncs"] = "none" if device.type == "cuda" else None
@@ -174,7 +175,10 @@ def probe_smoke(device: torch.device, config: str | None, dry_run: bool) -> dict
             _sync(device)
             times.append(time.perf_counter() - t0)
     finally:
-        logger.close()
+        try:
+            logger.close()
+        except RuntimeError as exc:  # its thread's error (a sync the debug mode refused, say)
+            out["logger_error"] = str(exc).strip().splitlines()[0][:300]
     out["iteration_s"] = [round(t, 4) for t in times]
     steps = cfg.n_envs * cfg.rollout_steps
     out["env_steps_per_s"] = round(steps / sorted(times)[len(times) // 2], 1) if times else None
