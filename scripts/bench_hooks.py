@@ -5,7 +5,7 @@
 
 * nohook: a copy of `Trainer.run_iteration` (and of `ppo_update`) defined below with every
   `with hooks.iteration/phase(...)` line removed; it calls the same trainer functions
-  (act_fn, env_step, gae_fn, loss_fn, optimizer) in the same order. At start the script checks
+  (act_all, env_step, gae_fn, loss_fn, optimizer) in the same order. At start the script checks
   that it is the same computation: from one snapshot, one `nohook` iteration and one
   `run_iteration` with `NoHooks` must give bitwise the same weights (on CUDA, whose kernels
   are not bitwise deterministic, the difference is only reported).
@@ -87,11 +87,10 @@ def run_iteration_nohook(tr: Trainer, it: int, logger=None) -> None:
     """Trainer.run_iteration without the `with hooks.iteration/phase(...)` lines."""
     cfg, buf = tr.cfg, tr.buf
     for t in range(cfg.rollout_steps):
-        out, final_values = tr.act_fn(tr.obs, tr.final_obs)
+        out, final_values = tr.act_all(tr.policy_obs)
         res = tr.env_step(tr.state, out.action)
         tr.store_step(t, out, res, final_values)
-        tr.state, tr.obs = res.state, res.obs
-    out, final_values = tr.act_fn(tr.obs, tr.final_obs)
+    out, final_values = tr.act_all(tr.policy_obs)
     last_value = out.value
     tr.finish_rollout(final_values)
     advantages, returns = tr.gae_fn(buf.rewards, buf.values, buf.terminated, buf.truncated,

@@ -8,10 +8,10 @@ variant alike (medians are reported, with min-max):
   one after another in a Python loop; per env and step one batch-1 forward + sample of the SAME
   policy (`policy.act` on the eager trainer's `ActorCritic`, same instance and weights), then
   that env's own step. No buffers, no extra syncs, no extra copies.
-* rollout: the same two lines over the whole batch: `trainer.act_fn(obs, final_obs)` (the
+* rollout: the same two lines over the whole batch: `trainer.act_all(trainer.policy_obs)` (the
   trainer's forward, which also values the few final observations of truncated episodes),
-  `trainer.env_step(...)` (eager, and compiled when `torch.compile` works here). No buffer
-  writes either, so the two rollout numbers do the same work per env step but that valuing.
+  `trainer.env_step(...)`, then `trainer.take_step(...)`. No buffer writes either, so the two
+  rollout numbers do the same work per env step but that valuing.
 * end to end: `Trainer.run_iteration(it, logger=None)` after `warm_up()`, one iteration timed
   at a time (device synchronized before each clock read), the variants alternating.
 * variants (`--variants`, measured interleaved in one process): eager (compile off), compiled
@@ -124,13 +124,12 @@ def naive_steps(act_fn: Callable, envs, states, obs, steps: int) -> None:
 
 
 def vector_rollout(trainer: Trainer, steps: int) -> None:
-    act_fn, env_step = trainer.act_fn, trainer.env_step
-    state, obs = trainer.state, trainer.obs
+    """The trainer's rollout without the buffer writes: its forward (which also values the few
+    final observations of truncated envs), its env step, then `take_step` (copies into fixed
+    addresses with CUDA graphs, whose replays overwrite the outputs of the one before)."""
     for _ in range(steps):
-        out, _ = act_fn(obs, trainer.final_obs)
-        res = env_step(state, out.action)
-        state, obs = res.state, res.obs
-    trainer.state, trainer.obs = state, obs
+        out, _ = trainer.act_all(trainer.policy_obs)
+        trainer.take_step(trainer.env_step(trainer.state, out.action))
 
 
 def timed(device: torch.device, fn: Callable[[], Any]) -> float:

@@ -218,14 +218,17 @@ def test_rollout_stores_the_value_of_each_truncated_final_state(tmp_path):
 
     def spy(state, action):
         res = env_step(state, action)
-        seen.append((res.final_obs.clone(), res.truncated.clone()))
+        seen.append((res.final_obs.clone(), res.final_rows.clone(), res.truncated.clone()))
         return res
     trainer.env_step = spy
     rollout_policy = copy.deepcopy(trainer.policy)
     trainer.run_iteration(0, None)
     assert len(seen) == cfg.rollout_steps
-    for t, (final_obs, truncated) in enumerate(seen):
+    for t, (final_obs, rows, truncated) in enumerate(seen):
         assert 3 <= int(truncated.sum()) <= trainer.max_truncated  # 16 envs, clocks of 5 steps
+        assert final_obs.shape[0] == rows.shape[0] == trainer.max_truncated  # k rows, not n
+        ended = truncated[rows]
+        assert int(ended.sum()) == int(truncated.sum())  # the k rows hold every truncated env
         with torch.no_grad():
             expected = rollout_policy.value_head.denormalize(rollout_policy(final_obs)[1].float())
-        assert torch.allclose(trainer.buf.final_values[t][truncated], expected[truncated], atol=1e-5), t
+        assert torch.allclose(trainer.buf.final_values[t][rows[ended]], expected[ended], atol=1e-5), t

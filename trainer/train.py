@@ -245,7 +245,19 @@ class Trainer:
             self._final.append((self.final_rows, final_values))
         self._steps.append((self.obs, out.action, out.logprob, out.value, res.proxy_reward,
                             res.true_reward, res.terminated, res.truncated))
-        self.state, self.policy_obs, self.final_rows = res.state, res.policy_obs, res.final_rows
+        self.take_step(res)
+
+    def take_step(self, res: StepResult) -> None:
+        """Move on to a step's new state, policy input and truncation rows: the step's own
+        tensors, or with static storage copies into the trainer's (fixed addresses: under CUDA
+        graph trees a replay overwrites the previous replay's outputs)."""
+        if self.static:
+            for mine, new in zip(self.state, res.state):
+                mine.copy_(new)
+            self.policy_obs.copy_(res.policy_obs)
+            self.final_rows.copy_(res.final_rows)
+        else:
+            self.state, self.policy_obs, self.final_rows = res.state, res.policy_obs, res.final_rows
 
     def finish_rollout(self, final_values: torch.Tensor) -> None:
         """Fill the buffer from the kept steps; `final_values` values the last step's final
@@ -277,10 +289,7 @@ class Trainer:
                              (buf.rewards, res.proxy_reward), (buf.true_rewards, res.true_reward),
                              (buf.terminated, res.terminated), (buf.truncated, res.truncated)):
             field[t].copy_(value)
-        for mine, new in zip(self.state, res.state):
-            mine.copy_(new)
-        self.policy_obs.copy_(res.policy_obs)
-        self.final_rows.copy_(res.final_rows)
+        self.take_step(res)
 
     def _finish_rollout_now(self, final_values: torch.Tensor) -> None:
         self.buf.final_values[-1].index_copy_(0, self.final_rows, final_values)
