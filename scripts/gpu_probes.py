@@ -55,6 +55,13 @@ def _timed(device: torch.device, fn: Callable[[], Any], reps: int, warm: int = 2
     return times[len(times) // 2]
 
 
+def _matmul_seconds(device: torch.device, n: int, dtype: torch.dtype, reps: int) -> float:
+    """Median seconds of one n x n x n matrix product on random data (freed on return)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    return _timed(device, lambda: torch.mm(a, b), reps=reps)
+
+
 def driver_version() -> str | None:
     smi = shutil.which("nvidia-smi")
     if not smi:
@@ -91,12 +98,9 @@ def probe_env(device: torch.device, dry_run: bool) -> dict[str, Any]:
     # Peak matrix product: bf16 on a GPU (the trainer's autocast dtype), fp32 on the CPU.
     n = 8192 if cuda else 512
     dtype = torch.bfloat16 if cuda else torch.float32
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    seconds = _timed(device, lambda: torch.mm(a, b), reps=10 if cuda else 3)
+    seconds = _matmul_seconds(device, n, dtype, reps=10 if cuda else 3)
     info["matmul"] = {"n": n, "dtype": str(dtype).removeprefix("torch."), "seconds": seconds,
                       "tflops": round(2 * n**3 / seconds / 1e12, 2)}
-    del a, b
     # Copies: device to device (read + write counted), host to device from pinned and pageable.
     size = (1 << 30) if cuda else (64 << 20)
     src = torch.empty(size, dtype=torch.uint8, device=device)

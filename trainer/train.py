@@ -266,8 +266,8 @@ class Trainer:
         self._final.append((self.final_rows, final_values))
         fields = (buf.obs, buf.actions, buf.logprobs, buf.values, buf.rewards, buf.true_rewards,
                   buf.terminated, buf.truncated)
-        for i, field in enumerate(fields):
-            torch.stack([step[i] for step in steps], out=field)
+        for i, store in enumerate(fields):
+            torch.stack([step[i] for step in steps], out=store)
         # V(final state) of each step's valued rows, scattered into (T, n) at once.
         rows, values = zip(*self._final)
         offsets = torch.arange(0, len(rows) * self.cfg.n_envs, self.cfg.n_envs, device=self.device)
@@ -284,11 +284,11 @@ class Trainer:
         buf = self.buf
         if t > 0:
             buf.final_values[t - 1].index_copy_(0, self.final_rows, final_values)
-        for field, value in ((buf.obs, self.obs), (buf.actions, out.action),
+        for store, value in ((buf.obs, self.obs), (buf.actions, out.action),
                              (buf.logprobs, out.logprob), (buf.values, out.value),
                              (buf.rewards, res.proxy_reward), (buf.true_rewards, res.true_reward),
                              (buf.terminated, res.terminated), (buf.truncated, res.truncated)):
-            field[t].copy_(value)
+            store[t].copy_(value)
         self.take_step(res)
 
     def _finish_rollout_now(self, final_values: torch.Tensor) -> None:
