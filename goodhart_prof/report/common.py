@@ -202,11 +202,20 @@ def evidence_lines(evidence: dict, long_text: int = 60) -> list[str]:
     return ([" · ".join(head)] if head else []) + rest
 
 
+class PlainTable(Table):
+    """A table whose string cells are text, never markup: a cell holds names and sites from a
+    trace (`aten::mm [param|cuda]`), which rich would read as a style tag and drop. A cell that
+    wants a style is a `safe_text(..., style=...)`."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        super().add_row(*(safe_text(c) if isinstance(c, str) else c for c in renderables), **kwargs)
+
+
 def make_table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
     """A rich table in the reports' style: first column folds, the others cut with an ellipsis.
     A table wider than the console narrows its widest columns first; give a name cell `one_line`
-    to cut it with an ellipsis rather than wrap it."""
-    out = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+    to cut it with an ellipsis rather than wrap it. String cells are shown as they are (no markup)."""
+    out = PlainTable(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
     for i, col in enumerate(columns):
         out.add_column(col, justify="right" if i in right else "left",
                        overflow="fold" if i == 0 else "ellipsis")

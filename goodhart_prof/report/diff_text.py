@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from .common import bytes_text, duration, kernel_name, make_table, one_line, percent, plain, short
+from .common import bytes_text, duration, kernel_name, make_table, one_line, percent, plain, safe_text, short
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
 
@@ -130,7 +130,7 @@ def _headline(c, console: Console, top: int) -> None:
         for r in frame.head(top).itertuples():
             item = short(r.item, 80) + (f" at {short(r.site, 70)}" if isinstance(r.site, str) and r.site else "")
             unit = " /it" if r.metric == "count_per_iteration" else ""
-            table.add_row(f"[{style}]{item}[/{style}]", r.kind, _value(r.metric, r.a) + unit,
+            table.add_row(safe_text(item, style=style), r.kind, _value(r.metric, r.a) + unit,
                           _value(r.metric, r.b) + unit, _signed(r.metric, r.delta), _ratio(r.ratio, r.a),
                           duration(r.impact_us) if _num(r.impact_us) else "-",
                           _interval(r.metric, r.low_a, r.high_a), _interval(r.metric, r.low_b, r.high_b))

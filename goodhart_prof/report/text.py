@@ -17,7 +17,7 @@ def render(a, console: Console, top: int = 15) -> None:
     t = a.trace
     console.print(f"[bold]goodhart-prof analyze[/bold]  {', '.join(plain(p) for p in t.paths[:3])}"
                   f"{' …' if len(t.paths) > 3 else ''}")
-    console.print(f"{len(t.events):,} events · ranks {t.ranks} (from {t.rank_source}) · "
+    console.print(f"{len(t.events):,} events · ranks {t.ranks} (from {plain(t.rank_source)}) · "
                   f"{len(t.devices)} GPU device(s)")
     for warning in t.warnings:
         console.print(f"[yellow]warning:[/yellow] {plain(warning)}")
@@ -250,7 +250,7 @@ def _efficiency(a, console: Console, top: int) -> None:
                           "no percentages", highlight=False)
             continue
         peak = f"peak {d.peak_name} ({d.source})" if d.peak_name else "peak unknown: no percentages"
-        console.print(f"  rank {d.rank} / gpu {d.device}: {d.device_name or 'unnamed device'}; {peak}",
+        console.print(f"  rank {d.rank} / gpu {d.device}: {plain(d.device_name or 'unnamed device')}; {peak}",
                       highlight=False)
     if not eff.ops.empty:
         console.print(_roofline_table("by op type", eff.ops, "op", top, console.width))
@@ -298,7 +298,7 @@ def _findings(a, console: Console) -> None:
     for n in a.not_judged:
         by_reason.setdefault(n.reason, []).append(n.rule)
     for reason, rules in by_reason.items():
-        console.print(f"[dim]not judged[/dim] {', '.join(rules)}: {reason}", highlight=False)
+        console.print(f"[dim]not judged[/dim] {', '.join(rules)}: {plain(reason)}", highlight=False)
 
 
 def _each_finding(a, console: Console) -> None:

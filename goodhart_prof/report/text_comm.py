@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from .common import bytes_text, capped, duration, make_table, more_rows, percent, short
+from .common import bytes_text, capped, duration, make_table, more_rows, percent, plain, short
 
 TOP_SITES = 5
 TOP_ITERATIONS = 5
@@ -68,7 +68,7 @@ def ranks_section(a, console: Console) -> None:
     if line:
         console.print(line, highlight=False)
     if not judged:
-        console.print(f"arrivals at collectives: not judged: {ranks.reason}", highlight=False)
+        console.print(f"arrivals at collectives: not judged: {plain(ranks.reason)}", highlight=False)
         return
     if ranks.offsets_us:
         offsets = list(ranks.offsets_us.items())
