@@ -12,7 +12,7 @@ from ...trace.model import in_categories
 from ...trace.names import kernel_name
 from ..kernels import gpu_with_category
 from .base import Context, Finding, Need, Rule, Threshold
-from .precision import compute_majors
+from .precision import amp_advice, compute_capabilities
 from .savings import Saving
 
 # Categories that never count as dominant work: a collective's duration includes the wait for the
@@ -117,13 +117,13 @@ def _faster_path(ctx: Context, g: pd.DataFrame, kern: pd.DataFrame,
         fp32 = names.str.lower().map(lambda n: bool(_FP32_GEMM.search(n)) and not _HALF.search(n))
         if fp32.any():
             slow = gemm[gemm["name"].astype(str).isin(set(names[fp32.to_numpy()]))]
-            majors = compute_majors(ctx)
-            text = ("These GEMMs run in fp32: run the model under torch.autocast(dtype="
-                    "torch.float16) with a GradScaler for training (these GPUs have no bf16 or "
-                    "TF32 tensor cores)." if majors and max(majors) < 8 else
+            caps = compute_capabilities(ctx)
+            text = ("These GEMMs run in fp32. " + amp_advice(caps) if caps else
                     "These GEMMs run in fp32: run the model under torch.autocast(dtype="
                     "torch.bfloat16) (float16 on GPUs without bf16), or at least allow TF32 "
                     "(torch.set_float32_matmul_precision('high')).")
+            if caps and min(caps)[0] >= 8:
+                text += " At least allow TF32 (torch.set_float32_matmul_precision('high'))."
             return (text, "bf16_autocast",
                     float(slow["dur"].sum()) / 2)
         per_it = len(gemm) / ctx.iterations

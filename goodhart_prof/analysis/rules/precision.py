@@ -44,22 +44,46 @@ def _no_amp(ctx: Context) -> Finding | None:
         _amp_fix(ctx), **NO_AMP.estimated(ctx.per_iteration(full_us / 2, ranks)))
 
 
-def compute_majors(ctx: Context) -> list[int]:
-    """The compute capability majors deviceProperties lists (AMD Instinct reports 9)."""
-    return [p.get("computeMajor") for props in ctx.trace.device_properties.values() for p in props
-            if isinstance(p, dict) and isinstance(p.get("computeMajor"), int)]
+def compute_capabilities(ctx: Context) -> list[tuple[int, int]]:
+    """(major, minor) of each GPU deviceProperties lists; minor 0 where it is not recorded."""
+    out = []
+    for props in ctx.trace.device_properties.values():
+        for p in props:
+            if isinstance(p, dict) and isinstance(p.get("computeMajor"), int):
+                minor = p.get("computeMinor")
+                out.append((p["computeMajor"], minor if isinstance(minor, int) else 0))
+    return out
+
+
+def amp_advice(capabilities: list[tuple[int, int]]) -> str:
+    """Which 16-bit type to autocast to on these GPUs, judged on the oldest one (the advice must
+    hold on each): tensor cores start at compute capability 7.0 (Volta, fp16 only), bf16 at 8.0
+    (Ampere; AMD Instinct reports 9). Below 7.0 only GP100 (6.0, 6.2) runs fp16 faster than fp32:
+    twice, through packed half2 math."""
+    if not capabilities:
+        return ("Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.bfloat16) "
+                "(float16 with a GradScaler on GPUs without bf16, such as V100 or T4).")
+    major, minor = min(capabilities)
+    cc = f"compute capability {major}.{minor}"
+    if major >= 8:
+        return ("Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.bfloat16): "
+                f"these GPUs ({cc}) have bf16 and fp16 tensor cores.")
+    fp16 = ("Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.float16) "
+            "with a torch.amp.GradScaler for training")
+    if major == 7:
+        return (f"{fp16}: these GPUs ({cc}) have fp16 tensor cores; bf16 needs compute "
+                "capability 8.0 or newer.")
+    none = (f"these GPUs ({cc}) have no tensor cores (they start at compute capability 7.0, "
+            "Volta) and no bf16 (8.0 or newer)")
+    if (major, minor) in ((6, 0), (6, 2)):
+        return (f"{fp16}: {none}, but run fp16 math at twice the fp32 rate (packed half2), so "
+                "16-bit GEMMs gain up to 2x, not tensor-core speed.")
+    return (f"Autocast would not help here: {none}, and their fp16 math is no faster than fp32; "
+            "these GEMMs speed up on a GPU of compute capability 7.0 or newer.")
 
 
 def _amp_fix(ctx: Context) -> str:
-    """autocast in the 16-bit type the trace's GPUs have: bf16 from compute capability 8 (and on
-    AMD Instinct), fp16 with a GradScaler on older NVIDIA parts (V100, T4: no bf16 tensor cores)."""
-    majors = compute_majors(ctx)
-    if majors and max(majors) < 8:
-        return ("Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.float16) "
-                "with a torch.amp.GradScaler for training: these GPUs (compute capability "
-                f"{max(majors)}.x) have fp16 tensor cores and no bf16 ones.")
-    where = "" if majors else " (float16 with a GradScaler on GPUs without bf16, such as V100 or T4)"
-    return f"Run forward and loss under torch.autocast(device_type='cuda', dtype=torch.bfloat16){where}."
+    return amp_advice(compute_capabilities(ctx))
 
 
 def _by_dtype(table: pd.DataFrame) -> dict[str, dict]:
