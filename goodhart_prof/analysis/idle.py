@@ -14,6 +14,15 @@ Definitions (DESIGN.md, burstiness):
   (the deepest op or annotation), `ProfilerStep#N` excluded (it spans everything and says
   nothing). A piece that no op or annotation covers goes to the innermost Python frame over it
   (traces with stacks), else to `(host idle / not traced)`.
+- a piece inside a **runtime or driver call** of a known kind on that thread (`cuda_runtime` /
+  `cuda_driver`, HIP's calls included; `RUNTIME_KINDS`) goes to that call instead, the op or
+  frame it was called from kept as its `context`: `alloc` (cudaMalloc, hipMalloc, ...), `free`
+  (cudaFree, hipFree, ...), `context` (a free before any launch of its process: the first
+  cudaFree creates the CUDA context; cuInit, cuCtxCreate), `sync` (*Synchronize, synchronous
+  cudaMemcpy / hipMemcpy / hipMemcpyWithStream), `module` (cuModuleLoad*, cuLibraryLoad*,
+  hipModuleLoad*) and `launch` (a kernel launch of at least `LONG_LAUNCH_US`: a first launch
+  loading code). Nested calls count as the outermost. Such a cause carries `kind` and `context`
+  (the op or frame holding most of its time; None where nothing was open).
 - `idle_causes` sums the pieces per cause, largest first: `cause`, `idle_us`, `share` (of the
   device's idle time, the sum of its gaps, so shares add up to 1), and `frame`: the innermost
   Python frame that held most of that cause's idle time (the code inside the annotation or op;
@@ -33,18 +42,33 @@ one host thread were 1,000 passes over it).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, in_categories
 from .intervals import segment_searchsorted, tuple_codes
+from .links import LAUNCH_CATS
 from .tree import STEP, frame_forest, host_tree
 
 UNTRACED = "(host idle / not traced)"
 OTHER = "(other)"
 TOP_CAUSES = 10
+
+# Runtime/driver calls that hold the host, by kind (first match wins; module docstring).
+RUNTIME_KINDS = (
+    ("module", re.compile(r"^(?:cu|hip)(?:ModuleLoad|LibraryLoad)")),
+    ("context", re.compile(r"^(?:cuInit|cuCtxCreate|cuDevicePrimaryCtxRetain|hipInit|hipCtxCreate)")),
+    ("alloc", re.compile(r"^(?:cuda|hip)(?:Malloc|HostAlloc|ExtMalloc)|^cuMem(?:Alloc|Create|HostAlloc)")),
+    ("free", re.compile(r"^(?:cuda|hip)(?:Free|HostFree)|^cuMem(?:Free|Release|HostFree)")),
+    ("sync", re.compile(r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D|Peer|ToSymbol|FromSymbol|DtoH|HtoD|DtoD)?$"
+                        r"|^hipMemcpyWithStream$|^cuMemcpy(?:DtoH|HtoD|DtoD)?(?:_v2)?$")),
+    ("launch", re.compile(r"Launch(?:Cooperative)?Kernel")),
+)
+KINDS = tuple(k for k, _ in RUNTIME_KINDS)
+LONG_LAUNCH_US = 1000.0  # a launch this long loaded code (first launch) or waited on a full queue
 
 
 @dataclass
@@ -181,12 +205,22 @@ def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
     n_names = len(tree.names)
     frame_names = _frame_codes(frame_forest(trace))[1] if len(trace.frames) else np.empty(0, dtype=object)
     untraced = n_names + len(frame_names)
+
+    def name_of(c: int) -> str:
+        return (str(tree.names[c]) if c < n_names
+                else UNTRACED if c == untraced else str(frame_names[c - n_names]))
+
+    n_ctx = untraced + 1
     for key, us in zip(keys.tolist(), us2.tolist()):
         d, p = divmod(key, n_pairs)
         c, fr = int(pair_cause[p]), int(pair_frame[p])
-        name = (str(tree.names[c]) if c < n_names
-                else UNTRACED if c == untraced else str(frame_names[c - n_names]))
-        sums[d][(name, str(frame_names[fr]) if fr < len(frame_names) else None)] = us
+        if c < n_ctx:
+            cause = name_of(c)
+        else:  # a runtime call: (call name, kind, the op or frame it was called from)
+            call, ctx = divmod(c - n_ctx, n_ctx)
+            code, kind = divmod(call, len(KINDS))
+            cause = (str(tree.names[code]), KINDS[kind], None if ctx == untraced else name_of(ctx))
+        sums[d][(cause, str(frame_names[fr]) if fr < len(frame_names) else None)] = us
 
 
 def _chunks(k: np.ndarray, dt: np.ndarray):
@@ -235,7 +269,54 @@ def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
     else:
         frame = np.zeros(len(s), dtype=np.int64)
     cause = np.where(has_node, tree.name[np.maximum(node, 0)], n_names + frame)
+    rt_ts, rt_end, rt_code, rt_kind, rt_lo, rt_hi = _runtime_calls(trace, tree)
+    if len(rt_ts) and len(s):
+        # inside a runtime call (its ends are cut times: a piece is inside one or outside all):
+        # the call, with the cause found so far as its context
+        lo, hi = rt_lo[thread], rt_hi[thread]
+        j = segment_searchsorted(rt_ts, lo, hi, s, side="right") - 1
+        k = np.maximum(j, 0)
+        inside = (j >= lo) & (rt_end[k] >= e)
+        n_ctx = n_names + (len(_frame_codes(frame_forest(trace))[1]) if len(trace.frames) else 0) + 1
+        cause = np.where(inside, n_ctx + (rt_code[k] * len(KINDS) + rt_kind[k]) * n_ctx + cause, cause)
     return cause, frame
+
+
+def _runtime_calls(trace, tree):
+    """The runtime/driver calls of a known kind (module docstring) on the tree's threads,
+    outermost only, thread after thread in start order: starts, ends, name codes (the tree's
+    names), kind numbers (KINDS) and each thread's [lo, hi); once per tree."""
+    cached = tree.__dict__.get("_runtime_calls")
+    if cached is None:
+        ev = trace.events
+        rows = np.flatnonzero(in_categories(ev["cat"], LAUNCH_CATS))
+        names = pd.Series(tree.names, dtype=object).astype(str)
+        kind_of = np.full(len(names) + 1, -1, dtype=np.int64)  # [-1]: no name
+        for k in range(len(RUNTIME_KINDS) - 1, -1, -1):  # the first match wins
+            kind_of[:-1][names.str.contains(RUNTIME_KINDS[k][1].pattern, regex=True).to_numpy(bool)] = k
+        code = ev["name"].cat.codes.to_numpy()[rows].astype(np.int64)
+        kind = kind_of[code]
+        col = {c: ev[c].to_numpy()[rows] for c in ("rank", "pid", "tid", "ts", "end")}
+        ts, end = col["ts"].astype(float), col["end"].astype(float)
+        launch = kind == KINDS.index("launch")
+        if len(rows):  # a free before any launch of its process creates the context (cudaFree(0))
+            proc = tuple_codes(col["rank"], col["pid"])
+            first = np.full(int(proc.max()) + 1, np.inf)
+            np.minimum.at(first, proc[launch], ts[launch])
+            kind[(kind == KINDS.index("free")) & (ts < first[proc])] = KINDS.index("context")
+        keep = (kind >= 0) & (~launch | (end - ts >= LONG_LAUNCH_US))
+        thread = tree.spans.lookup(col["rank"], col["pid"], col["tid"])
+        keep = np.flatnonzero(keep & (thread >= 0))
+        by = keep[np.lexsort((ts[keep] - end[keep], ts[keep], thread[keep]))]
+        thread, ts, end, code, kind = thread[by], ts[by], end[by], code[by], kind[by]
+        if len(by):  # drop calls inside an earlier one of their thread (ends coded per thread)
+            end_code = tuple_codes(thread, end)
+            before = np.r_[-1, np.maximum.accumulate(end_code)[:-1]]
+            outer = before < end_code
+            thread, ts, end, code, kind = thread[outer], ts[outer], end[outer], code[outer], kind[outer]
+        bounds = np.searchsorted(thread, np.arange(len(tree.spans) + 1))
+        cached = tree.__dict__["_runtime_calls"] = (ts, end, code, kind, bounds[:-1], bounds[1:])
+    return cached
 
 
 def _segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -282,6 +363,10 @@ def _cuts(trace: Trace, tree):
             keep = f_thread >= 0
             values += [forest.ts[keep], forest.end[keep]]
             owner += [f_thread[keep], f_thread[keep]]
+        rt_ts, rt_end, _, _, rt_lo, rt_hi = _runtime_calls(trace, tree)
+        rt_thread = np.repeat(np.arange(len(spans)), rt_hi - rt_lo)
+        values += [rt_ts, rt_end]
+        owner += [rt_thread, rt_thread]
         values, owner = np.concatenate(values), np.concatenate(owner)
         by = np.lexsort((values, owner))
         values, owner = values[by], owner[by]
@@ -313,20 +398,44 @@ def _frame_codes(forest) -> tuple[np.ndarray, np.ndarray]:
 def _summarise(sums: dict, total: float) -> list[dict]:
     """Causes largest first from the (cause, frame) sums: a cause's time is the exactly rounded
     sum of its frames' (math.fsum: no order to depend on), its frame the one with the most
-    (ties: the first name)."""
-    by_frame: dict[str, list[tuple[float, str | None]]] = {}
+    (ties: the first name). A runtime call's cause is (name, kind, context): summed per (name,
+    kind), its context the one with the most (ties: the first name)."""
+    by_frame: dict = {}
+    by_context: dict = {}
     for (cause, frame), us in sums.items():
-        by_frame.setdefault(cause, []).append((us, frame))
-    by_cause = {c: math.fsum(us for us, _ in v) for c, v in by_frame.items()}
-    best = {}
+        key = cause[:2] if isinstance(cause, tuple) else cause
+        by_frame.setdefault(key, {}).setdefault(frame, []).append(us)
+        if isinstance(cause, tuple):
+            by_context.setdefault(key, {}).setdefault(cause[2], []).append(us)
+    by_cause = {c: math.fsum(u for us in v.values() for u in us) for c, v in by_frame.items()}
+    best, context = {}, {}
     for c, v in by_frame.items():
-        named = [(-us, f) for us, f in v if f is not None and f != c]
+        name = c[0] if isinstance(c, tuple) else c
+        named = [(-math.fsum(us), f) for f, us in v.items() if f is not None and f != name]
         if named:
             best[c] = min(named)[1]
-    ranked = sorted(by_cause.items(), key=lambda kv: (-kv[1], kv[0]))
-    out = [{"cause": c, "idle_us": us, "share": us / total, "frame": best.get(c)} for c, us in ranked]
+    for c, v in by_context.items():
+        named = [(-math.fsum(us), x) for x, us in v.items() if x is not None]
+        context[c] = min(named)[1] if named else None
+    ranked = sorted(by_cause.items(), key=lambda kv: (-kv[1],) + ((kv[0][0], kv[0][1]) if isinstance(kv[0], tuple)
+                                                                  else (kv[0], "")))
+    out = []
+    for c, us in ranked:
+        row = {"cause": c[0] if isinstance(c, tuple) else c, "idle_us": us, "share": us / total,
+               "frame": best.get(c)}
+        if isinstance(c, tuple):
+            row.update(kind=c[1], context=context[c])
+        out.append(row)
     if len(out) > TOP_CAUSES:
         rest = sum(o["idle_us"] for o in out[TOP_CAUSES - 1:])
         out = out[:TOP_CAUSES - 1] + [{"cause": OTHER, "idle_us": rest, "share": rest / total,
                                         "frame": None}]
     return out
+
+
+def cause_label(c: dict) -> str:
+    """A cause as the reports say it: a runtime call with the op it was called from
+    (`cudaFree (called from aten::convolution_backward)`), else the cause itself."""
+    if c.get("context"):
+        return f"{c['cause']} (called from {c['context']})"
+    return c["cause"]

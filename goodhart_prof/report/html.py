@@ -21,6 +21,7 @@ import numpy as np
 
 from ..analysis.rules.savings import SEVERITY_SHARES
 from .common import capped, more_rows, percent, refuse_overwrite, saving_text
+from ..analysis.idle import cause_label
 from .html_common import duration_sig
 from .html_common import esc as _esc
 from . import html_ranks
@@ -227,7 +228,7 @@ def _idle_section(a) -> str:
     more = more_rows(len(devices), len(keep), "devices", "most idle time")
     for b in (devices[i] for i in keep):
         rows = "".join(
-            f"<tr><td><code>{_esc(c['cause'])}</code></td><td>{duration_sig(c['idle_us'])}</td>"
+            f"<tr><td><code>{_esc(cause_label(c))}</code></td><td>{duration_sig(c['idle_us'])}</td>"
             f"<td>{percent(c['share'])}</td><td>{_esc(c.get('frame') or '')}</td></tr>"
             for c in b.idle_causes)
         tables.append(f'<table class="data"><caption>rank {b.rank} / gpu {b.device}</caption>'

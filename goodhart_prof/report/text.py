@@ -8,6 +8,7 @@ from rich.padding import Padding
 from .common import (bytes_text, capped, duration, evidence_lines, kernel_name, make_table, more_rows, one_line,
                      percent, plain, safe_text, saving_text, short)
 from ..analysis.memory import device_label
+from ..analysis.idle import cause_label
 from .text_comm import communication_section, ranks_section
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -146,7 +147,7 @@ def _idle_causes(a, console: Console) -> None:
     keep = capped([sum(c["idle_us"] for c in b.idle_causes) for b in devices])
     for b in (devices[i] for i in keep):
         for i, c in enumerate(b.idle_causes[:5]):
-            table.add_row(f"rank {b.rank} / gpu {b.device}" if i == 0 else "", c["cause"],
+            table.add_row(f"rank {b.rank} / gpu {b.device}" if i == 0 else "", cause_label(c),
                           duration(c["idle_us"]), f"{100 * c['share']:.1f}%", c.get("frame") or "")
     console.print(table)
     _more(console, len(devices), len(keep), "devices", "most idle time")

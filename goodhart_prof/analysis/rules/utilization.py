@@ -77,7 +77,7 @@ def _low_utilization(ctx: Context) -> Finding | None:
     top = causes[0] if causes and causes[0]["share"] >= LOW_UTILIZATION.limit("cause_share") else None
     title = f"GPU {b.device} (rank {b.rank}) is busy {100 * util:.0f}% of its span"
     if top is not None:
-        title = (f"GPU idle {100 * (1 - util):.0f}%: the host is in {short_cause(top['cause'])} "
+        title = (f"GPU idle {100 * (1 - util):.0f}%: the host is in {_said(top)} "
                  f"({100 * top['share']:.0f}% of idle time)")
     idle_us = float(row["idle_us"].iloc[0])
     explained = top["idle_us"] if top is not None else idle_us
@@ -89,14 +89,42 @@ def _low_utilization(ctx: Context) -> Finding | None:
          "gaps": {k: gaps.get(k) for k in ("count", "p50_us", "p99_us", "max_us", "total_us")},
          "gap_classes": gaps.get("by_class"),
          "idle_causes": [{"cause": c["cause"], "idle_us": round(c["idle_us"], 3),
-                          "share": round(c["share"], 4), "frame": c.get("frame")}
+                          "share": round(c["share"], 4), "frame": c.get("frame"),
+                          **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {})}
                          for c in b.idle_causes[:3]]},
-        _with_frame(idle_fix(top["cause"], top.get("frame")), top.get("frame")) if top is not None
+        _with_frame(idle_fix(top["cause"], top.get("frame"), top.get("kind")), top.get("frame")) if top
         else GENERIC_FIX,
         est_saving_us=ctx.per_iteration(explained, [b.rank]),
-        saving_note=(f"the GPU's idle time while the host is in {short_cause(top['cause'])}, per "
+        saving_note=(f"the GPU's idle time while the host is in {_said(top)}, per "
                      "iteration" if top is not None else
                      "the GPU's whole idle time per iteration (no single cause: an upper bound)"))
+
+
+def _said(cause: dict) -> str:
+    """A cause as a title says it; a runtime call with the op it was called from."""
+    said = short_cause(cause["cause"])
+    return f"{said} (called from {short_cause(cause['context'])})" if cause.get("context") else said
+
+
+# A runtime call holding the host (idle.py's kinds) -> what to change.
+RUNTIME_FIXES = {
+    "alloc": "The host waits in the device allocator while the GPU idles: keep PyTorch's caching "
+             "allocator on (no PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING) and "
+             "allocate buffers once, reusing them across iterations, instead of per step.",
+    "free": "The host waits in the device free while the GPU idles (a free synchronizes the "
+            "device): keep PyTorch's caching allocator on (no PYTORCH_NO_CUDA_MEMORY_CACHING / "
+            "PYTORCH_NO_HIP_MEMORY_CACHING), allocate once and reuse, and never empty the cache "
+            "(torch.cuda.empty_cache) inside the loop.",
+    "context": "The host creates the GPU context (a first cudaFree / cuInit) while the GPU idles: "
+               "a one-time start-up cost; run a warm-up iteration before the traced window "
+               "(profiler schedule with wait/warmup steps) so it is not measured as a step.",
+    "module": "The host loads GPU code (a module or library load) while the GPU idles: a one-time "
+              "cost of first use; run a warm-up iteration before the traced window (profiler "
+              "schedule with warmup steps), or load lazily-loaded modules up front.",
+    "launch": "Kernel launches taking over a millisecond: first launches loading their code (or a "
+              "full launch queue); run a warm-up iteration before the traced window (profiler "
+              "schedule with warmup steps) so the code is loaded before it is measured.",
+}
 
 
 def _with_frame(fix: str, frame: str | None) -> str:
@@ -129,8 +157,13 @@ GENERIC_FIX = ("Find what the GPU waits for in the gap classes: host_wait means 
                "idle_causes names the host code the idle time lies in.")
 
 
-def idle_fix(cause: str, frame: str | None = None) -> str:
-    """The fix for GPU idle time spent in `cause` (IDLE_FIXES; the generic advice otherwise)."""
+def idle_fix(cause: str, frame: str | None = None, kind: str | None = None) -> str:
+    """The fix for GPU idle time spent in `cause` (a runtime call of `kind`: RUNTIME_FIXES, a
+    sync the read-back advice; else IDLE_FIXES; the generic advice otherwise)."""
+    if kind in RUNTIME_FIXES:
+        return RUNTIME_FIXES[kind]
+    if kind == "sync":
+        return IDLE_FIXES[1][1]
     if cause == UNTRACED:
         return ("The launching thread recorded nothing while the GPU idled (Python outside any "
                 "op or annotation, or time outside the trace): profile with_stack=True or add "
