@@ -350,9 +350,16 @@ def _kernel_dtypes(trace: Trace, gpu_rows: np.ndarray) -> np.ndarray:
 
 def _timed(trace: Trace, inst: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     """Each op's device and time: its kernels' summed duration on a rank with GPU activity
-    (ops that launched none there are dropped), its own CPU duration on a rank without any
-    (device -1). fp32 ops whose GEMM/conv kernels ran TF32 are `tf32`."""
-    gpu_ranks = set(trace.gpu["rank"].unique().tolist()) if not trace.gpu.empty else set()
+    (ops that launched none there are dropped), its own CPU duration on a CPU-only rank
+    (device -1). A rank that launched kernels or allocated GPU memory with no GPU activity
+    recorded (gpu_time.unrecorded_gpu) is not CPU-only: its ops ran on the GPU, their host time
+    is dispatch, and they are dropped (no rate). fp32 ops whose GEMM/conv kernels ran TF32 are
+    `tf32`."""
+    from .gpu_time import unrecorded_gpu
+    from .syncs import device_ranks
+    gpu_ranks = set(device_ranks(trace))  # GPU activity or CUDA/HIP runtime calls
+    missing = unrecorded_gpu(trace)
+    gpu_ranks |= set(missing.ranks) if missing else set()
     on_cpu = ~inst["rank"].isin(gpu_ranks).to_numpy()
     flagged = kernels.assign(tf32=(kernels["kernel_dtype"] == "tf32").to_numpy(bool))
     per = flagged.groupby("node").agg(time_us=("dur", "sum"), device=("device", "first"),

@@ -7,12 +7,13 @@ so concurrent streams each count (kernel_us can exceed busy_us).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..trace.model import Trace
+from ..trace.model import Trace, in_categories
 from .intervals import per_segment, segment_merge
 
 COLUMNS = ["rank", "device", "span_us", "busy_us", "idle_us", "utilization", "kernel_us",
@@ -113,3 +114,67 @@ def gpu_time(trace: Trace) -> pd.DataFrame:
         "kernel_us": kernel_us, "activity_count": np.diff(t.bounds), "first_ts": first, "last_end": last},
         columns=COLUMNS)
     return out.astype({"rank": np.int64, "device": np.int64, "activity_count": np.int64})
+
+
+# Runtime/driver calls that launch device work (cudaLaunchKernel, cudaLaunchKernelExC,
+# cuLaunchKernel, hipLaunchKernel, hipModuleLaunchKernel, hipExtLaunchKernel, cudaGraphLaunch...).
+_LAUNCH_CALL = re.compile(r"^(cuda|cu|hip)\w*Launch", re.I)
+
+
+@dataclass(frozen=True)
+class Unrecorded:
+    """A trace with no GPU activity that is not a CPU-only run: the host launched device work
+    (`launches`: runtime launch calls), or allocated GPU memory (`gpu_memory`), or the trace lists
+    GPUs in deviceProperties (`listed`, with their names), yet no kernel, memcpy or memset was
+    recorded. `ranks`: the ranks that launched or allocated on a GPU."""
+
+    launches: int
+    gpu_memory: bool
+    listed: int
+    names: tuple[str, ...]
+    ranks: frozenset
+
+    def text(self) -> str:
+        """What the reports say instead of "a CPU-only run"."""
+        gpus = (f"the trace lists {self.listed} GPU(s)"
+                + (f" ({', '.join(self.names)})" if self.names else "") + " in deviceProperties")
+        if self.launches or self.gpu_memory:
+            did = (f"the host made {self.launches:,} kernel launch call(s)" if self.launches
+                   else "the host allocated GPU memory")
+            return (f"GPU activity was not recorded: {did}"
+                    + (f" and {gpus}" if self.listed else "")
+                    + ", but the trace has no kernel events. Not a CPU-only run: the profiler's "
+                    "CUDA activity (CUPTI) was off; record with "
+                    "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to see the kernels")
+        return (f"GPU activity was not recorded: {gpus} but has no kernel events and no launch "
+                "calls (either the run left the GPUs unused, or the profiler's CUDA activity was "
+                "off: record with ProfilerActivity.CUDA)")
+
+
+def unrecorded_gpu(trace: Trace) -> Unrecorded | None:
+    """Unrecorded when the trace has no GPU activity but launch calls, GPU memory events or
+    listed GPUs; None when it has GPU activity or none of these (a CPU-only run). Cached."""
+    return trace.derived("unrecorded_gpu", _unrecorded_gpu) or None
+
+
+def _unrecorded_gpu(trace: Trace) -> Unrecorded | bool:
+    if not trace.gpu.empty:
+        return False
+    from .links import LAUNCH_CATS
+    ev = trace.events
+    names = ev["name"].cat.categories
+    launch_codes = np.flatnonzero([bool(_LAUNCH_CALL.match(str(n))) for n in names])
+    is_launch = (np.isin(ev["name"].cat.codes.to_numpy(), launch_codes)
+                 & in_categories(ev["cat"], LAUNCH_CATS)) if len(launch_codes) else np.zeros(len(ev), bool)
+    mem = trace.memory
+    on_gpu = (mem["device_type"].to_numpy() > 0) if len(mem) else np.zeros(0, bool)
+    ranks = set(pd.unique(ev["rank"].to_numpy()[is_launch]).tolist())
+    ranks |= set(pd.unique(mem["rank"].to_numpy()[on_gpu]).tolist()) if on_gpu.any() else set()
+    props = trace.device_properties or {}
+    listed = max((len(v or []) for v in props.values()), default=0)
+    if not ranks and not listed:
+        return False
+    names_listed = sorted({p["name"].strip() for v in props.values() for p in (v or [])
+                           if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"].strip()})
+    return Unrecorded(int(is_launch.sum()), bool(on_gpu.any()), int(listed), tuple(names_listed),
+                      frozenset(int(r) for r in ranks))

@@ -13,6 +13,12 @@ it is the line that called `optimizer.step()`, so the site says whose it is:
 `torch: Optimizer.step#Adam.step > aten::_fused_adam_ > aten::item (called at ppo.py:127 fn)`
 (the chain from the annotation down to the event, then the user's line). Without stacks the
 chain already names the annotation and is kept as it is.
+
+Reads inside torch's own Python code (the packages whose frames the loader keeps:
+trace.model.KEPT_TORCH_FRAMES, e.g. torch.distributions' argument validation) are torch's too:
+the site names the torch function the user's code called (the outermost torch frame around the
+event) and that line: `torch: torch/distributions/categorical.py:56 __init__ > aten::is_nonzero
+(called at ppo.py:88 get_action)`.
 """
 from __future__ import annotations
 
@@ -63,6 +69,10 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
             out[p] = f"{names[p]} (no host call)"
             continue
         user = _user_frame(forest, int(frames[p])) if frames[p] >= 0 else None
+        entry = _torch_entry(forest, int(frames[p])) if user is not None and torch_own[p] < 0 else None
+        if entry is not None:  # inside torch's own Python code, called from the user's line
+            out[p] = f"torch: {entry} > {names[p]} (called at {user})"
+            continue
         if user is not None and torch_own[p] < 0:
             out[p] = user
             continue
@@ -103,6 +113,29 @@ def op_sites(trace: Trace, rows: pd.Index | np.ndarray) -> list[str]:
                         "end": ev["end"].to_numpy(), "row": ev.index.to_numpy(np.int64),
                         "name": ev["name"].astype(str).to_numpy(), "hosted": True, "call": False})
     return sites(trace, ops)
+
+
+def _torch_entry(nest: FrameForest, pos: int) -> str | None:
+    """When frame pos is torch's own (a kept torch/ frame), the outermost torch frame of the run
+    of torch frames around it (the torch function the user's code called), as
+    `torch/pkg/file.py:line fn`; else None."""
+    found = None
+    while pos >= 0:
+        m = _FRAME.match(nest.name[pos]) if isinstance(nest.name[pos], str) else None
+        if m is None or not m["file"].replace("\\", "/").startswith("torch/"):
+            break
+        found = f"{m['file']}:{m['line']} {m['fn']}"
+        pos = int(nest.parent[pos])
+    return found
+
+
+def torch_package(site: str) -> str | None:
+    """`torch.distributions` for a site put on torch's own Python code (`torch: torch/distributions/
+    ... (called at ...)`), else None."""
+    m = re.match(r"^torch: (torch/[^/ ]+)", str(site))
+    if m is None:
+        return None
+    return m[1].removesuffix(".py").replace("/", ".")
 
 
 def _user_frame(nest: FrameForest, pos: int) -> str | None:

@@ -95,16 +95,20 @@ def sync_points(trace: Trace) -> pd.DataFrame:
 
 
 def device_ranks(trace: Trace) -> set[int]:
-    """Ranks with GPU activity or CUDA/HIP runtime calls: where a read can wait for a device
-    (found once per trace, by category code)."""
+    """Ranks with GPU activity or CUDA/HIP runtime calls, or that allocated GPU memory in a trace
+    whose GPU activity was not recorded (gpu_time.unrecorded_gpu): where a read can wait for a
+    device (found once per trace, by category code)."""
     return trace.derived("device_ranks", _device_ranks)
 
 
 def _device_ranks(trace: Trace) -> set[int]:
     ev = trace.events
+    from .gpu_time import unrecorded_gpu
     on = in_categories(ev["cat"], LAUNCH_CATS)
+    missing = unrecorded_gpu(trace)
     return (set(pd.unique(ev["rank"].to_numpy()[on]).tolist())  # hashed: no sort of every row
-            | set(pd.unique(trace.gpu["rank"].to_numpy()).tolist()))
+            | set(pd.unique(trace.gpu["rank"].to_numpy()).tolist())
+            | (set(missing.ranks) if missing else set()))
 
 
 def split_host_reads(trace: Trace, points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -181,7 +181,11 @@ def _header(a) -> str:
 def _gpu_table(a) -> str:
     if not has_gpu(a):
         left_out = "; ".join(SECTIONS[k] for k in GPU_SECTIONS)
-        return (f'<p class="empty" id="no-gpu">This trace has no GPU activity (a CPU-only run?), so the '
+        from ..analysis.gpu_time import unrecorded_gpu
+        missing = unrecorded_gpu(a.trace)
+        what = (f"{_esc(missing.text())}. So the" if missing
+                else "This trace has no GPU activity (a CPU-only run?), so the")
+        return (f'<p class="empty" id="no-gpu">{what} '
                 f'GPU sections ({_esc(left_out)}) are left out; the host sections follow.</p>')
     head = "".join(f"<th>{h}</th>" for h in ("rank / device", "span", "busy", "idle", "utilization",
                                              "kernel time"))

@@ -19,7 +19,7 @@ def render(a, console: Console, top: int = 15) -> None:
     console.print(f"[bold]goodhart-prof analyze[/bold]  {', '.join(plain(p) for p in t.paths[:3])}"
                   f"{' …' if len(t.paths) > 3 else ''}")
     console.print(f"{len(t.events):,} events · ranks {t.ranks} (from {plain(t.rank_source)}) · "
-                  f"{len(t.devices)} GPU device(s)")
+                  f"{len(t.devices)} GPU device(s)" + _unrecorded_note(t))
     for warning in t.warnings:
         console.print(f"[yellow]warning:[/yellow] {plain(warning)}")
     _gpu(a, console)
@@ -35,10 +35,24 @@ def render(a, console: Console, top: int = 15) -> None:
     _findings(a, console)
 
 
+def _unrecorded_note(t) -> str:
+    """After "0 GPU device(s)" in a trace whose GPU activity was not recorded: that it was not."""
+    from ..analysis.gpu_time import unrecorded_gpu
+    missing = unrecorded_gpu(t)
+    if not missing:
+        return ""
+    return (f" with recorded activity ({missing.listed} listed in deviceProperties, "
+            f"{missing.launches:,} launch calls: GPU activity not recorded)")
+
+
 def _gpu(a, console: Console) -> None:
     console.print()
     if a.gpu.empty:
-        console.print("[bold]GPU time[/bold]: no GPU activity in this trace (a CPU-only run?)")
+        from ..analysis.gpu_time import unrecorded_gpu
+        missing = unrecorded_gpu(a.trace)
+        console.print("[bold]GPU time[/bold]: " + (plain(missing.text()) if missing else
+                                                   "no GPU activity in this trace (a CPU-only run?)"),
+                      highlight=False)
         return
     table = make_table("GPU time", "rank/device", "span", "busy", "idle", "utilization", "kernel time",
                    right=(1, 2, 3, 4, 5))
@@ -242,6 +256,12 @@ def _efficiency(a, console: Console, top: int) -> None:
     """The roofline table (analysis/efficiency.py): per op type, then the top compute kernels."""
     eff = a.efficiency
     if eff is None or (eff.ops.empty and not eff.unsized):
+        from ..analysis.gpu_time import unrecorded_gpu
+        if eff is not None and not len(eff.instances) and unrecorded_gpu(a.trace) and a.gpu.empty:
+            console.print()
+            console.print("[bold]Efficiency against the hardware[/bold]: no rates: the ops ran on a "
+                          "GPU whose activity was not recorded (their host time is dispatch, not "
+                          "compute)", highlight=False)
         return
     console.print()
     console.print("[bold]Efficiency against the hardware[/bold] (GEMM, conv, attention ops with shapes)")

@@ -23,7 +23,8 @@
 Python stack frames (`python_function` events of `with_stack` traces) are usually most of a
 trace's events but matter only around sync points, so they live apart in `Trace.frames`: plain
 numpy columns, names as Python strings (not interned: that would hash a million names for the
-few that become sync sites), and without torch's own frames (NEVER_USER_FRAMES).
+few that become sync sites), and without torch's own frames (NEVER_USER_FRAMES) except those
+of the packages in KEPT_TORCH_FRAMES.
 
 `Trace.memory` has one row per `[memory]` instant (`ph: i`, written with profile_memory=True:
 one per allocation and one per free by torch's allocators), sorted by (rank, ts), document order
@@ -78,6 +79,10 @@ CATEGORY_ALIASES = {
 # from the innermost frame by time), so these are dropped at load: in real traces they are ~80%
 # of all frames (torch's own Python and the built-in calls it makes).
 NEVER_USER_FRAMES = ("torch/", "<built-in ")
+# Torch's own frames kept all the same: packages whose Python code reads tensors back on the
+# user's behalf (torch.distributions' argument validation: `if not valid.all():`), so that a read
+# made inside them is put on torch's function and the user's line that called it (analysis/sites.py).
+KEPT_TORCH_FRAMES = ("torch/distributions/",)
 
 MEMORY_COLUMNS = ("rank", "pid", "tid", "ts", "device_type", "device", "bytes", "total_allocated",
                   "total_reserved", "addr")

@@ -12,7 +12,7 @@ from . import times
 from .columns import (NUMBERS, column, float_or_nan, gpu_id_column, id_column, int_column, int_id, interned,
                       is_number, new_ids, stream_from_tid)
 from .decode import NO_ARGS, Complete, Metadata, TraceDoc
-from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, NEVER_USER_FRAMES, Frames, is_sorted
+from .model import CATEGORY_ALIASES, GPU_ACTIVITY_CATS, KEPT_TORCH_FRAMES, NEVER_USER_FRAMES, Frames, is_sorted
 from .op_labels import (CONCRETE_INPUTS, INPUT_DIMS, INPUT_TYPES, comm_args, comm_calls, comm_rows,
                         concrete_label, dims_label, is_shaped, raw_labels, type_label)
 
@@ -95,9 +95,11 @@ def _args(xs: list) -> list:
 def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames, int, int]:
     names = list(map(attrgetter("name"), xs))
     try:
-        xs = [e for e, n in zip(xs, names) if not n.startswith(NEVER_USER_FRAMES)]
+        xs = [e for e, n in zip(xs, names)
+              if not n.startswith(NEVER_USER_FRAMES) or n.startswith(KEPT_TORCH_FRAMES)]
     except AttributeError:  # a name that is not a string: keep those frames
-        xs = [e for e, n in zip(xs, names) if not (isinstance(n, str) and n.startswith(NEVER_USER_FRAMES))]
+        xs = [e for e, n in zip(xs, names) if not (isinstance(n, str) and n.startswith(NEVER_USER_FRAMES)
+                                                   and not n.startswith(KEPT_TORCH_FRAMES))]
     if not xs:
         return Frames.empty(), 0, 0
     xs, ts, dur, skipped, _, unfit = _timing(xs)

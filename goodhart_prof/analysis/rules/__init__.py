@@ -28,6 +28,15 @@ ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branc
 BY_ID = {rule.id: rule for rule in RULES}
 
 
+def _why(need: Need, ctx: Context) -> str:
+    """Need.why, except that a trace whose GPU activity was not recorded is not called CPU-only."""
+    from ..gpu_time import unrecorded_gpu
+    if need is Need.GPU and unrecorded_gpu(ctx.trace):
+        return ("the trace has no GPU activity recorded (launch calls or listed GPUs but no kernel "
+                "events: the profiler's CUDA activity was off), not a CPU-only run")
+    return need.why(ctx)
+
+
 def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
     """The findings (largest estimated saving first, those without one after them: most severe
     first, then rule order) and the rules not judged, with why. The coverage rule runs last and
@@ -39,7 +48,7 @@ def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
     for rule in RULES:
         missing = [n for n in rule.needs if not present.setdefault(n, n.present(ctx))]
         if missing:
-            silent.append(NotJudged(rule.id, missing[0].why(ctx)))
+            silent.append(NotJudged(rule.id, _why(missing[0], ctx)))
             continue
         ctx.found = found
         finding = rule.judge(ctx)

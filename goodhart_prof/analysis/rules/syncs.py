@@ -2,6 +2,11 @@
 
 All four have one shape: count the user's sync points of a kind (rules/origin.py), divide by the
 traced iterations, fire at a rate. What they save is the host's time in those calls (`SYNC_SAVING`).
+
+When the top site is inside torch's own Python code (analysis/sites.py: `torch: torch/... (called
+at LINE)`), the read is torch's, made on behalf of the user's call: the finding names the torch
+function and the user's line, and gives the fix that applies there (torch.distributions: its
+argument validation, `validate_args=False`), not the rule's advice for the user's own code.
 """
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from ..sites import torch_package
 from .base import Context, Finding, Need, Rule, Threshold, is_logging_site, on_host_only, top_sites
 from .origin import READBACK_KINDS, user_points
 from .savings import Saving
@@ -40,15 +46,42 @@ def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
         return None
     sites = top_sites(found)
     text = title.format(per_it=per_it, site=sites[0]["site"] if sites else "?")
+    advice = fix(found) if callable(fix) else fix
+    owner = torch_package(sites[0]["site"]) if sites else None
+    if owner is not None:
+        text, advice = _torch_own(owner, sites[0]["site"], per_it)
     if on_host_only(ctx, found):
         text += " (a CPU-only trace: each would wait for the GPU there)"
     wait = float(found["dur"].sum())
     return Finding(
         rule.id, "medium", text,
         {"count": int(len(found)), "per_iteration": round(per_it, 2),
-         "wait_us": round(wait, 3), **extra(found), "sites": sites},
-        fix(found) if callable(fix) else fix,
+         "wait_us": round(wait, 3), **extra(found), "sites": sites,
+         **({"torch_own": owner} if owner is not None else {})},
+        advice,
         **rule.estimated(ctx.per_iteration(wait, found["rank"].unique())))
+
+
+def _torch_own(package: str, site: str, per_it: float) -> tuple[str, str]:
+    """Title and fix of reads made inside torch's own code (`package`: e.g. torch.distributions)."""
+    inner = site.removeprefix("torch: ")
+    fn, _, rest = inner.partition(" > ")
+    user = rest.rpartition(" (called at ")[2].removesuffix(")") or "?"
+    if package == "torch.distributions":
+        return (f"torch.distributions validates its arguments with data-dependent checks that read "
+                f"tensors back to the host {per_it:.1f} times per iteration (most in {fn}, called at "
+                f"{user})",
+                "These reads are torch.distributions' argument validation, not a branch in your "
+                "code: build the distribution with validate_args=False (e.g. "
+                "Categorical(logits=logits, validate_args=False)), or call "
+                "torch.distributions.Distribution.set_default_validate_args(False) once at startup "
+                "(python -O also turns it off). Rewriting a branch in your own code would not "
+                "remove them.")
+    return (f"{package} reads tensors back to the host {per_it:.1f} times per iteration on behalf "
+            f"of your call (most in {fn}, called at {user})",
+            f"This is torch's own read, made inside {fn} on behalf of your call at {user}: look for "
+            "an option of that call that avoids it, or call it less often; changing the branches "
+            "in your own code will not remove it.")
 
 
 def _item_logging(ctx: Context) -> Finding | None:
