@@ -8,6 +8,7 @@ from rich.padding import Padding
 from .common import (bytes_text, capped, duration, evidence_lines, kernel_name, make_table, more_rows, one_line,
                      percent, plain, safe_text, saving_text, short)
 from ..analysis.memory import device_label
+from ..analysis.recorder import record_full_advice
 from ..analysis.idle import cause_label
 from .text_comm import communication_section, ranks_section
 
@@ -219,7 +220,7 @@ def _memory(a, console: Console) -> None:
     console.print()
     if mem is None or not mem.recorded:
         console.print("[bold]Memory[/bold]: no memory events in this trace (record with "
-                      "profile_memory=True: goodhart-prof run --mode full)")
+                      f"{plain(record_full_advice(a.trace))})", highlight=False)
         return
     table = make_table("Memory (profiler memory events)", "device", "peak allocated", "peak reserved",
                        "reserved/alloc", "allocs/iteration", "growth/iteration", "iterations",

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..syncs import device_ranks
+from ..recorder import record_full_advice
 from ..tree import host_tree
 from .savings import Basis, Saving, basis
 
@@ -110,7 +111,7 @@ class Need(enum.Enum):
         ranks = ctx.analysis.ranks
         if self is Need.RANKS and ranks is not None and ranks.reason:
             return ranks.reason
-        return self.absent
+        return self.absent.format(advice=record_full_advice(ctx.trace))
 
     @property
     def absent(self) -> str:
@@ -122,8 +123,7 @@ class Need(enum.Enum):
                                  "iteration cannot be judged",
                 Need.COMMUNICATION: "the trace has no communication kernels (NCCL/RCCL)",
                 Need.RANKS: "no collective could be matched across two or more ranks",
-                Need.MEMORY: "the trace has no memory events (record with profile_memory=True: "
-                             "goodhart-prof run --mode full)",
+                Need.MEMORY: "the trace has no memory events (record with {advice})",
                 }[self]
 
 

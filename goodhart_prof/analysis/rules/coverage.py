@@ -9,11 +9,10 @@ no time by itself, so it has no estimate and sorts after the findings that do.
 """
 from __future__ import annotations
 
+from ..recorder import ADVICE, recorded_by
 from .base import Context, Finding, Need, Rule, Threshold
 from .savings import Saving
 
-# Our trainer's phase annotations (docs/DESIGN.md): a trace with these came from `goodhart-prof run`.
-_TRAINER_PHASES = frozenset({"rollout", "ppo_update"})
 _UNNAMED = ("(other)", "(host idle / not traced)")
 
 
@@ -29,9 +28,7 @@ def _no_python_stacks(ctx: Context) -> Finding | None:
     named = len(sites) + len(causes)
     if named < NO_PYTHON_STACKS.limit("named_places"):
         return None
-    annotations = set(ctx.analysis.phases.loc[ctx.analysis.phases["kind"] == "annotation", "name"]
-                      .astype(str)) if not ctx.analysis.phases.empty else set()
-    ours = _TRAINER_PHASES <= annotations
+    how = recorded_by(ctx.trace)
     return Finding(
         "no_python_stacks", "low",
         f"no Python stacks in the trace: {named} sites and idle causes are named by annotation "
@@ -39,17 +36,20 @@ def _no_python_stacks(ctx: Context) -> Finding | None:
         {"sync_sites": int(len(sites)), "idle_causes": int(len(causes)),
          "findings_with_sites": rules,
          "examples": [str(s) for s in list(sites.index[:3])] + causes[:max(0, 3 - len(sites))],
-         "recorded_by": "goodhart-prof run (lite mode)" if ours else "a profiler without with_stack"},
-        _fix(ours), **NO_PYTHON_STACKS.unestimated())
+         "recorded_by": _RECORDED_BY[how]},
+        _fix(how, ADVICE[how]), **NO_PYTHON_STACKS.unestimated())
 
 
-def _fix(ours: bool) -> str:
-    if ours:
-        return ("Record again with goodhart-prof run --mode full: Python stacks (with shapes and "
-                "memory) make every site the file:line of the code that made it.")
-    return ("Profile with torch.profiler.profile(..., with_stack=True) (record_shapes=True also "
-            "names the shapes), so each site is the file:line of the user's code; stacks cost a "
-            "few microseconds per op, so trace a few iterations.")
+_RECORDED_BY = {"run": "goodhart-prof run (lite mode)", "hooks": "goodhart-prof hooks (lite mode)",
+                "other": "a profiler without with_stack"}
+
+
+def _fix(how: str, advice: str) -> str:
+    if how != "other":
+        return (f"Record again with {advice}: Python stacks (with shapes and memory) make every "
+                "site the file:line of the code that made it.")
+    return (f"Profile with {advice}, so each site is the file:line of the user's code; stacks "
+            "cost a few microseconds per op, so trace a few iterations.")
 
 
 NO_PYTHON_STACKS = Rule(
