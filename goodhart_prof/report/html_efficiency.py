@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ..analysis.recorder import record_full_advice
 from .common import duration
 from .html_common import wrap
 
@@ -27,7 +28,7 @@ def efficiency_section(a, figure: Callable) -> str:
     head = f'<section id="efficiency"><h2>{_esc(TITLE)}</h2>'
     if eff is None or (eff.ops.empty and not eff.unsized):
         return head + ('<p class="empty">No GEMM, convolution or attention op with recorded shapes '
-                       '(profile with record_shapes, as <code>--mode full</code> does).</p></section>')
+                       f'(record them with <code>{_esc(record_full_advice(a.trace))}</code>).</p></section>')
     parts = [f'<p class="note">{_devices_note(eff)}</p>']
     fig = roofline_figure(eff)
     if fig is not None:

@@ -8,6 +8,7 @@ import html
 import pandas as pd
 
 from ..analysis.memory import HOST, device_label, timeline
+from ..analysis.recorder import record_full_advice
 from .common import bytes_text
 
 MEMORY_TITLE = "Memory"
@@ -16,8 +17,8 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
 def memory_empty(a) -> str:
-    return ("No memory events: record with profile_memory=True (goodhart-prof run --mode full) "
-            "to see allocated and reserved memory.")
+    return (f"No memory events: record them with {record_full_advice(a.trace)} to see allocated and "
+            "reserved memory.")
 
 
 def memory_figure(a):
