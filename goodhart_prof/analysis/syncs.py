@@ -111,6 +111,18 @@ def _device_ranks(trace: Trace) -> set[int]:
             | (set(missing.ranks) if missing else set()))
 
 
+# What the reports say of host reads on CPU-only ranks (text report and HTML sync note, one
+# wording): `.item()`, `nonzero` and `if tensor:` leave an op and are counted; `.cpu()` and
+# `.numpy()` on a CPU tensor return it as is and leave no event, so the trace cannot show them.
+CPU_READS_NOTE = ("On the CPU these reads wait for nothing, but each would be a sync point with the "
+                  "tensors on a GPU; `.cpu()` and `.numpy()` on CPU tensors are no-ops that leave "
+                  "no event at all, so their absence here means nothing.")
+CPU_NO_READS_NOTE = ("a CPU-only trace, where nothing waits: no host read (`.item()`, `nonzero`, "
+                     "`if tensor:`, each a sync point on a GPU) was seen, and `.cpu()` and "
+                     "`.numpy()` on CPU tensors are no-ops that leave no event at all, so their "
+                     "absence here means nothing.")
+
+
 def split_host_reads(trace: Trace, points: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(sync points, host reads): on a CPU-only rank `.item()`, `nonzero` and `if tensor:` wait
     for nothing (the tensor is on the host); they are the reads that would sync on a GPU, kept

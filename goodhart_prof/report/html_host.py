@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analysis.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from .common import short, short_tail
 from .html_common import LAYOUT as _LAYOUT
 from .html_common import data_table, duration_sig
@@ -138,9 +139,12 @@ def sync_note(a) -> str:
     s, reads = a.syncs, a.reads
     if reads is not None and reads.total and (s is None or not s.total):
         kinds = ", ".join(f"{_esc(k)} {v:,}" for k, v in reads.by_kind.items() if v)
-        return (f"No sync points: this is a CPU-only trace. {reads.total:,} host reads ({kinds}) "
-                "wait for nothing here; each would be a sync point with the tensors on a GPU.")
+        return (f"No sync points: this is a CPU-only trace. {reads.total:,} host reads ({kinds}). "
+                + _esc(CPU_READS_NOTE))
     if s is None or not s.total:
+        from ..analysis.gpu_time import unrecorded_gpu
+        if s is not None and a.gpu.empty and unrecorded_gpu(a.trace) is None:
+            return "No sync points: " + _esc(CPU_NO_READS_NOTE)
         return ""
     kinds = ", ".join(f"{_esc(k)} {v:,}" for k, v in s.by_kind.items() if v)
     return f"{s.total:,} sync points ({kinds}); the top {TOP_SITES} sites by count."

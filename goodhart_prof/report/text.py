@@ -9,6 +9,7 @@ from .common import (bytes_text, capped, duration, evidence_lines, kernel_name, 
                      percent, plain, safe_text, saving_text, short)
 from ..analysis.memory import device_label
 from ..analysis.recorder import record_full_advice
+from ..analysis.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from ..analysis.idle import cause_label
 from .text_comm import communication_section, ranks_section
 
@@ -92,14 +93,17 @@ def _kernels(a, console: Console, top: int) -> None:
 
 
 def _syncs(a, console: Console, top: int) -> None:
+    from ..analysis.gpu_time import unrecorded_gpu
     s, reads = a.syncs, a.reads
     console.print()
     if reads is not None and reads.total:
         _by_site(console, reads, top, "[bold]Host reads[/bold] on CPU-only rank(s)", "host time",
-                 ". On the CPU they wait for nothing; each would be a sync point with the tensors "
-                 "on a GPU.")
+                 ". " + CPU_READS_NOTE)
         if not s.total:
             return
+    if not s.total and a.gpu.empty and unrecorded_gpu(a.trace) is None:
+        console.print("[bold]Sync points[/bold]: none, " + CPU_NO_READS_NOTE, highlight=False)
+        return
     if not s.total:
         console.print("[bold]Sync points[/bold]: none (the host never waited for the device)")
         return

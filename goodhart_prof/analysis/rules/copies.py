@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace
+from ..gpu_time import unrecorded_gpu
 from ..hostops import fresh_moves, launch_in_cpu_op
 from ..links import gpu_launches
 from ..sites import op_sites
@@ -33,18 +34,29 @@ def _pageable_htod(ctx: Context) -> Finding | None:
     if per_it < PAGEABLE_HTOD.limit("per_iteration") and share < PAGEABLE_HTOD.limit("gpu_share"):
         return None
     sites = pd.concat([pg[["kind", "site", "dur"]], _as_points(trace, host, "host_to_device")])
-    where = (f"{len(pg)} pageable host-to-device copies" if not pg.empty else
-             f"{len(host)} moves of host-built data (numpy/lists) to the device")
     copied = pd.concat([pg["rank"], copies["rank"]]).unique()
+    fix = ("Create the data on the device, or copy from pinned memory (tensor.pin_memory()) "
+           "with non_blocking=True.")
+    evidence = {"count": int(n), "per_iteration": round(per_it, 2), "gpu_copies": int(len(pg)),
+                "host_data_moves": int(len(host)), "copy_us": round(copy_us, 3),
+                "bytes": float(copies["bytes"].sum(skipna=True)), "gpu_share": round(share, 4),
+                "sites": top_sites(sites)}
+    if pg.empty:  # only host moves on ranks without GPU work: nothing was copied to a device
+        # A CPU-only trace (no launches, no listed GPUs) has no device at all; a rank whose GPU
+        # work went unrecorded has one, but the trace does not show it (gpu_time.unrecorded_gpu).
+        where = ("a CPU-only trace" if unrecorded_gpu(trace) is None else
+                 "rank(s) with no recorded GPU activity")
+        title = (f"{len(host)} `.to()` calls on host-built data (numpy/lists) on {where} "
+                 f"({per_it:.1f} per iteration): no copy here, but each would be a pageable "
+                 "host-to-device copy on a GPU (judged from the host ops only)")
+        evidence["judged_from"] = ("host ops only: aten::lift_fresh (torch.from_numpy / "
+                                   "torch.tensor(data)) then aten::to, which copies nothing here")
+        fix = "On a GPU: " + fix[0].lower() + fix[1:]
+    else:
+        where = f"{len(pg)} pageable host-to-device copies"
+        title = f"{where} ({per_it:.1f} per iteration, {copy_us / 1000:.2f} ms on the GPU)"
     return Finding(
-        "pageable_htod", "medium",
-        f"{where} ({per_it:.1f} per iteration, {copy_us / 1000:.2f} ms on the GPU)",
-        {"count": int(n), "per_iteration": round(per_it, 2), "gpu_copies": int(len(pg)),
-         "host_data_moves": int(len(host)), "copy_us": round(copy_us, 3),
-         "bytes": float(copies["bytes"].sum(skipna=True)), "gpu_share": round(share, 4),
-         "sites": top_sites(sites)},
-        "Create the data on the device, or copy from pinned memory (tensor.pin_memory()) "
-        "with non_blocking=True.",
+        "pageable_htod", "medium", title, evidence, fix,
         **PAGEABLE_HTOD.estimated(ctx.per_iteration(copy_us, copied) if len(copies) else None,
                                   "no GPU copy to time: the moves are on a CPU-only rank, where "
                                   "they copy nothing"))
