@@ -51,3 +51,26 @@ def test_no_amp_on_a_gp100_trace_says_no_tensor_cores():
     assert "have fp16 tensor cores" not in f.fix
     v100 = {f.rule: f for f in analyze(load(V100, progress=False)).findings}["no_amp"]
     assert "(compute capability 7.0) have fp16 tensor cores" in v100.fix
+
+
+def _relabelled(major: int, minor: int, name: str):
+    trace = load(V100, progress=False)
+    for props in trace.device_properties.values():
+        for p in props:
+            p.update(computeMajor=major, computeMinor=minor, name=name)
+    return {f.rule: f for f in analyze(trace).findings}
+
+
+def test_no_amp_does_not_fire_where_fp16_is_no_faster():
+    """6.1 (GP102/GP104) and below 6.0 run fp16 no faster than fp32: no saving to claim. 6.0 (GP100)
+    gains 2x through packed half2 math: the rule still fires with half the fp32 time."""
+    from goodhart_prof.analysis.rules.precision import fp16_gains
+    assert not fp16_gains([(6, 1)]) and not fp16_gains([(5, 2)]) and not fp16_gains([(8, 0), (6, 1)])
+    assert fp16_gains([(6, 0)]) and fp16_gains([(6, 2)]) and fp16_gains([(7, 0)]) and fp16_gains([])
+    for cc, name in (((6, 1), "Tesla P40"), ((5, 2), "Tesla M60")):
+        assert "no_amp" not in _relabelled(*cc, name)
+    p100 = _relabelled(6, 0, "Tesla P100-SXM2-16GB")["no_amp"]
+    v100 = {f.rule: f for f in analyze(load(V100, progress=False)).findings}["no_amp"]
+    assert p100.est_saving_us is not None
+    assert 0 < p100.est_saving_us < p100.evidence["full_precision_us"]
+    assert p100.est_saving_us == v100.est_saving_us  # the same kernels: half their fp32 time

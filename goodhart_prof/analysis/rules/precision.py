@@ -18,6 +18,8 @@ TOP_KERNELS = 5
 
 
 def _no_amp(ctx: Context) -> Finding | None:
+    if not fp16_gains(compute_capabilities(ctx)):
+        return None  # no GPU here runs 16-bit math faster than fp32: autocast saves nothing
     table = kernel_precision(ctx.trace)
     total = ctx.kernel_total
     mm_us = float(table["dur"].sum()) if not table.empty else 0.0
@@ -55,6 +57,17 @@ def compute_capabilities(ctx: Context) -> list[tuple[int, int]]:
     return out
 
 
+def fp16_gains(capabilities: list[tuple[int, int]]) -> bool:
+    """Whether 16-bit GEMMs run faster than fp32 on every one of these GPUs (judged on the oldest):
+    from compute capability 7.0 (tensor cores), and on GP100/GP10B (6.0, 6.2: packed half2 math at
+    twice the fp32 rate); not on 6.1 (GP102/GP104: fp16 at a fraction of fp32) nor below 6.0.
+    True where no capability is recorded (most traces come from GPUs that gain)."""
+    if not capabilities:
+        return True
+    oldest = min(capabilities)
+    return oldest >= (7, 0) or oldest in ((6, 0), (6, 2))
+
+
 def amp_advice(capabilities: list[tuple[int, int]]) -> str:
     """Which 16-bit type to autocast to on these GPUs, judged on the oldest one (the advice must
     hold on each): tensor cores start at compute capability 7.0 (Volta, fp16 only), bf16 at 8.0
@@ -75,7 +88,7 @@ def amp_advice(capabilities: list[tuple[int, int]]) -> str:
                 "capability 8.0 or newer.")
     none = (f"these GPUs ({cc}) have no tensor cores (they start at compute capability 7.0, "
             "Volta) and no bf16 (8.0 or newer)")
-    if (major, minor) in ((6, 0), (6, 2)):
+    if fp16_gains(capabilities):
         return (f"{fp16}: {none}, but run fp16 math at twice the fp32 rate (packed half2), so "
                 "16-bit GEMMs gain up to 2x, not tensor-core speed.")
     return (f"Autocast would not help here: {none}, and their fp16 math is no faster than fp32; "
@@ -116,7 +129,9 @@ NO_AMP = Rule(
         "low_precision_fraction": Threshold(1 / 3, "mixed precision is on when at least a third of "
                                                     "GEMM/conv time of known precision runs in "
                                                     "16-bit (or 8/4-bit) kernels")},
-    saving=Saving("half the fp32/TF32 GEMM/conv kernel time per iteration",
+    saving=Saving("half the fp32/TF32 GEMM/conv kernel time per iteration (the rule does not fire "
+                  "where the oldest GPU's 16-bit math is no faster than fp32: compute capability "
+                  "6.1 or below 6.0, see fp16_gains)",
                   "16-bit tensor cores run at twice TF32's peak and several times fp32's, and "
                   "move half the bytes: at least half that time goes (the iteration shortens by "
                   "as much where the GPU is what it waits for)"))
