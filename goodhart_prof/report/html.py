@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.rules.savings import SEVERITY_SHARES
+from ..analysis.rules.savings import SEVERITY_SHARES, overlap
 from .common import capped, more_rows, percent, refuse_overwrite, saving_text
 from ..analysis.idle import cause_label
 from .html_common import duration_sig
@@ -247,6 +247,12 @@ def _idle_section(a) -> str:
     return f'<section id="idle"><h2>{title}</h2><p class="note">{note}</p>{"".join(tables)}</section>'
 
 
+def _overlap_note(a) -> str:
+    shared = overlap(a.findings)
+    return "" if shared is None else (
+        f'<p class="note"><b>Savings overlap:</b> {_esc(shared["note"])}.</p>')
+
+
 def _findings_section(a) -> str:
     title = _esc(SECTIONS["findings"])
     if not a.findings:
@@ -264,7 +270,7 @@ def _findings_section(a) -> str:
     return (f'<section id="findings"><h2>{title} ({len(a.findings)})</h2>'
             f'<p class="note">Largest estimated saving first; severity follows the saving\'s share '
             f'of the iteration (high from {SEVERITY_SHARES["high"].value:.0%}, medium from '
-            f'{SEVERITY_SHARES["medium"].value:.0%}).</p><ol>{"".join(items)}</ol>'
+            f'{SEVERITY_SHARES["medium"].value:.0%}).</p>{_overlap_note(a)}<ol>{"".join(items)}</ol>'
             f'{_not_judged(a)}</section>')
 
 

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.rules.savings import overlap
+
 SCHEMA = "goodhart-prof/analysis/v1"
 
 
@@ -71,6 +73,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "memory": plain(a.memory.to_json()) if a.memory is not None else {},
         "efficiency": plain(_efficiency_json(a.efficiency)),
         "findings": [plain(f.to_json()) for f in a.findings],
+        "savings_overlap": plain(overlap(a.findings)),
         "not_judged": [n.to_json() for n in a.not_judged],
     }
     return doc

@@ -8,6 +8,7 @@ from rich.padding import Padding
 from .common import (bytes_text, capped, duration, evidence_lines, kernel_name, make_table, more_rows, one_line,
                      percent, plain, safe_text, saving_text, short)
 from ..analysis.memory import device_label
+from ..analysis.rules.savings import overlap
 from ..analysis.recorder import record_full_advice
 from ..analysis.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from ..analysis.idle import cause_label
@@ -329,6 +330,9 @@ def _findings(a, console: Console) -> None:
 
 def _each_finding(a, console: Console) -> None:
     console.print(f"[bold]Findings[/bold] ({len(a.findings)}, largest estimated saving first)")
+    shared = overlap(a.findings)
+    if shared is not None:
+        console.print(safe_text(f"savings overlap: {shared['note']}", style="yellow"))
     for f in a.findings:
         style = SEVERITY_STYLE.get(f.severity, "")
         console.print(f"[{style}]{f.severity.upper():6s}[/{style}] [bold]{f.rule}[/bold]: {plain(f.title)}")

@@ -106,3 +106,30 @@ def finish(findings: list["Finding"], b: Basis, order: Sequence[str]) -> list["F
         f.est_saving_us is None, -(f.est_saving_us or 0.0),
         SEVERITIES.index(f.severity), rank.get(f.rule, len(rank))))
 
+
+
+def overlap(findings: Sequence["Finding"]) -> dict | None:
+    """Where the findings' savings add up to more than the basis (the iteration, or the trace span):
+    each was measured alone, and they overlap (the same idle or waiting time counts in several
+    findings: a straggler's wait, the idle GPU, the launch-bound gaps), so they do not add. Then
+    the combined bound: fixing them all saves no more than the basis itself, and about the largest
+    alone at least. None where the savings fit inside the basis."""
+    est = [f for f in findings if f.est_saving_us is not None and f.est_saving_share]
+    total_share = sum(float(f.est_saving_share) for f in est)
+    if total_share <= 1.0:
+        return None
+    total_us = sum(float(f.est_saving_us) for f in est)
+    basis_us = max(float(f.est_saving_us) / float(f.est_saving_share) for f in est)
+    largest = max(est, key=lambda f: float(f.est_saving_us))
+    what = "an iteration" if largest.saving_basis == "iteration" else "the trace span"
+    return {
+        "sum_us": round(total_us, 3), "sum_share": round(total_share, 4),
+        "basis": largest.saving_basis, "basis_us": round(basis_us, 3),
+        "bound_us": round(min(total_us, basis_us), 3), "bound_share": 1.0,
+        "largest_rule": largest.rule, "largest_us": round(float(largest.est_saving_us), 3),
+        "largest_share": float(largest.est_saving_share),
+        "note": (f"the estimated savings add up to {total_share:.0%} of {what}: each is measured "
+                 "alone and they overlap (the same idle or waiting time counts in several), so "
+                 f"they do not add: fixing all of them saves no more than {what} "
+                 f"({basis_us / 1000:.3g} ms); the largest alone ({largest.rule}) saves "
+                 f"{float(largest.est_saving_share):.1%}")}
