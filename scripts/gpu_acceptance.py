@@ -220,7 +220,6 @@ def child_env(work: Path, cache: Path, wheels: dict[str, Any]) -> dict[str, str]
 def step_probe(run: Run, env: dict[str, str], name: str) -> dict[str, Any]:
     argv = [sys.executable, str(SCRIPTS / "gpu_probes.py"), name, "--device", run.plan.device]
     argv += ["--config", run.plan.config] if run.plan.config else []
-    argv += ["--dry-run"] if run.results["dry_run"] else []
     code, stdout, seconds = run.child(argv, env, run.deadline(name) - run.elapsed(), name)
     result = last_json(stdout) or {}
     status = "ok" if code == 0 else ("timed out" if code is None else "failed")

@@ -9,8 +9,8 @@
   the steps after), then one iteration under `torch.cuda.set_sync_debug_mode("error")`: a clean
   loop makes no host sync, and a sync that does happen is named with where in our code it is.
 
-`python scripts/gpu_probes.py env|smoke [--device D] [--config TOML] [--dry-run]`; the last line
-printed is the result as one JSON object. On the CPU (`--dry-run`) the same code runs at tiny sizes
+`python scripts/gpu_probes.py env|smoke [--device D] [--config TOML]`; the last line
+printed is the result as one JSON object. On the CPU the same code runs at small sizes
 and says what it could not measure there.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ def driver_version() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def probe_env(device: torch.device, dry_run: bool) -> dict[str, Any]:
+def probe_env(device: torch.device) -> dict[str, Any]:
     try:
         import triton
         triton_version = triton.__version__
@@ -117,7 +117,7 @@ def probe_env(device: torch.device, dry_run: bool) -> dict[str, Any]:
             info[f"htod_{name}"] = {"bytes": htod, "gb_per_s": round(htod / seconds / 1e9, 1)}
     else:
         info["htod_pinned"] = info["htod_pageable"] = None
-        info["note"] = "a CPU dry run: no GPU figures; the matrix product is fp32 on the CPU"
+        info["note"] = "on the CPU: no GPU figures; the matrix product is fp32"
     return info
 
 
@@ -134,7 +134,7 @@ def _our_frames(exc: BaseException) -> list[str]:
     return frames[-4:]
 
 
-def probe_smoke(device: torch.device, config: str | None, dry_run: bool) -> dict[str, Any]:
+def probe_smoke(device: torch.device, config: str | None) -> dict[str, Any]:
     from trainer.config import build_config
     from trainer.logger import AsyncLogger
     from trainer.train import METRIC_NAMES, Trainer
@@ -201,7 +201,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("probe", choices=("env", "smoke"))
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument("--config", default=None, help="trainer TOML (smoke; default: the preset)")
-    ap.add_argument("--dry-run", action="store_true", help="tiny sizes (the CPU check)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     want = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -210,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(want)
     try:
-        result = (probe_env(device, args.dry_run) if args.probe == "env"
-                  else probe_smoke(device, args.config, args.dry_run))
+        result = (probe_env(device) if args.probe == "env"
+                  else probe_smoke(device, args.config))
     except Exception as exc:  # noqa: BLE001 - the orchestrator records the failure and goes on
         traceback.print_exc(file=sys.stderr)
         result = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}",

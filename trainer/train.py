@@ -342,11 +342,10 @@ class Trainer:
         if self.static:  # the tensors CUDA graphs read keep their addresses
             for mine, new in zip(self.state, state):
                 mine.copy_(new)
-            self.policy_obs[:self.n_envs].copy_(obs)
             self.final_rows.copy_(rows)
         else:
             self.state, self.final_rows = state, rows
-            self.policy_obs = torch.cat((obs, self.final_obs))
+        self.obs = obs  # in place with static storage (the setter)
         torch.set_rng_state(snap["rng_cpu"])
         if "rng_cuda" in snap and self.device.type == "cuda":
             torch.cuda.set_rng_state(snap["rng_cuda"], self.device)

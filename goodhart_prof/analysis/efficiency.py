@@ -355,11 +355,9 @@ def _timed(trace: Trace, inst: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFr
     recorded (gpu_time.unrecorded_gpu) is not CPU-only: its ops ran on the GPU, their host time
     is dispatch, and they are dropped (no rate). fp32 ops whose GEMM/conv kernels ran TF32 are
     `tf32`."""
-    from .gpu_time import unrecorded_gpu
     from .syncs import device_ranks
-    gpu_ranks = set(device_ranks(trace))  # GPU activity or CUDA/HIP runtime calls
-    missing = unrecorded_gpu(trace)
-    gpu_ranks |= set(missing.ranks) if missing else set()
+    # GPU activity, CUDA/HIP runtime calls, or GPU memory where GPU activity was not recorded.
+    gpu_ranks = device_ranks(trace)
     on_cpu = ~inst["rank"].isin(gpu_ranks).to_numpy()
     flagged = kernels.assign(tf32=(kernels["kernel_dtype"] == "tf32").to_numpy(bool))
     per = flagged.groupby("node").agg(time_us=("dur", "sum"), device=("device", "first"),

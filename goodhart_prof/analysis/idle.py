@@ -265,8 +265,10 @@ def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
         # a frame is the detail of a node it lies inside, or the cause where no node is
         inner = (f >= 0) & (~has_node | (forest.ts[np.maximum(f, 0)] >= tree.ts[np.maximum(node, 0)]))
         codes, frame_names = _frame_codes(forest)
-        frame = np.where(inner, codes[np.maximum(f, 0)], len(frame_names))
+        n_frame_names = len(frame_names)
+        frame = np.where(inner, codes[np.maximum(f, 0)], n_frame_names)
     else:
+        n_frame_names = 0
         frame = np.zeros(len(s), dtype=np.int64)
     cause = np.where(has_node, tree.name[np.maximum(node, 0)], n_names + frame)
     rt_ts, rt_end, rt_code, rt_kind, rt_lo, rt_hi = _runtime_calls(trace, tree)
@@ -277,7 +279,7 @@ def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
         j = segment_searchsorted(rt_ts, lo, hi, s, side="right") - 1
         k = np.maximum(j, 0)
         inside = (j >= lo) & (rt_end[k] >= e)
-        n_ctx = n_names + (len(_frame_codes(frame_forest(trace))[1]) if len(trace.frames) else 0) + 1
+        n_ctx = n_names + n_frame_names + 1  # the causes found so far: names, frames, untraced
         cause = np.where(inside, n_ctx + (rt_code[k] * len(KINDS) + rt_kind[k]) * n_ctx + cause, cause)
     return cause, frame
 

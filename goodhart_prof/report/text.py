@@ -7,6 +7,7 @@ from rich.padding import Padding
 
 from .common import (bytes_text, capped, duration, evidence_lines, kernel_name, make_table, more_rows, one_line,
                      percent, plain, safe_text, saving_text, short)
+from ..analysis.gpu_time import unrecorded_gpu
 from ..analysis.memory import device_label
 from ..analysis.rules.savings import overlap
 from ..analysis.recorder import record_full_advice
@@ -40,7 +41,6 @@ def render(a, console: Console, top: int = 15) -> None:
 
 def _unrecorded_note(t) -> str:
     """After "0 GPU device(s)" in a trace whose GPU activity was not recorded: that it was not."""
-    from ..analysis.gpu_time import unrecorded_gpu
     missing = unrecorded_gpu(t)
     if not missing:
         return ""
@@ -51,7 +51,6 @@ def _unrecorded_note(t) -> str:
 def _gpu(a, console: Console) -> None:
     console.print()
     if a.gpu.empty:
-        from ..analysis.gpu_time import unrecorded_gpu
         missing = unrecorded_gpu(a.trace)
         console.print("[bold]GPU time[/bold]: " + (plain(missing.text()) if missing else
                                                    "no GPU activity in this trace (a CPU-only run?)"),
@@ -94,7 +93,6 @@ def _kernels(a, console: Console, top: int) -> None:
 
 
 def _syncs(a, console: Console, top: int) -> None:
-    from ..analysis.gpu_time import unrecorded_gpu
     s, reads = a.syncs, a.reads
     console.print()
     if reads is not None and reads.total:
@@ -262,7 +260,6 @@ def _efficiency(a, console: Console, top: int) -> None:
     """The roofline table (analysis/efficiency.py): per op type, then the top compute kernels."""
     eff = a.efficiency
     if eff is None or (eff.ops.empty and not eff.unsized):
-        from ..analysis.gpu_time import unrecorded_gpu
         if eff is not None and not len(eff.instances) and unrecorded_gpu(a.trace) and a.gpu.empty:
             console.print()
             console.print("[bold]Efficiency against the hardware[/bold]: no rates: the ops ran on a "
