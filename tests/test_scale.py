@@ -182,14 +182,16 @@ def test_segment_helpers_equal_numpy_on_each_segment():
     sorted_values = values.copy()
     for a, b in zip(bounds[:-1], bounds[1:]):
         sorted_values[a:b].sort()
-    seg = rng.integers(0, 300, 2000)
-    queries = np.where(rng.random(2000) < 0.3, sorted_values[np.minimum(bounds[seg], len(values) - 1)],
-                       rng.exponential(100.0, 2000))
-    for side in ("left", "right"):
-        got = segment_searchsorted(sorted_values, bounds[seg], bounds[seg + 1], queries, side)
-        want = [bounds[i] + np.searchsorted(sorted_values[bounds[i]:bounds[i + 1]], q, side)
-                for i, q in zip(seg, queries)]
-        np.testing.assert_array_equal(got, want)
+    # 300 distinct segments: the vectorised binary search; 12: one searchsorted per segment
+    for used in (300, 12):
+        seg = rng.integers(0, used, 2000)
+        queries = np.where(rng.random(2000) < 0.3, sorted_values[np.minimum(bounds[seg], len(values) - 1)],
+                           rng.exponential(100.0, 2000))
+        for side in ("left", "right"):
+            got = segment_searchsorted(sorted_values, bounds[seg], bounds[seg + 1], queries, side)
+            want = [bounds[i] + np.searchsorted(sorted_values[bounds[i]:bounds[i + 1]], q, side)
+                    for i, q in zip(seg, queries)]
+            np.testing.assert_array_equal(got, want)
     cum = segment_cumsum(values, bounds)
     pct = per_segment(values, bounds, lambda m: np.column_stack((np.percentile(m, [50, 90, 99], axis=1).T,
                                                                   m.sum(axis=1), m.std(axis=1))))

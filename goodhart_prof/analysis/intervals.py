@@ -89,11 +89,38 @@ def group_totals(table: pd.DataFrame, keys: list[str], value: str = "dur") -> pd
 def segment_searchsorted(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, queries: np.ndarray,
                          side: str = "left") -> np.ndarray:
     """`lo + np.searchsorted(values[lo:hi], q, side)` for every query with its own segment
-    [lo, hi) of `values` (sorted within each segment): one binary search for all queries at
-    once, log2(longest segment) numpy steps, exact (values are compared, never shifted)."""
+    [lo, hi) of `values` (sorted within each segment), exact (values are compared, never shifted).
+
+    Queries usually share a few segments (one per thread or device): then one C searchsorted per
+    distinct segment; with more than SEGMENT_LOOP_LIMIT distinct segments, one binary search for
+    all queries at once, log2(longest segment) numpy steps."""
     lo = np.array(lo, dtype=np.int64, copy=True)
     hi = np.array(hi, dtype=np.int64, copy=True)
     q = np.asarray(queries)
+    if lo.ndim == 0 or len(lo) == 0:
+        return _binary_searchsorted(values, lo, hi, q, side)
+    key = lo * (len(values) + 1) + np.maximum(hi, lo)
+    if len(key) > 1 and (key[1:] != key[:-1]).any():
+        segs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        if len(segs) > SEGMENT_LOOP_LIMIT:
+            return _binary_searchsorted(values, lo, hi, q, side)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=len(segs)))))
+        groups = [(int(first[g]), order[bounds[g]:bounds[g + 1]]) for g in range(len(segs))]
+    else:
+        groups = [(0, slice(None))]
+    for at, rows in groups:
+        a, b = int(lo[at]), int(hi[at])
+        if a < b:
+            lo[rows] = a + np.searchsorted(values[a:b], q[rows], side=side)
+    return lo
+
+
+SEGMENT_LOOP_LIMIT = 256  # distinct segments up to which a C searchsorted per segment is cheaper
+
+
+def _binary_searchsorted(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: np.ndarray,
+                         side: str) -> np.ndarray:
     active = np.flatnonzero(lo < hi)
     while len(active):
         a, b = lo[active], hi[active]
