@@ -69,6 +69,7 @@ def snapshot(path: Path) -> dict:
     doc["trace"]["paths"] = [os.path.relpath(p, path if path.is_dir() else path.parent)
                              for p in doc["trace"]["paths"]]
     doc["trace"].pop("load", None)  # the load's wall time and peak RSS change from run to run
+    doc.pop("timing", None)  # so do the stages' times
     out = io.StringIO()
     render(result, Console(file=out, width=140, color_system=None), 20)
     return {"json": json.loads(json.dumps(doc)), "text": out.getvalue()}

@@ -13,6 +13,7 @@ from .efficiency import Efficiency
 from .rules.base import Finding, NotJudged
 from .stragglers import Ranks
 from .syncs import SyncSummary
+from .timing import Stages
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Analysis:
     efficiency: Efficiency | None = None  # efficiency.efficiency (None: not computed)
     phases_by_rank: pd.DataFrame = field(default_factory=pd.DataFrame)  # phases.phases_by_rank
     host_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # hotops.hot_ops (all ops)
+    timing: Stages = field(default_factory=Stages)  # what each analysis cost (timing.py)
 
 
 def analyze(trace: Trace) -> Analysis:
@@ -54,16 +56,21 @@ def analyze(trace: Trace) -> Analysis:
     from .stragglers import empty_ranks, rank_tables
     from .syncs import split_host_reads, sync_points, sync_summary
 
-    points, reads = split_host_reads(trace, sync_points(trace))
-    by_rank = phases_by_rank(trace, points)
-    result = Analysis(trace=trace, gpu=gpu_time(trace), kernels=kernel_table(trace),
-                      categories=category_table(trace), sync_points=points,
-                      syncs=sync_summary(points), burstiness=burstiness(trace),
-                      phases=over_ranks(by_rank), phases_by_rank=by_rank, host_reads=reads, reads=sync_summary(reads),
-                      libraries=library_table(trace), memory=memory(trace),
-                      efficiency=efficiency(trace), host_ops=hot_ops(trace))
-    result.ranks = (rank_tables(trace, comm_kernels(trace)) if has_communication(trace)
-                    else empty_ranks("the trace has no communication kernels"))
-    result.communication = communication(trace, result.ranks)
-    result.findings, result.not_judged = rules.run(result)
+    st = Stages()
+    points, reads = st.run("sync_points", lambda: split_host_reads(trace, sync_points(trace)))
+    by_rank = st.run("phases", phases_by_rank, trace, points)
+    result = Analysis(trace=trace, gpu=st.run("gpu_time", gpu_time, trace),
+                      kernels=st.run("kernels", kernel_table, trace),
+                      categories=st.run("kernels", category_table, trace), sync_points=points,
+                      syncs=st.run("sync_points", sync_summary, points),
+                      burstiness=st.run("burstiness", burstiness, trace),
+                      phases=st.run("phases", over_ranks, by_rank), phases_by_rank=by_rank, host_reads=reads,
+                      reads=st.run("sync_points", sync_summary, reads),
+                      libraries=st.run("kernels", library_table, trace), memory=st.run("memory", memory, trace),
+                      efficiency=st.run("efficiency", efficiency, trace),
+                      host_ops=st.run("host_ops", hot_ops, trace), timing=st)
+    result.ranks = st.run("ranks", lambda: rank_tables(trace, comm_kernels(trace)) if has_communication(trace)
+                          else empty_ranks("the trace has no communication kernels"))
+    result.communication = st.run("communication", communication, trace, result.ranks)
+    result.findings, result.not_judged = st.run("rules", rules.run, result)
     return result

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ def records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
 
 
 def to_document(a, top: int | None = None) -> dict[str, Any]:
+    started = time.perf_counter()
     trace = a.trace
     kernels = a.kernels if top is None else a.kernels.head(top)
     doc = {
@@ -76,6 +78,11 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "savings_overlap": plain(overlap(a.findings)),
         "not_judged": [n.to_json() for n in a.not_judged],
     }
+    # What each stage cost (analysis/timing.py): the load, each analysis, and building this
+    # document (its JSON text is written after; snapshot_check.py leaves the section out).
+    doc["timing"] = {"load_s": round(trace.load_cost.seconds, 4) if trace.load_cost is not None else None,
+                     "analysis_s": a.timing.to_json(), "analysis_total_s": round(a.timing.total, 4),
+                     "report_s": round(time.perf_counter() - started, 4)}
     return doc
 
 

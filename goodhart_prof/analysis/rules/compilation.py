@@ -39,7 +39,8 @@ def _unfused_adam(ctx: Context) -> Finding | None:
     if per_step < UNFUSED_ADAM.limit("kernels_per_step"):
         return None
     kinds = sorted({str(n).split("#", 1)[1].split(".")[0] for n in steps["name"].astype(str)})
-    multi = sum(bool(_MULTI_TENSOR.search(str(n))) for n in kernels["name"])
+    counts = kernels["name"].value_counts(sort=False)  # each distinct name matched once
+    multi = int(sum(int(c) for n, c in counts.items() if c and _MULTI_TENSOR.search(str(n))))
     impl = "foreach" if multi >= len(kernels) / 2 else "for-loop"
     gpu_us, cpu_us = float(kernels["dur"].sum()), float(steps["dur"].sum())
     # the step's time (host or GPU, the longer) scales with its kernel count; fused keeps ~3
