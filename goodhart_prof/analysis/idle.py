@@ -271,7 +271,7 @@ def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
         n_frame_names = 0
         frame = np.zeros(len(s), dtype=np.int64)
     cause = np.where(has_node, tree.name[np.maximum(node, 0)], n_names + frame)
-    rt_ts, rt_end, rt_code, rt_kind, rt_lo, rt_hi = _runtime_calls(trace, tree)
+    rt_ts, rt_end, rt_code, rt_kind, rt_lo, rt_hi = runtime_calls(trace, tree)
     if len(rt_ts) and len(s):
         # inside a runtime call (its ends are cut times: a piece is inside one or outside all):
         # the call, with the cause found so far as its context
@@ -284,7 +284,7 @@ def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
     return cause, frame
 
 
-def _runtime_calls(trace, tree):
+def runtime_calls(trace, tree):
     """The runtime/driver calls of a known kind (module docstring) on the tree's threads,
     outermost only, thread after thread in start order: starts, ends, name codes (the tree's
     names), kind numbers (KINDS) and each thread's [lo, hi); once per tree."""
@@ -365,7 +365,7 @@ def _cuts(trace: Trace, tree):
             keep = f_thread >= 0
             values += [forest.ts[keep], forest.end[keep]]
             owner += [f_thread[keep], f_thread[keep]]
-        rt_ts, rt_end, _, _, rt_lo, rt_hi = _runtime_calls(trace, tree)
+        rt_ts, rt_end, _, _, rt_lo, rt_hi = runtime_calls(trace, tree)
         rt_thread = np.repeat(np.arange(len(spans)), rt_hi - rt_lo)
         values += [rt_ts, rt_end]
         owner += [rt_thread, rt_thread]

@@ -6,7 +6,8 @@ Two tables (docs/DESIGN.md "phases"):
 
 - kind `annotation`: one row per (rank, `user_annotation` name) (`record_function` labels such
   as `rollout`), over all the rank's iterations, iteration -1.
-- kind `iteration`: one row per (rank, `ProfilerStep#N`), iteration N.
+- kind `iteration`: one row per (rank, iteration N) of analysis/iterations.py: named
+  `ProfilerStep#N` where the trace marks them, `iteration#N` where they were inferred.
 
 Columns: rank, name, kind, iteration, count (annotation instances on the rank), cpu_us (sum of
 their durations), gpu_us (sum of durations of GPU activity -- kernels, memcpys, memsets -- whose
@@ -39,6 +40,7 @@ import pandas as pd
 
 from ..trace.model import Trace, name_codes
 from .intervals import exact_sums, tuple_codes
+from .iterations import find_iterations
 from .links import gpu_launches
 from .tree import STEP, step_table, sums_inside
 
@@ -87,8 +89,9 @@ def phases_by_rank(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     if not steps.empty:
         keys, inverse = _keys(steps["rank"].to_numpy(), steps["step"].to_numpy())
         syncs = _counts_at(keys, points["rank"].to_numpy(np.int64), points["iteration"].to_numpy(np.int64))
+        label = "ProfilerStep#{}" if find_iterations(trace).how == "marked" else "iteration#{}"
         s = pd.DataFrame({"rank": keys[:, 0],
-                          "name": np.array([f"ProfilerStep#{i}" for i in keys[:, 1]], dtype=object),
+                          "name": np.array([label.format(i) for i in keys[:, 1]], dtype=object),
                           "kind": "iteration", "iteration": keys[:, 1], "count": np.bincount(inverse),
                           **exact_sums(inverse, len(keys), cpu_us=steps["dur"].to_numpy(),
                                        gpu_us=step_gpu, gpu_kernels=step_kernels),

@@ -22,6 +22,8 @@ import numpy as np
 from ..analysis.rules.savings import SEVERITY_SHARES, overlap
 from .common import capped, more_rows, percent, refuse_overwrite, saving_text
 from ..analysis.idle import cause_label
+from ..analysis.iterations import find_iterations
+from .setup_text import setup_line
 from .html_common import duration_sig
 from .html_common import esc as _esc
 from . import html_ranks
@@ -170,7 +172,11 @@ def _header(a) -> str:
                        f"<span class=\"muted\">(rank from {_esc(t.rank_source)})</span>"),
              ("GPU devices", _esc(devices)),
              ("events", f"{len(t.events):,}" + (f" ({t.skipped_events:,} malformed events skipped)"
-                                              if t.skipped_events else ""))]
+                                              if t.skipped_events else "")),
+             ("iterations", _esc(find_iterations(t).describe()))]
+    once = setup_line(t)
+    if once:
+        facts.append(("setup", _esc(once.removeprefix("Setup "))))
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in facts)
     warnings = "".join(f'<p class="warning">warning: {_esc(w)}</p>' for w in t.warnings)
     return (f"<header><h1>goodhart-prof report</h1><table class=\"facts\">{rows}</table>{warnings}"

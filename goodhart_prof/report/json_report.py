@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.iterations import find_iterations
 from ..analysis.rules.savings import overlap
+from ..analysis.setup import setup
 
 SCHEMA = "goodhart-prof/analysis/v1"
 
@@ -74,6 +76,8 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "ranks": plain(a.ranks.to_json()) if a.ranks is not None else None,
         "memory": plain(a.memory.to_json()) if a.memory is not None else {},
         "efficiency": plain(_efficiency_json(a.efficiency)),
+        "iterations": plain(find_iterations(trace).to_json()),
+        "setup": plain(setup(trace).to_json()),
         "findings": [plain(f.to_json()) for f in a.findings],
         "savings_overlap": plain(overlap(a.findings)),
         "not_judged": [n.to_json() for n in a.not_judged],

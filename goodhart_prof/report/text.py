@@ -13,6 +13,7 @@ from ..analysis.rules.savings import overlap
 from ..analysis.recorder import record_full_advice
 from ..analysis.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from ..analysis.idle import cause_label
+from .setup_text import iterations_line, setup_line
 from .text_comm import communication_section, ranks_section
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -26,6 +27,10 @@ def render(a, console: Console, top: int = 15) -> None:
                   f"{len(t.devices)} GPU device(s)" + _unrecorded_note(t))
     for warning in t.warnings:
         console.print(f"[yellow]warning:[/yellow] {plain(warning)}")
+    console.print(plain(iterations_line(t)), highlight=False)
+    once = setup_line(t)
+    if once:
+        console.print(plain(once), highlight=False)
     _gpu(a, console)
     _kernels(a, console, top)
     _host_ops(a, console, top)

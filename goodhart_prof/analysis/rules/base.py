@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..syncs import device_ranks
 from ..recorder import record_full_advice
+from ..setup import drop_setup
 from ..tree import host_tree
 from .savings import Basis, Saving, basis
 
@@ -119,8 +120,8 @@ class Need(enum.Enum):
                 Need.GPU: "the trace has no GPU activity (a CPU-only trace)",
                 Need.BACKWARD: "the trace has no backward pass (no autograd ops on the host: not "
                                "training), and the rule's advice is about training",
-                Need.ITERATIONS: "the trace marks no iterations (no ProfilerStep#N), so rates per "
-                                 "iteration cannot be judged",
+                Need.ITERATIONS: "no iterations: no ProfilerStep#N, and no Optimizer.step#, DataLoader."
+                                 "__next__ or ## name ## repeats, so rates per iteration cannot be judged",
                 Need.COMMUNICATION: "the trace has no communication kernels (NCCL/RCCL)",
                 Need.RANKS: "no collective could be matched across two or more ranks",
                 Need.MEMORY: "the trace has no memory events (record with {advice})",
@@ -164,7 +165,7 @@ class Context:
 
     @cached_property
     def iterations(self) -> int:
-        """Traced iterations (ProfilerStep#N rows of the phases), at least 1 so rates stay finite."""
+        """Iterations (analysis/iterations.py: marked or inferred), at least 1 so rates stay finite."""
         ph = self.analysis.phases
         if ph is None or ph.empty or "kind" not in ph:
             return 1
@@ -197,14 +198,15 @@ class Context:
 
     @cached_property
     def points(self) -> pd.DataFrame:
-        """Sync points and host reads (CPU-only ranks) together, by rank and time: the sync rules
-        judge the code's read-backs wherever it runs, and word them by where they ran."""
+        """Sync points and host reads (CPU-only ranks) together, by rank and time, without those
+        in setup (analysis/setup.py: they run once, not per iteration): the sync rules judge the
+        code's read-backs wherever it runs, and word them by where they ran."""
         a = self.analysis
         reads = a.host_reads
         if reads is None or reads.empty:
-            return a.sync_points
+            return drop_setup(self.trace, a.sync_points)
         both = pd.concat([a.sync_points, reads], ignore_index=True)
-        return both.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
+        return drop_setup(self.trace, both.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True))
 
     @cached_property
     def kernel_total(self) -> float:
@@ -241,10 +243,3 @@ def top_sites(points: pd.DataFrame, n: int = 3) -> list[dict[str, Any]]:
     return [{"site": s, "count": int(r["count"]), "total_us": round(float(r["total_us"]), 3)}
             for s, r in grouped.iterrows()]
 
-
-def names_matching(names: pd.Series, pattern) -> pd.Series:
-    """Boolean mask of a categorical name column, matching each distinct name once."""
-    cats = pd.Series(names.cat.categories.astype(str))
-    hit = cats.str.contains(pattern).to_numpy()
-    codes = names.cat.codes.to_numpy()
-    return pd.Series(hit[codes] & (codes >= 0), index=names.index)

@@ -9,9 +9,10 @@ from ...trace.model import Trace
 from ..gpu_time import unrecorded_gpu
 from ..hostops import fresh_moves, launch_in_cpu_op
 from ..links import gpu_launches
+from ..setup import drop_setup
 from ..sites import op_sites
 from ..tree import starts_inside
-from .base import Context, Finding, Need, Rule, Threshold, names_matching, top_sites
+from .base import Context, Finding, Need, Rule, Threshold, top_sites
 from .savings import Saving
 
 
@@ -23,13 +24,15 @@ def _pageable_htod(ctx: Context) -> Finding | None:
         return None  # no pageable copies, and no rank without GPU work where a move is evidence
     moves = fresh_moves(trace)
     pg = pg[~starts_inside(moves[moves["kind"] == "factory"], pg)]  # cpu_alloc's evidence
-    host = moves[(moves["kind"] == "host_data").to_numpy() & ~moves["gpu"].to_numpy()]
+    host = drop_setup(trace, moves[(moves["kind"] == "host_data").to_numpy() & ~moves["gpu"].to_numpy()])
     if pg.empty and host.empty:
-        return None
+        return None  # (ctx.points leaves setup's copies out: the model's upload runs once)
     copies = _gpu_copies_of(trace, pg)
     copy_us = float(copies["dur"].sum())
     n = len(pg) + len(host)
     per_it = n / ctx.iterations
+    known = Need.ITERATIONS.present(ctx)  # per iteration only where iterations are known
+    rate = f"{per_it:.1f} per iteration" if known else f"{n} in the trace, no iterations found"
     share = copy_us / max(float(a.gpu["busy_us"].sum()), 1e-9) if not a.gpu.empty else 0.0
     if per_it < PAGEABLE_HTOD.limit("per_iteration") and share < PAGEABLE_HTOD.limit("gpu_share"):
         return None
@@ -37,7 +40,7 @@ def _pageable_htod(ctx: Context) -> Finding | None:
     copied = pd.concat([pg["rank"], copies["rank"]]).unique()
     fix = ("Create the data on the device, or copy from pinned memory (tensor.pin_memory()) "
            "with non_blocking=True.")
-    evidence = {"count": int(n), "per_iteration": round(per_it, 2), "gpu_copies": int(len(pg)),
+    evidence = {"count": int(n), "per_iteration": round(per_it, 2) if known else None, "gpu_copies": int(len(pg)),
                 "host_data_moves": int(len(host)), "copy_us": round(copy_us, 3),
                 "bytes": float(copies["bytes"].sum(skipna=True)), "gpu_share": round(share, 4),
                 "sites": top_sites(sites)}
@@ -47,14 +50,14 @@ def _pageable_htod(ctx: Context) -> Finding | None:
         where = ("a CPU-only trace" if unrecorded_gpu(trace) is None else
                  "rank(s) with no recorded GPU activity")
         title = (f"{len(host)} `.to()` calls on host-built data (numpy/lists) on {where} "
-                 f"({per_it:.1f} per iteration): no copy here, but each would be a pageable "
+                 f"({rate}): no copy here, but each would be a pageable "
                  "host-to-device copy on a GPU (judged from the host ops only)")
         evidence["judged_from"] = ("host ops only: aten::lift_fresh (torch.from_numpy / "
                                    "torch.tensor(data)) then aten::to, which copies nothing here")
         fix = "On a GPU: " + fix[0].lower() + fix[1:]
     else:
         where = f"{len(pg)} pageable host-to-device copies"
-        title = f"{where} ({per_it:.1f} per iteration, {copy_us / 1000:.2f} ms on the GPU)"
+        title = f"{where} ({rate}, {copy_us / 1000:.2f} ms on the GPU)"
     return Finding(
         "pageable_htod", "medium", title, evidence, fix,
         **PAGEABLE_HTOD.estimated(ctx.per_iteration(copy_us, copied) if len(copies) else None,
@@ -81,13 +84,13 @@ PAGEABLE_HTOD = Rule(
 def _cpu_alloc(ctx: Context) -> Finding | None:
     trace = ctx.trace
     moves = fresh_moves(trace)
-    made = moves[moves["kind"] == "factory"]
+    made = drop_setup(trace, moves[moves["kind"] == "factory"])  # setup's run once
     gpu = trace.gpu
     small = gpu.iloc[:0]
     if not gpu.empty:
         htod = gpu[names_matching(gpu["name"], r"^Memcpy HtoD")]
         small = htod[htod["bytes"].fillna(0) < CPU_ALLOC.limit("small_copy_bytes")]
-        small = small[~launch_in_cpu_op(trace, small.index.to_numpy())]
+        small = drop_setup(trace, small[~launch_in_cpu_op(trace, small.index.to_numpy())])
     n = len(made) + len(small)
     per_it = n / ctx.iterations
     if per_it < CPU_ALLOC.limit("per_iteration"):
@@ -147,6 +150,14 @@ def _gpu_copies_of(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     direct = [r for r in rows if r in gpu.index]
     copies = gpu.loc[np.unique(np.concatenate([by_launch, np.asarray(direct, dtype=np.int64)]))]
     return copies[copies["cat"] == "gpu_memcpy"]
+
+
+def names_matching(names: pd.Series, pattern) -> pd.Series:
+    """Boolean mask of a categorical name column, matching each distinct name once."""
+    cats = pd.Series(names.cat.categories.astype(str))
+    hit = cats.str.contains(pattern).to_numpy()
+    codes = names.cat.codes.to_numpy()
+    return pd.Series(hit[codes] & (codes >= 0), index=names.index)
 
 
 RULES = (PAGEABLE_HTOD, CPU_ALLOC)

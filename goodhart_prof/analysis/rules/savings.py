@@ -5,8 +5,10 @@ why that is what the fix gives back); its judge computes the figure from the evi
 it to the `Finding` as `est_saving_us`, or None with the reason where the trace cannot say.
 Here the runner turns it into a share of the iteration, a severity and an order:
 
-- **basis** (`Basis`): the mean iteration time, over every (rank, `ProfilerStep#N`) of the trace;
-  without iterations, the mean over ranks of the rank's span (first event start to last end).
+- **basis** (`Basis`): the mean iteration time, over every (rank, iteration) of the trace
+  (analysis/iterations.py: `ProfilerStep#N`, or inferred); without iterations, the mean over ranks
+  of the rank's span after its setup (analysis/setup.py: from its first kernel launch, else its
+  first event, to its last end).
   Estimates are per rank and iteration: a figure summed over the trace is divided by the
   (rank, iteration) pairs it came from (`Basis.per_iteration`), by the ranks without iterations.
 - **est_saving_share** = est_saving_us / the basis.
@@ -22,7 +24,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+import pandas as pd
+
 from ...trace.model import Trace
+from ..setup import setup_bounds
 from ..tree import step_table
 
 if TYPE_CHECKING:
@@ -84,7 +89,11 @@ def basis(trace: Trace) -> Basis:
     if ev.empty:
         return Basis("trace", float("nan"), {})
     span = ev.groupby("rank", sort=False).agg(first=("ts", "min"), last=("end", "max"))
-    return Basis("trace", float((span["last"] - span["first"]).mean()),
+    # setup (before the first kernel launch: analysis/setup.py) runs once: not in the basis
+    b = setup_bounds(trace)
+    after = pd.Series(b["end"].to_numpy(float), index=b["rank"].to_numpy()).reindex(span.index)
+    first = np.fmax(span["first"].to_numpy(float), after.to_numpy(float))
+    return Basis("trace", float((span["last"].to_numpy(float) - first).mean()),
                  {int(r): 1 for r in span.index})
 
 

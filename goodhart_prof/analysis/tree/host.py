@@ -310,12 +310,15 @@ def profiler_steps(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_table(trace: Trace) -> pd.DataFrame:
-    """profiler_steps of the trace, selected once and cached on it."""
-    return trace.derived("profiler_steps", lambda t: profiler_steps(t.events))
+    """The trace's iterations (analysis/iterations.py: its `ProfilerStep#N`, else inferred from
+    what repeats), found once and cached on it: rank, step, ts, end, dur per (rank, step)."""
+    from ..iterations import find_iterations  # iterations.py reads the tree built here
+    return find_iterations(trace).table
 
 
 def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """N of the ProfilerStep#N on the same rank (any thread) whose interval holds ts, else -1."""
+    """N of the iteration (step_table: ProfilerStep#N, or inferred) on the same rank (any thread)
+    whose interval holds ts, else -1."""
     out = np.full(len(ts), -1, dtype=np.int64)
     steps = step_table(trace)
     s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))

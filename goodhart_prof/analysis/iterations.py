@@ -1,0 +1,156 @@
+"""The iterations of a trace, and how they were found (docs/DESIGN.md "Iterations and setup").
+
+One home for "the iterations": every per-iteration figure (phases, savings basis, sync and copy
+rates, memory, noise, stragglers) reads this table, through `tree.step_table`.
+
+- **marked**: the trace has `ProfilerStep#N` events (torch.profiler's `step()`): one row per
+  host-side step, as recorded (several rows per (rank, N) where a 2021-era trace records both
+  a cpu op and an annotation).
+- **inferred** (no `ProfilerStep#N` anywhere in the trace): from a host marker that repeats, by
+  family in this order, the first family with a name that occurs at least twice on some rank:
+  1. `Optimizer.step#...` (the optimizer's step annotation): a boundary at each one's **end**
+     (a training step ends with its optimizer step);
+  2. `DataLoader.__next__` (`enumerate(DataLoader)#...__next__`): a boundary at each **start**
+     (a step begins by fetching its batch);
+  3. `## name ##` annotations (Hugging Face / Lightning / torch.compile style) at the top of the
+     host call tree only (inside no other op or annotation): at each start. One nested in a
+     larger call is a part of that call (vLLM's `## Call CompiledFxGraph ##` runs once per layer
+     inside one `capture_8192_PIECEWISE`), not a step of a loop.
+  Within the family the name found on the most ranks wins, then the most regular spacing (the
+  lowest coefficient of variation of the intervals between consecutive boundaries, over ranks),
+  then the name. Only the outermost instances count (one nested in another of the same name on
+  its thread is part of it). On each rank with n >= 2 boundaries, iteration k (1 <= k < n) runs
+  from boundary k-1 to boundary k: n boundaries make n - 1 iterations, numbered 1.. so that the
+  first marker's own work (iteration 0: first launches, warm-up) is setup, not an iteration.
+- **none**: neither; per-iteration figures are over the whole trace and rules that need
+  iterations say so.
+
+What runs before the first iteration is setup (analysis/setup.py).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..trace.model import Trace
+from .tree.host import host_tree, profiler_steps
+
+COLUMNS = ["rank", "step", "ts", "end", "dur"]
+MARKED = "ProfilerStep#N"
+
+# The inferred families, in order: (family, pattern, boundary at the marker's "end" or "start").
+FAMILIES = (
+    ("optimizer", re.compile(r"^Optimizer\.step#\w+\.step$"), "end"),
+    ("dataloader", re.compile(r"^enumerate\(DataLoader\)#\w*\.__next__$|DataLoader\w*\.__next__$"), "start"),
+    ("annotation", re.compile(r"^## .+ ##$"), "start"),
+)
+
+
+@dataclass(frozen=True)
+class Iterations:
+    """The iteration table (`COLUMNS`, plus the events' own columns when marked) and how it was
+    found: `how` "marked", "inferred" or "none"; `marker` the name they were found from
+    (`ProfilerStep#N`, or the repeating name), None when none; `boundary` "start" or "end" of the
+    marker for inferred ones."""
+
+    table: pd.DataFrame
+    how: str
+    marker: str | None = None
+    boundary: str | None = None
+
+    @property
+    def count(self) -> int:
+        """Distinct iteration numbers (over ranks)."""
+        return int(self.table["step"].nunique()) if len(self.table) else 0
+
+    def describe(self) -> str:
+        """How the reports say it: `12 iterations (ProfilerStep#N)`, `11 iterations inferred from
+        Optimizer.step#SGD.step (from one end of it to the next)`, or that none were found."""
+        if self.how == "marked":
+            return f"{self.count} iteration(s) ({MARKED})"
+        if self.how == "inferred":
+            return (f"{self.count} iteration(s) inferred from {self.marker} (from one "
+                    f"{self.boundary} of it to the next; what runs before the first is setup)")
+        return ("no iterations found (no ProfilerStep#N, and nothing that repeats: no "
+                "Optimizer.step#, DataLoader.__next__ or ## name ## annotation twice): figures "
+                "are over the whole trace")
+
+    def to_json(self) -> dict:
+        return {"how": self.how, "marker": self.marker, "boundary": self.boundary,
+                "count": self.count, "text": self.describe()}
+
+
+def find_iterations(trace: Trace) -> Iterations:
+    """The trace's iterations (module docstring), found once and cached on it."""
+    return trace.derived("iterations", _find)
+
+
+def _find(trace: Trace) -> Iterations:
+    marked = profiler_steps(trace.events)
+    if len(marked):
+        return Iterations(marked, "marked", MARKED, "start")
+    tree = host_tree(trace)
+    names = pd.Series(tree.names, dtype=object).astype(str)
+    for family, pattern, boundary in FAMILIES:
+        codes = np.flatnonzero(names.str.contains(pattern.pattern, regex=True).to_numpy(bool))
+        best = None
+        for code in codes.tolist():
+            bounds = _boundaries(tree, code, boundary, top_only=family == "annotation")
+            if not bounds:
+                continue
+            key = (-len(bounds), _spacing_cv(bounds), names[code])
+            if best is None or key < best[0]:
+                best = (key, names[code], bounds)
+        if best is not None:
+            return Iterations(_table(best[2]), "inferred", best[1], boundary)
+    return Iterations(_empty(), "none")
+
+
+def _boundaries(tree, code: int, boundary: str, top_only: bool = False) -> dict[int, np.ndarray]:
+    """Per rank with at least 2, the sorted boundary times of the outermost instances of a name
+    (`top_only`: only those inside no op or annotation but ProfilerStep#N)."""
+    nodes = np.flatnonzero(tree.name == code)
+    nodes = nodes[~tree.is_step[nodes]] if len(nodes) else nodes
+    if top_only and len(nodes):
+        nodes = nodes[tree.nearest(~tree.is_step)[nodes] < 0]
+    out = {}
+    rank = tree.rank[nodes]
+    for r in np.unique(rank).tolist():
+        mine = nodes[rank == r]
+        mine = mine[np.lexsort((-(tree.end[mine] - tree.ts[mine]), tree.ts[mine]))]
+        ts, end = tree.ts[mine], tree.end[mine]
+        # outermost: an instance starting before an earlier one (any thread of the rank) ends is
+        # inside it (the same name nested, or a second thread doing the same at once)
+        reach = np.maximum.accumulate(end)
+        keep = np.r_[True, ts[1:] >= reach[:-1]]
+        times = np.sort((end if boundary == "end" else ts)[keep])
+        if len(times) >= 2:
+            out[int(r)] = times
+    return out
+
+
+def _spacing_cv(bounds: dict[int, np.ndarray]) -> float:
+    """Coefficient of variation of the intervals between consecutive boundaries, all ranks."""
+    gaps = np.concatenate([np.diff(t) for t in bounds.values()])
+    mean = float(gaps.mean()) if len(gaps) else 0.0
+    return float(gaps.std() / mean) if mean > 0 else float("inf")
+
+
+def _table(bounds: dict[int, np.ndarray]) -> pd.DataFrame:
+    parts = []
+    for r, times in sorted(bounds.items()):
+        ts, end = times[:-1], times[1:]
+        parts.append(pd.DataFrame({"rank": np.full(len(ts), r, dtype=np.int64),
+                                   "step": np.arange(1, len(times), dtype=np.int64),
+                                   "ts": ts, "end": end, "dur": end - ts}))
+    return pd.concat(parts, ignore_index=True)[COLUMNS] if parts else _empty()
+
+
+def _empty() -> pd.DataFrame:
+    return pd.DataFrame({"rank": pd.Series(dtype=np.int64), "step": pd.Series(dtype=np.int64),
+                         "ts": pd.Series(dtype=float), "end": pd.Series(dtype=float),
+                         "dur": pd.Series(dtype=float)})
+

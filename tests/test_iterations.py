@@ -1,0 +1,173 @@
+"""Iterations found where the trace does not mark them, and setup told apart (analysis/iterations.py,
+analysis/setup.py), on real traces: the ProfilerStep#N events of real traces are stripped and the
+iterations inferred from what repeats are compared with the real steps."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from goodhart_prof.analysis import analyze
+from goodhart_prof.analysis.iterations import find_iterations
+from goodhart_prof.analysis.setup import in_setup, setup, setup_bounds
+from goodhart_prof.analysis.tree import profiler_steps, step_table
+from goodhart_prof.trace.load import load
+
+DATA = Path(__file__).resolve().parent / "data"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+STEP = re.compile(r"^ProfilerStep#\d+$")
+# An inferred boundary lies within 1% of the mean real step of the real one: the optimizer step
+# ends a few dozen us before torch.profiler's step() closes ProfilerStep#N.
+TOLERANCE = 0.01
+
+
+def stripped(src: Path, dest: Path, drop: re.Pattern = STEP) -> Path:
+    """The trace without the events whose name `drop` matches (ProfilerStep#N by default)."""
+    doc = json.loads(gzip.decompress(src.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not drop.match(str(e.get("name", "")))]
+    dest.write_text(json.dumps(doc))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    """(real, stripped) traces, each loaded once."""
+    tmp = tmp_path_factory.mktemp("stripped")
+    out = {}
+    for key, rel in (("v100", "hta/v100_ddp_rank1.json.gz"),
+                     ("resnet", "kineto/resnet50_v100_2021.pt.trace.json.gz"),
+                     ("ppo", "ours/cpu_full_mode.pt.trace.json.gz")):
+        src = DATA / rel
+        out[key] = (load(src, progress=False), load(stripped(src, tmp / f"{key}.json"), progress=False))
+    return out
+
+
+def real_steps(trace) -> np.ndarray:
+    """(ts, end) of each real ProfilerStep#N of rank-0-or-only, in step order."""
+    s = profiler_steps(trace.events).groupby("step").agg(ts=("ts", "min"), end=("end", "max"))
+    return s[["ts", "end"]].to_numpy(float)
+
+
+@pytest.mark.parametrize("key, marker", [("v100", "Optimizer.step#SGD.step"),
+                                         ("resnet", "Optimizer.step#SGD.step")])
+def test_inferred_from_the_optimizer_step_match_the_real_steps(pairs, key, marker):
+    real, bare = pairs[key]
+    assert find_iterations(real).how == "marked"
+    it = find_iterations(bare)
+    assert (it.how, it.marker, it.boundary) == ("inferred", marker, "end")
+    steps = real_steps(real)
+    # n optimizer steps make n - 1 iterations: the first step's own work is setup
+    assert it.count == len(steps) - 1 == len(it.table)
+    got = it.table[["ts", "end"]].to_numpy(float)
+    tol = TOLERANCE * float((steps[:, 1] - steps[:, 0]).mean())
+    # inferred iteration k runs from the end of optimizer step k-1 to the end of step k: the
+    # real steps 2.. (each real step ends with its optimizer step)
+    assert np.abs(got[:, 0] - steps[:-1, 1]).max() < tol
+    assert np.abs(got[:, 1] - steps[1:, 1]).max() < tol
+    assert it.describe().startswith(f"{len(steps) - 1} iteration(s) inferred from {marker}")
+
+
+def test_dataloader_next_when_no_optimizer_step(tmp_path, pairs):
+    """Without ProfilerStep#N and Optimizer.step#, DataLoader.__next__ opens each iteration."""
+    real = pairs["resnet"][0]
+    bare = load(stripped(DATA / "kineto/resnet50_v100_2021.pt.trace.json.gz", tmp_path / "r.json",
+                         re.compile(r"^ProfilerStep#\d+$|^Optimizer\.")), progress=False)
+    it = find_iterations(bare)
+    assert (it.how, it.marker, it.boundary) == (
+        "inferred", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "start")
+    steps = real_steps(real)
+    got = it.table[["ts", "end"]].to_numpy(float)
+    assert len(got) == len(steps) - 1
+    tol = TOLERANCE * float((steps[:, 1] - steps[:, 0]).mean())
+    # each real step opens by fetching its batch: the boundaries are the real steps' starts
+    assert np.abs(got[:, 0] - steps[:-1, 0]).max() < tol
+    assert np.abs(got[:, 1] - steps[1:, 0]).max() < tol
+
+
+def test_several_optimizer_steps_per_iteration_are_taken_as_iterations(pairs):
+    """A PPO loop with 2 minibatch updates per iteration: without ProfilerStep#N the optimizer
+    steps are the iterations found (a stated limit: DESIGN.md), their ends the boundaries."""
+    real, bare = pairs["ppo"]
+    it = find_iterations(bare)
+    assert (it.how, it.marker) == ("inferred", "Optimizer.step#Adam.step")
+    ev = real.events
+    opt = ev[(ev["name"] == "Optimizer.step#Adam.step") & (ev["cat"] == "user_annotation")]
+    ends = np.sort(opt["end"].to_numpy(float))
+    assert len(ends) == 4 and len(step_table(real)) == 2
+    assert it.table["step"].tolist() == [1, 2, 3]
+    np.testing.assert_allclose(it.table["ts"].to_numpy(float), ends[:-1])
+    np.testing.assert_allclose(it.table["end"].to_numpy(float), ends[1:])
+
+
+def test_marked_traces_keep_their_profiler_steps(pairs):
+    for real, _ in pairs.values():
+        it = find_iterations(real)
+        assert it.how == "marked" and it.marker == "ProfilerStep#N"
+        assert step_table(real).equals(profiler_steps(real.events))
+        assert it.describe() == f"{it.count} iteration(s) (ProfilerStep#N)"
+
+
+def test_nothing_repeats_no_iterations():
+    trace = load(DATA / "tracelens" / "vllm_decode_full_graph.json.gz", progress=False)
+    it = find_iterations(trace)
+    assert it.how == "none" and it.count == 0 and step_table(trace).empty
+    assert it.describe().startswith("no iterations found")
+
+
+def test_nested_annotations_are_no_loop():
+    """vLLM's `## Call CompiledFxGraph ##` runs 23 times, once per layer inside one
+    capture_8192_PIECEWISE: parts of one call, not iterations."""
+    path = SHARED / "tracelens" / "vllm_piecewise_graph_capture.json.gz"
+    if not path.exists():
+        pytest.skip("shared/traces not here")
+    trace = load(path, progress=False)
+    ev = trace.events
+    calls = ev[ev["name"].astype(str).str.startswith("## Call CompiledFxGraph fb3en3")]
+    assert len(calls) == 23
+    assert find_iterations(trace).how == "none"
+
+
+def test_inferred_iterations_feed_the_per_iteration_figures(pairs):
+    """Phases, the savings basis and the rules' iteration count follow the inferred table."""
+    bare = pairs["resnet"][1]
+    a = analyze(bare)
+    it = find_iterations(bare)
+    rows = a.phases[a.phases["kind"] == "iteration"]
+    assert rows["name"].tolist() == [f"iteration#{k}" for k in range(1, it.count + 1)]
+    np.testing.assert_allclose(rows["cpu_us"].to_numpy(float), it.table["dur"].to_numpy(float))
+    assert all(f.saving_basis == "iteration" for f in a.findings)
+    assert not any(n.reason.startswith("no iterations") for n in a.not_judged)
+    # what ran before the first iteration is setup: the first step's work, once
+    b = setup_bounds(bare)
+    assert b["bound"].tolist() == ["first iteration"]
+    assert float(b["end"].iloc[0]) == float(it.table["ts"].min())
+
+
+@pytest.fixture(scope="module")
+def alexnet():
+    """An A100 AlexNet-style run: the model built on the host and uploaded before any kernel
+    (16 pageable HtoD copies, 244 MB), no ProfilerStep#N and nothing that repeats."""
+    return analyze(load(DATA / "hta" / "critical_path_simple_add.json.gz", progress=False))
+
+
+def test_model_upload_is_setup_not_per_iteration(alexnet):
+    trace = alexnet.trace
+    assert find_iterations(trace).how == "none"
+    s = setup(trace)
+    (row,) = s.ranks.to_dict("records")
+    assert row["bound"] == "first kernel launch"
+    assert (row["htod_copies"], row["htod_bytes"]) == (16, 244403360.0)
+    assert row["htod_gpu_us"] == pytest.approx(39080.0)
+    assert row["dur_us"] == pytest.approx(25205881.0)
+    assert s.ops[0]["name"] == "aten::to" and s.ops[0]["count"] == 16
+    # the 16 pageable copies are sync points, all in setup: pageable_htod does not count them
+    pg = alexnet.sync_points[alexnet.sync_points["kind"] == "memcpy_htod_pageable"]
+    assert len(pg) == 16 and in_setup(trace, pg["rank"], pg["ts"]).all()
+    assert "pageable_htod" not in {f.rule for f in alexnet.findings}
+    # without iterations, no per-iteration rate: the rules that need them say so
+    reasons = {n.rule: n.reason for n in alexnet.not_judged}
+    assert reasons["cpu_alloc"].startswith("no iterations: no ProfilerStep#N")
