@@ -2,14 +2,17 @@
 """Findings on real traces: how often the analyzer's rules are right, against hand-made labels.
 
 Runs `analyze` on every labelled trace (tests/data/findings_labels.json, paths relative to
-tests/data, which holds copies of ../shared/traces; ../shared/traces is the fallback), prints each trace's
-findings and rules not judged, and scores every label:
+tests/data, which holds copies of ../shared/traces and our own loops' traces; ../shared/traces is the
+fallback, for traces too large to copy), prints each trace's findings and rules not judged, and
+scores every label:
 
 - expected and fired: true positive;  expected, silent: false negative (missed)
 - must_not and fired: false positive; must_not, silent: true negative
 
-precision = TP / (TP + FP), recall = TP / (TP + FN), over all labelled (trace, rule) pairs. The
-last line printed is one JSON object (`--json-out FILE` writes it too).
+precision = TP / (TP + FP), recall = TP / (TP + FN), over all labelled (trace, rule) pairs. Labels
+the analyzer is known to get wrong (the file's `known_faults`, each with why and whose fix it
+needs) count as they come out and are marked `known`. The last line printed is one JSON object
+(`--json-out FILE` writes it too).
 """
 from __future__ import annotations
 
@@ -33,6 +36,11 @@ def labelled_traces() -> dict[str, dict[str, list[str]]]:
     return json.loads(LABELS.read_text())["traces"]
 
 
+def known_faults() -> dict[str, dict[str, str]]:
+    """trace -> rule -> why the analyzer gets that label wrong today, and whose fix it needs."""
+    return json.loads(LABELS.read_text()).get("known_faults", {})
+
+
 def resolve(rel: str) -> Path | None:
     for base in (LOCAL, SHARED):  # the repository's copies first
         if (base / rel).exists():
@@ -43,6 +51,7 @@ def resolve(rel: str) -> Path | None:
 def score(traces: dict[str, dict[str, list[str]]]) -> dict:
     """Per (trace, rule) verdicts and the totals; traces not found are listed as missing."""
     rows, missing = [], []
+    known = known_faults()
     for rel, labels in traces.items():
         path = resolve(rel)
         if path is None:
@@ -57,13 +66,16 @@ def score(traces: dict[str, dict[str, list[str]]]) -> dict:
                        ("must_not", True): "FP", ("must_not", False): "TN"}[(label, hit)]
             rows.append({"trace": rel, "rule": rule, "label": label, "verdict": verdict,
                          "reason": reason, "title": fired[rule].title if hit else None,
-                         "not_judged": silent.get(rule)})
+                         "not_judged": silent.get(rule), "known": known.get(rel, {}).get(rule)})
         unlabelled = sorted(set(fired) - set(labels))
         rows.extend({"trace": rel, "rule": r, "label": None, "verdict": "unlabelled",
-                     "reason": None, "title": fired[r].title, "not_judged": None} for r in unlabelled)
+                     "reason": None, "title": fired[r].title, "not_judged": None, "known": None}
+                    for r in unlabelled)
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("TP", "FP", "FN", "TN", "unlabelled")}
     tp, fp, fn = counts["TP"], counts["FP"], counts["FN"]
     return {"rows": rows, "missing": missing, "counts": counts,
+            "traces": len(traces) - len(missing),
+            "labels": sum(r["label"] is not None for r in rows),
             "precision": tp / (tp + fp) if tp + fp else None,
             "recall": tp / (tp + fn) if tp + fn else None}
 
@@ -75,12 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     result = score(labelled_traces())
     for row in result["rows"]:
         note = row["title"] or (f"not judged: {row['not_judged']}" if row["not_judged"] else "silent")
-        print(f"{row['verdict']:10} {row['trace']:52} {row['rule']:24} {note}"[:200])
+        verdict = row["verdict"] + (" known" if row["known"] and row["verdict"] in ("FP", "FN") else "")
+        print(f"{verdict:10} {row['trace']:52} {row['rule']:24} {note}"[:200])
     for rel in result["missing"]:
         print(f"missing    {rel}")
     c = result["counts"]
-    print(f"precision {result['precision']}  recall {result['recall']}  ({c})")
-    summary = {k: result[k] for k in ("counts", "precision", "recall", "missing")}
+    print(f"precision {result['precision']}  recall {result['recall']}  over {result['traces']} "
+          f"traces, {result['labels']} labelled pairs  ({c})")
+    summary = {k: result[k] for k in ("traces", "labels", "counts", "precision", "recall", "missing")}
     if args.json_out:
         args.json_out.write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))

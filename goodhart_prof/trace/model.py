@@ -80,9 +80,11 @@ CATEGORY_ALIASES = {
 # of all frames (torch's own Python and the built-in calls it makes).
 NEVER_USER_FRAMES = ("torch/", "<built-in ")
 # Torch's own frames kept all the same: packages whose Python code reads tensors back on the
-# user's behalf (torch.distributions' argument validation: `if not valid.all():`), so that a read
-# made inside them is put on torch's function and the user's line that called it (analysis/sites.py).
-KEPT_TORCH_FRAMES = ("torch/distributions/",)
+# user's behalf (torch.distributions' argument validation: `if not valid.all():`; torch.nn.utils'
+# clip_grad_norm_(error_if_nonfinite=True): `if torch.logical_or(norm.isnan(), norm.isinf()):`),
+# so that a read made inside them is put on torch's function and the user's line that called it
+# (analysis/sites.py).
+KEPT_TORCH_FRAMES = ("torch/distributions/", "torch/nn/utils/")
 
 MEMORY_COLUMNS = ("rank", "pid", "tid", "ts", "device_type", "device", "bytes", "total_allocated",
                   "total_reserved", "addr")

@@ -2,7 +2,8 @@
 
 Rules are declared units (rules/base.py `Rule`): id, family, what they need, thresholds with
 reasons, a judge. They live by family: syncs, copies, precision, compilation (fusion and torch.compile), utilization,
-dominance, ranks (stragglers and exposed communication), memory, coverage (what the trace
+dominance, hostthreads (slow tiny ops on CPU threads), ranks (stragglers and exposed
+communication), memory, coverage (what the trace
 cannot name). `run` judges each rule whose needs the trace meets, records why the others stayed
 silent, and orders the findings by what fixing them would save (rules/savings.py).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import compilation, copies, coverage, dominance, memory, precision, ranks, syncs, utilization
+from . import compilation, copies, coverage, dominance, hostthreads, memory, precision, ranks, syncs, utilization
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .savings import SEVERITY_SHARES, Saving, finish
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 # The order findings of equal saving (and of no saving, within a severity) are listed in.
 RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,
                            *utilization.RULES, compilation.EAGER_UPDATE,
-                           *dominance.RULES, *ranks.RULES, *memory.RULES, *coverage.RULES)
+                           *dominance.RULES, *hostthreads.RULES, *ranks.RULES, *memory.RULES, *coverage.RULES)
 # The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
 # rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
 ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",

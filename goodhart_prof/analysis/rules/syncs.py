@@ -6,7 +6,8 @@ traced iterations, fire at a rate. What they save is the host's time in those ca
 When the top site is inside torch's own Python code (analysis/sites.py: `torch: torch/... (called
 at LINE)`), the read is torch's, made on behalf of the user's call: the finding names the torch
 function and the user's line, and gives the fix that applies there (torch.distributions: its
-argument validation, `validate_args=False`), not the rule's advice for the user's own code.
+argument validation, `validate_args=False`; torch.nn.utils.clip_grad_norm_'s non-finite check:
+`error_if_nonfinite=False`), not the rule's advice for the user's own code.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
     sites = top_sites(found)
     text = title.format(per_it=per_it, site=sites[0]["site"] if sites else "?")
     advice = fix(found) if callable(fix) else fix
-    owner = torch_package(sites[0]["site"]) if sites else None
+    owner = _owner(sites[0]["site"]) if sites else None
     if owner is not None:
         text, advice = _torch_own(owner, sites[0]["site"], per_it)
     if on_host_only(ctx, found):
@@ -62,15 +63,35 @@ def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
         **rule.estimated(ctx.per_iteration(wait, found["rank"].unique())))
 
 
+def _owner(site: str) -> str | None:
+    """The torch package (or function, where one file is one function the user calls) whose own
+    Python code made a read: `torch.distributions`, `torch.nn.utils.clip_grad_norm_`; None for a
+    site in the user's code."""
+    package = torch_package(site)
+    if package is not None and "torch/nn/utils/clip_grad.py:" in site:
+        return "torch.nn.utils.clip_grad_norm_"
+    return package
+
+
 def _torch_own(package: str, site: str, per_it: float) -> tuple[str, str]:
     """Title and fix of reads made inside torch's own code (`package`: e.g. torch.distributions)."""
     inner = site.removeprefix("torch: ")
     fn, _, rest = inner.partition(" > ")
-    user = rest.rpartition(" (called at ")[2].removesuffix(")") or "?"
+    # the user's call as the site words it: `called at file.py:N fn`, or where no line is
+    # known `called in function f (...)`
+    said = rest.partition(" (called ")[2]
+    call = f"called {said[:-1]}" if said.endswith(")") else "called at ?"
+    if package == "torch.nn.utils.clip_grad_norm_":
+        return (f"torch.nn.utils.clip_grad_norm_ checks the gradient norm for NaN/inf with a Python "
+                f"branch that reads it back to the host {per_it:.1f} times per iteration "
+                f"(error_if_nonfinite=True; {call})",
+                "This read is clip_grad_norm_'s own non-finite check, made because of "
+                "error_if_nonfinite=True: drop it (the default, False, clips without reading "
+                "anything back); to catch divergence, keep the returned norm and test "
+                "torch.isfinite(norm) once per logging interval, with the other metrics.")
     if package == "torch.distributions":
         return (f"torch.distributions validates its arguments with data-dependent checks that read "
-                f"tensors back to the host {per_it:.1f} times per iteration (most in {fn}, called at "
-                f"{user})",
+                f"tensors back to the host {per_it:.1f} times per iteration (most in {fn}, {call})",
                 "These reads are torch.distributions' argument validation, not a branch in your "
                 "code: build the distribution with validate_args=False (e.g. "
                 "Categorical(logits=logits, validate_args=False)), or call "
@@ -78,8 +99,8 @@ def _torch_own(package: str, site: str, per_it: float) -> tuple[str, str]:
                 "(python -O also turns it off). Rewriting a branch in your own code would not "
                 "remove them.")
     return (f"{package} reads tensors back to the host {per_it:.1f} times per iteration on behalf "
-            f"of your call (most in {fn}, called at {user})",
-            f"This is torch's own read, made inside {fn} on behalf of your call at {user}: look for "
+            f"of your call (most in {fn}, {call})",
+            f"This is torch's own read, made inside {fn} on behalf of your call ({call}): look for "
             "an option of that call that avoids it, or call it less often; changing the branches "
             "in your own code will not remove it.")
 
