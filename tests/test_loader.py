@@ -10,6 +10,7 @@ import pytest
 
 import goodhart_prof.trace.load as loader
 import goodhart_prof.trace.pieces as cutter
+import goodhart_prof.trace.ranges as ranges
 from goodhart_prof.analysis.links import gpu_launches
 from goodhart_prof.trace.load import TraceError, load
 
@@ -182,8 +183,8 @@ def test_split_decode_equals_whole_decode(tmp_path, monkeypatch, tricky, gz):
     monkeypatch.setattr(loader, "PIECE_BYTES", size // 3)  # cut even this small file into pieces
     monkeypatch.setattr(cutter, "TAIL_GUARD", 0)
     used = []
-    original = loader._events_of
-    monkeypatch.setattr(loader, "_events_of", lambda raw: used.append(len(raw)) or original(raw))
+    original = ranges.events_of
+    monkeypatch.setattr(ranges, "events_of", lambda raw: used.append(len(raw)) or original(raw))
     split = load(path, workers=3)
     assert split.events.equals(whole.events)
     # A cut inside a name makes that piece invalid JSON: it is grown to the next cut.

@@ -14,6 +14,7 @@ import pytest
 import goodhart_prof.trace.decode as decoder
 import goodhart_prof.trace.load as loader
 import goodhart_prof.trace.pieces as cutter
+import goodhart_prof.trace.ranges as ranges
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
@@ -48,12 +49,12 @@ def v100_plain(tmp_path_factory) -> Path:
 def test_a_real_trace_in_small_pieces_equals_one_piece(monkeypatch, v100_plain):
     whole = load(V100, workers=1)
     used = []
-    original = loader._events_of
+    original = ranges.events_of
 
     def counted(raw):
         used.append(len(raw))
         return original(raw)
-    monkeypatch.setattr(loader, "_events_of", counted)
+    monkeypatch.setattr(ranges, "events_of", counted)
     small_pieces(monkeypatch, 4 << 20)
     same_trace(load(V100, workers=1), whole)  # gzip: pieces as it inflates
     assert len(used) >= 8 and max(used) < (4 << 20) + (1 << 20)
@@ -63,6 +64,38 @@ def test_a_real_trace_in_small_pieces_equals_one_piece(monkeypatch, v100_plain):
     used.clear()
     same_trace(load(v100_plain, workers=1), whole)
     assert len(used) >= 8
+
+
+def test_a_document_in_memory_is_cut_in_place_over_two_processes(monkeypatch, tmp_path):
+    """The gzip V100 trace, inflated in memory (54 MB, over PARALLEL_DOC_BYTES), is decoded in
+    two ranges (this process and a forked worker): the same trace as one whole decode. A document
+    whose cut lands inside a value (separators inside names) cannot be cut there: it is decoded
+    whole, to the same trace."""
+    whole = load(V100, workers=1)
+    cut = []
+    original = ranges.buffer_ranges
+
+    def counted(*args):
+        try:
+            pieces = original(*args)
+        except Exception as exc:
+            cut.append(type(exc).__name__)
+            raise
+        cut.append(len(pieces or []))
+        return pieces
+    monkeypatch.setattr(ranges, "buffer_ranges", counted)
+    same_trace(load(V100, workers=2), whole)
+    assert cut == [4]  # head, this process's range, the worker's range, tail
+    cut.clear()
+    same_trace(load(V100, workers=1), whole)  # one process: never cut in place
+    assert cut == []
+    tricky = tmp_path / "tricky.json.gz"
+    tricky.write_bytes(gzip.compress(json.dumps(_tricky_doc(3000)).encode()))
+    alone = load(tricky, workers=1)
+    monkeypatch.setattr(ranges, "PARALLEL_DOC_BYTES", 0)
+    monkeypatch.setattr(cutter, "TAIL_GUARD", 0)
+    same_trace(load(tricky, workers=2), alone)
+    assert cut == ["ArrayEnd"]  # the range ends inside a name: decoded whole instead
 
 
 def _tricky_doc(n: int) -> dict:
@@ -149,16 +182,16 @@ def test_every_fixture_in_2_3_and_7_pieces_equals_it_whole(monkeypatch, tmp_path
     plain.write_bytes(raw)
     del raw
     used = []
-    original = loader._events_of
-    monkeypatch.setattr(loader, "_events_of", lambda raw: used.append(len(raw)) or original(raw))
+    original = ranges.events_of
+    monkeypatch.setattr(ranges, "events_of", lambda raw: used.append(len(raw)) or original(raw))
     monkeypatch.setattr(cutter, "TAIL_GUARD", 0)  # cuts may land anywhere, the tail too
-    ranged = loader._ranges_load
+    ranged = ranges.file_ranges
 
     def counted_ranges(*args):
         pieces = ranged(*args)
         used.append(len(pieces or []))
         return pieces
-    monkeypatch.setattr(loader, "_ranges_load", counted_ranges)
+    monkeypatch.setattr(ranges, "file_ranges", counted_ranges)
     for parts, workers in ((2, 1), (3, 2), (7, 1)):
         monkeypatch.setattr(loader, "PIECE_BYTES", size // parts + 1)
         used.clear()

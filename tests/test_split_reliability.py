@@ -5,6 +5,7 @@ traceback; a worker dies with its parent. The subprocess runs `analyze` through 
 that makes the loader hit a hook at a fixed point (no sleeps racing the loader)."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import psutil
 import pytest
 
 import goodhart_prof.trace.load as loader
+import goodhart_prof.trace.ranges as ranges
 from goodhart_prof.trace.load import load
 
 ROOT = Path(loader.__file__).resolve().parents[2]  # the checkout under test
@@ -25,18 +27,18 @@ BIG_EVENTS = 460_000  # ~70 MB of JSON
 
 WRAPPER = r"""
 import os, signal, sys, time
-import goodhart_prof.trace.load as L
+import goodhart_prof.trace.ranges as R
 from goodhart_prof import cli
 path, hook = sys.argv[1], sys.argv[2]
 parent = os.getpid()
 
 def wrap(name, before):
-    original = getattr(L, name)
+    original = getattr(R, name)
     def hooked(*args, **kwargs):
         before()
         return original(*args, **kwargs)
-    hooked.__qualname__, hooked.__module__ = name, L.__name__  # pickled by name, as the original is
-    setattr(L, name, hooked)
+    hooked.__qualname__, hooked.__module__ = name, R.__name__  # pickled by name, as the original is
+    setattr(R, name, hooked)
 
 def truncate():
     os.truncate(path, os.path.getsize(path) // 2)
@@ -47,13 +49,15 @@ def hold():
         time.sleep(600)
 
 if hook == "truncate-ranges":  # after the size check, before the ranges are read
-    wrap("split_range" if hasattr(L, "split_range") else "split_points", truncate)
+    wrap("split_range", truncate)
 elif hook == "truncate-whole":  # after the whole file is read (mapped, before the fix)
-    wrap("_piece_of", truncate)
+    wrap("piece_of", truncate)
 elif hook == "kill-worker":
-    wrap("_range_worker", lambda: os.kill(os.getpid(), signal.SIGKILL))
+    wrap("_file_range_worker", lambda: os.kill(os.getpid(), signal.SIGKILL))
+elif hook == "kill-buffer-worker":  # a worker decoding its range of a document in memory
+    wrap("_buffer_range_worker", lambda: os.kill(os.getpid(), signal.SIGKILL))
 elif hook == "hold-parent":  # the parent stops while its workers decode their ranges
-    wrap("_stream_range", hold)
+    wrap("stream_range", hold)
 sys.argv = ["goodhart-prof", "analyze", path, "--json", "--no-progress"]
 sys.exit(cli.main())
 """
@@ -134,6 +138,22 @@ def test_a_decode_worker_that_dies_is_a_one_line_error(big):
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"Error: {big}: a decode worker process died"), lines
+
+
+def test_a_worker_that_dies_on_a_document_in_memory_is_a_one_line_error(tmp_path):
+    """A gzip document inflated in memory (over ranges.PARALLEL_DOC_BYTES) is cut in place over
+    two processes; the worker's death names the file, exit 2."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one CPU: the loader uses no worker process here")
+    plain = big_trace(tmp_path / "mid.json", 150_000)
+    path = tmp_path / "mid.json.gz"
+    path.write_bytes(gzip.compress(plain.read_bytes(), compresslevel=1))
+    assert os.path.getsize(plain) > ranges.PARALLEL_DOC_BYTES
+    proc = analyze(path, "kill-buffer-worker")
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {path}: a decode worker process died"), lines
+    assert json.loads(analyze(path, "none").stdout)["trace"]["events"] == 75_000  # unhooked: it loads
 
 
 def _gone(proc: psutil.Process) -> bool:

@@ -1,5 +1,6 @@
-"""File or folder -> `Trace`: each file decoded (a big one piece by piece, a plain one in byte
-ranges over worker processes) into its tables, then the files assembled. Which rank each file
+"""File or folder -> `Trace`: each file decoded (a big one piece by piece, a plain one over 64 MB
+in byte ranges over worker processes, one in memory over 24 MB -- gzip inflated, or read whole --
+cut in place over them: ranges.py) into its tables, then the files assembled. Which rank each file
 holds (distributedInfo, merged process names, file names, or file order) is file_ranks.py's."""
 from __future__ import annotations
 
@@ -17,23 +18,21 @@ import pandas as pd
 
 from ..errors import TraceError
 from . import times
-from .columns import new_ids
-from .decode import AmbiguousDoc, DecodeError, TraceDoc, decode, decode_events
+from .decode import AmbiguousDoc, DecodeError
 from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
 from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, world_size
-from .memory_table import concat_memory, empty_memory, memory_table
+from .memory_table import concat_memory, empty_memory
 from .model import Frames, LoadCost, Trace
-from .pieces import (PIECE_BYTES, BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks,
-                     split_range, stream_pieces)
+from . import ranges
+from .pieces import PIECE_BYTES, BadCut, file_frame, gzip_chunks, merge_headers
 from .progress import Progress, progress_bar
-from .tables import assign_ranks, concat_tables, events_table, rank_processes
+from .tables import assign_ranks, concat_tables
 from .workers import worker_pool
 from ..textsafe import quote_path
 
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 TRIM_EVENTS = 1_000_000  # a load this big gives its freed heap back once assembled (4 GB trace: 1.55 -> 0.93 GB RSS)
-FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 NOT_TRACES = {"run.json"}
 
 
@@ -75,61 +74,7 @@ def trace_files(path: Path) -> list[Path]:
     return found
 
 
-@dataclass
-class _Piece:
-    table: pd.DataFrame
-    frames: Frames
-    pid_rank: dict[int, int]
-    header: TraceDoc
-    skipped: int
-    memory: pd.DataFrame
-    unfit: int = 0    # of `skipped`: beyond 2^53 us (times.fits)
-    decoded: int = 0  # events the piece decoded (any phase)
-
-
-def _piece_of(raw) -> _Piece:
-    """A whole document, or the head or tail of a cut one (a document with no events)."""
-    doc, skipped = decode(raw)
-    return _tables_of(doc, skipped)
-
-
-def _events_of(raw) -> _Piece:
-    """A piece `[event, ...]` of a cut document's events array."""
-    doc, skipped = decode_events(raw)
-    return _tables_of(doc, skipped)
-
-
-def _tables_of(doc: TraceDoc, skipped: int) -> _Piece:
-    ids = new_ids()  # one pid, one stand-in id: in the events, frames, memory and process names
-    table, frames, bad, unfit = events_table(doc, ids)
-    return _Piece(table, frames, rank_processes(doc, ids), merge_headers([doc]), skipped + bad,
-                  memory_table(doc, ids), unfit=unfit, decoded=len(doc.traceEvents))
-
-
-def _stream_range(path: Path, lo: int, hi: "int | None", whole: bool, progress: "Progress | None" = None,
-                  gz: bool = False, expect: "os.stat_result | None" = None) -> list[_Piece]:
-    """A document (`whole`: its head, events and tail) or bytes lo..hi of its events array,
-    decoded piece by piece, each piece's tables built before the next piece is read (BadCut
-    or DecodeError: the caller decodes the whole document; FileChanged, AmbiguousDoc: the error)."""
-    def use(raw: bytearray, header: bool) -> _Piece:
-        result = _piece_of(raw) if header else _events_of(raw)
-        if progress is not None:
-            progress.add(0 if gz else len(raw), result)
-        return result
-    chunks = gzip_chunks(path) if gz else plain_chunks(path, lo, hi, expect=expect)
-    return stream_pieces(chunks, PIECE_BYTES, use, whole, whole)
-
-
-def _range_worker(path: Path, lo: int, hi: int, expect: os.stat_result) -> list[_Piece]:
-    """Worker: bytes lo..hi of the events array. Frame names travel back as one joined string:
-    pickling a million str objects one by one costs more than decoding them did."""
-    results = _stream_range(path, lo, hi, False, expect=expect)
-    for result in results:
-        result.frames.columns["name"] = _PackedNames("\0".join(result.frames.columns["name"].tolist()))
-    return results
-
-
-def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[list[_Piece] | None, Any]":
+def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[list[ranges.Piece] | None, Any]":
     """A document over PIECE_BYTES, piece by piece (a plain one in `parts` byte ranges of its
     events, one per process): (pieces, None). A smaller one: (None, its bytes, or None to read
     them); so is one that cannot be cut between events (decoded whole, with the same errors)."""
@@ -147,14 +92,14 @@ def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[lis
     try:
         if frame is not None:
             try:
-                ranged = _ranges_load(path, before, frame, parts, progress)
+                ranged = ranges.file_ranges(path, before, frame, parts, progress, PIECE_BYTES)
                 if ranged is not None:
                     return ranged, None
             except _FATAL:
                 raise
             except (BadCut, DecodeError):
                 pass  # a range that cannot be cut there: the document in one process
-        return _stream_range(path, 0, None, True, progress, expect=before), None
+        return ranges.stream_range(path, 0, None, True, progress, expect=before, piece_bytes=PIECE_BYTES), None
     except _FATAL:
         raise
     except (BadCut, DecodeError, OSError):
@@ -164,7 +109,7 @@ def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[lis
 _FATAL = (FileChanged, AmbiguousDoc)
 
 
-def _streamed_gzip(path: Path, progress: "Progress | None") -> "tuple[list[_Piece] | None, Any]":
+def _streamed_gzip(path: Path, progress: "Progress | None") -> "tuple[list[ranges.Piece] | None, Any]":
     """A gzip file: inflated in steps; a document over PIECE_BYTES is decoded piece by piece
     (inflated again: cheap beside decoding), a smaller one comes back as `read_bytes` gives it."""
     head: list[bytes] = []
@@ -178,50 +123,11 @@ def _streamed_gzip(path: Path, progress: "Progress | None") -> "tuple[list[_Piec
         else:
             return None, (head[0] if len(head) == 1 else bytearray().join(head)) if head else b""
         del head
-        return _stream_range(path, 0, None, True, progress, gz=True), None
+        return ranges.stream_range(path, 0, None, True, progress, gz=True, piece_bytes=PIECE_BYTES), None
     except _FATAL:
         raise
     except (BadCut, DecodeError, OSError):
         return None, None
-
-
-def _ranges_load(path: Path, before: os.stat_result, frame: tuple, parts: int, progress) -> "list[_Piece] | None":
-    """A plain document's events array cut into `parts` byte ranges between events, streamed in
-    as many processes (this one included, with the larger first range); its head and tail
-    decoded here. None if it cannot be cut."""
-    start, end, head, tail = frame
-    with open(path, "rb") as fh:
-        cuts = split_range(fh, start, end, parts, FIRST_PIECE_SHARE if parts == 2 else None)
-    if not cuts:
-        return None
-    check_frame(head, tail)
-    los = [start] + [o for _, o in cuts]         # a range starts at its first event's `{`
-    his = [c + 1 for c, _ in cuts] + [end]      # and ends after its last event's `}`
-    outer = [_piece_of(head), _piece_of(tail)]
-    try:
-        with worker_pool(len(cuts)) as pool:
-            futures = [pool.submit(_range_worker, path, lo, hi, before) for lo, hi in zip(los[1:], his[1:])]
-            first = _stream_range(path, los[0], his[0], False, progress, expect=before)
-            rest = [_unpacked(p) for f in futures for p in f.result()]
-    except BrokenProcessPool:
-        raise TraceError(f"{quote_path(path)}: a decode worker process died while reading it (killed, or out of "
-                         f"memory)") from None
-    return outer[:1] + first + rest + outer[1:]
-
-
-class _PackedNames(str):
-    def unpack(self) -> np.ndarray:
-        names = self.split("\0") if self else []
-        out = np.empty(len(names), dtype=object)
-        out[:] = names
-        return out
-
-
-def _unpacked(result: _Piece) -> _Piece:
-    names = result.frames.columns["name"]
-    if isinstance(names, _PackedNames):
-        result.frames.columns["name"] = names.unpack()
-    return result
 
 
 def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "Progress | None" = None) -> FileResult:
@@ -229,7 +135,12 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "Progres
         pieces, raw = _streamed(path, parts, progress)
         if pieces is None and raw is None:
             raw = read_bytes(path)
-        pieces = pieces or [_piece_of(raw)]
+        if pieces is None and parts > 1:  # a big document in memory: in ranges over processes
+            try:
+                pieces = ranges.buffer_ranges(path, raw, parts, PIECE_BYTES)
+            except (BadCut, DecodeError):
+                pieces = None  # decoded whole below, which says what is wrong with it
+        pieces = pieces or [ranges.piece_of(raw)]
     except DecodeError as exc:
         raise TraceError(f"{quote_path(path)}: {exc}") from None
     except OSError as exc:

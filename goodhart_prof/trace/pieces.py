@@ -203,11 +203,18 @@ class _Cutter:
         return self.results
 
 
+def pread(src, n: int, at: int) -> bytes:
+    """n bytes at offset `at` of an open file (pread: no mapping, no seek) or of a buffer."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(memoryview(src)[at:at + n])
+    return os.pread(src.fileno(), n, at)
+
+
 def find_cut(fh, pos: int, limit: int, size: int = 1 << 20) -> "tuple[int, int] | None":
-    """The first `}, {` between two events at or after byte `pos` of an open file, before
-    `limit`: (index of the `}`, index of the `{`), read with pread (no mapping)."""
+    """The first `}, {` between two events at or after byte `pos` of an open file (or a
+    buffer), before `limit`: (index of the `}`, index of the `{`)."""
     while pos < limit:
-        window = os.pread(fh.fileno(), min(size, limit - pos) + 64, pos)
+        window = pread(fh, min(size, limit - pos) + 64, pos)
         match = _BOUNDARY.search(window)
         if match is not None and pos + match.end() <= limit:
             return pos + match.start(), pos + match.end() - 1
@@ -231,18 +238,19 @@ def split_range(fh, start: int, end: int, parts: int, first_share: "float | None
 
 
 def file_frame(fh, size: int) -> "tuple[int, int, bytes, bytes] | None":
-    """A plain file's events array: (start, end, head doc, tail doc), read with pread from its
-    two ends; None when it cannot be told apart cheaply (the caller streams the document)."""
+    """A plain file's (or a whole document buffer's) events array: (start, end, head doc, tail
+    doc), read from its two ends; None when it cannot be told apart cheaply (the caller streams
+    or decodes the document whole)."""
     head, start = b"", None
     while start is None and len(head) < min(size, HEAD_LIMIT):
-        head = os.pread(fh.fileno(), min(size, max(64 << 10, 4 * len(head))), 0)
+        head = pread(fh, min(size, max(64 << 10, 4 * len(head))), 0)
         start = events_start(head)
     if start is None:
         return None
     window = TAIL_WINDOW
     while True:
         lo = max(start - 1, size - window)
-        tail = os.pread(fh.fileno(), size - lo, lo)
+        tail = pread(fh, size - lo, lo)
         if len(tail) != size - lo:
             return None
         at_opener = lo == start - 1

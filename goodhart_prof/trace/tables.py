@@ -49,9 +49,10 @@ def events_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> tuple[pd
     if PYTHON_CAT in cats.categories:
         is_py = list(map(eq, map(_CAT, xs), repeat(PYTHON_CAT)))
         frames, skipped_frames, unfit_frames = _frames(list(compress(xs, is_py)), doc.int_or_str_ids, ids)
-        if len(frames):
-            xs = list(compress(xs, map(not_, is_py)))
-            cats = interned(map(_CAT, xs), len(xs))
+        # Frames are never events, even where none is kept (all torch's or the interpreter's):
+        # a piece of a cut document may hold only such frames, and must read like the whole.
+        xs = list(compress(xs, map(not_, is_py)))
+        cats = interned(map(_CAT, xs), len(xs))
     table, skipped, unfit = _complete_table(xs, cats, doc.int_or_str_ids, ids)
     return table, frames, skipped + skipped_frames, unfit + unfit_frames
 

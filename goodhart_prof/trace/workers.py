@@ -16,13 +16,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1
+FORK = "fork" in multiprocessing.get_all_start_methods()  # workers that inherit this process's memory
 WATCH_SECONDS = 0.5
 
 
 def worker_pool(n: int) -> ProcessPoolExecutor:
     """A pool of `n` forked processes (where fork exists) that die with this one."""
-    fork = "fork" in multiprocessing.get_all_start_methods()
-    return ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork") if fork else None,
+    return ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("fork") if FORK else None,
                                initializer=die_with_parent, initargs=(os.getpid(),))
 
 
