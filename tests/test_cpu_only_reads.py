@@ -55,7 +55,9 @@ def test_pageable_htod_on_a_cpu_only_trace_says_nothing_is_copied(loop):
     assert f.evidence["count"] == ACTIVE and f.evidence["per_iteration"] == 1.0
     assert f.evidence["gpu_copies"] == 0 and f.evidence["host_data_moves"] == ACTIVE
     assert f.evidence["copy_us"] == 0.0 and f.evidence["bytes"] == 0.0
-    assert f.evidence["sites"][0]["site"].endswith(" step") and f.evidence["sites"][0]["count"] == ACTIVE
+    # the test's file is found from neither the trace's folder nor the current directory: the
+    # function is named, no line claimed (analysis/line_sites.py)
+    assert f.evidence["sites"][0]["site"].startswith("in function step (") and f.evidence["sites"][0]["count"] == ACTIVE
     assert f.title == (f"{ACTIVE} `.to()` calls on host-built data (numpy/lists) on a CPU-only trace "
                        "(1.0 per iteration): no copy here, but each would be a pageable "
                        "host-to-device copy on a GPU (judged from the host ops only)")

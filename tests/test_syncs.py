@@ -170,7 +170,8 @@ def test_python_site_skips_library_frames(tmp_path):
               py("<built-in function _cuda_synchronize>", 2101, 40, 6, 5),
               rt("cudaDeviceSynchronize", 2105, 30, 20)]
     points = sync_points(load_events(tmp_path, events))
-    assert list(points["site"]) == ["train.py:42 step", "cudaDeviceSynchronize"]
+    # train.py is not on this machine: the function is named, no line claimed (analysis/line_sites.py)
+    assert list(points["site"]) == ["in function step (train.py, frame line 42)", "cudaDeviceSynchronize"]
     assert list(points["iteration"]) == [8, -1]
 
 
@@ -242,9 +243,10 @@ def test_recorded_cpu_trace(tmp_path):
     assert kinds(points) == {"item": 6, "nonzero": 2}
     per_it = Counter(zip(points["iteration"], points["kind"]))
     assert per_it == {(3, "item"): 3, (3, "nonzero"): 1, (4, "item"): 3, (4, "nonzero"): 1}
-    # Kineto names a frame by its function's first line.
-    items_at = f"test_syncs.py:{_three_items.__code__.co_firstlineno} _three_items"
-    mask_at = f"test_syncs.py:{_mask_index.__code__.co_firstlineno} _mask_index"
+    # Kineto names a frame by its function's first line; test_syncs.py (a name relative to
+    # tests/) is not found from the trace's folder or the current directory: no line claimed.
+    items_at = f"in function _three_items (test_syncs.py, frame line {_three_items.__code__.co_firstlineno})"
+    mask_at = f"in function _mask_index (test_syncs.py, frame line {_mask_index.__code__.co_firstlineno})"
     sites = Counter(zip(points["kind"], points["site"]))
     assert len(sites) == 2, sites
     for (kind, site), n in sites.items():

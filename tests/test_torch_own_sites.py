@@ -30,11 +30,13 @@ def test_full_mode_site_says_torch_own_and_rules_skip_it():
     sites = a.reads.sites  # a CPU-only trace: host reads
     own = sites[sites["site"].str.startswith("torch: ")]
     assert list(own["site"]) == ["torch: Optimizer.step#Adam.step > aten::_fused_adam_ > aten::item "
-                                 "(called at trainer/ppo.py:127 ppo_update)"]
+                                 "(called at function ppo_update (trainer/ppo.py, frame line 127))"]
     assert int(own["count"].iloc[0]) == raw_items_in_optimizer_step(FULL) == 40
     # the user's own line keeps its plain site; none of torch's reads is put on a user line bare
     assert sites.loc[~sites["site"].str.startswith("torch: "), "count"].sum() == a.reads.total - 40
-    assert "trainer/ppo.py:127 ppo_update" not in set(sites["site"])
+    # trainer/ppo.py has changed since this trace was recorded (no `def ppo_update` at line 127
+    # now): no line is claimed from it
+    assert not any(s.startswith("trainer/ppo.py:") for s in sites["site"])
     origin = Context(a).sync_origin
     mine = origin["site"].str.startswith("torch: ").to_numpy()
     assert mine.sum() == 40 and origin["internal"].to_numpy()[mine].all()

@@ -30,6 +30,7 @@ import pandas as pd
 
 from ..trace.model import Trace, name_codes
 from .hostops import TORCH_ANNOTATION
+from .line_sites import Placer
 from .tree import FrameForest, frame_forest, host_tree
 
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
@@ -64,17 +65,21 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
     forest = frame_forest(trace) if len(trace.frames) else None
     frames = (forest.enclosing(cols["rank"], cols["pid"], cols["tid"], cols["ts"], cols["end"])
               if forest is not None else np.full(len(points), -1, dtype=np.int64))
+    placer = Placer(trace, tree, forest) if forest is not None else None
     for p in range(len(points)):
         if not hosted[p]:
             out[p] = f"{names[p]} (no host call)"
             continue
-        user = _user_frame(forest, int(frames[p])) if frames[p] >= 0 else None
+        at = _user_frame_at(forest, int(frames[p])) if frames[p] >= 0 else -1
+        user = _user_frame(forest, int(frames[p])) if at >= 0 else None
         entry = _torch_entry(forest, int(frames[p])) if user is not None and torch_own[p] < 0 else None
         if entry is not None:  # inside torch's own Python code, called from the user's line
-            out[p] = f"torch: {entry} > {names[p]} (called at {user})"
+            called = entry.rpartition(" ")[2]  # the torch function the user's code called
+            cls = "none" if called.startswith("__") else f"call:{called}"  # (a class: by its name)
+            out[p] = f"torch: {entry} > {names[p]} ({_called(_line(placer, at, -1, -1, '', user, cls))})"
             continue
         if user is not None and torch_own[p] < 0:
-            out[p] = user
+            out[p] = _line(placer, at, int(frames[p]), int(starts[p]), names[p], user)
             continue
         start = int(starts[p])
         chain = tree.chain(start) if start >= 0 else ()
@@ -82,7 +87,8 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
             chain = chain + (names[p],)
         if user is not None:  # torch's own, under the user's call: from the annotation down
             above = len(tree.chain(int(tree.parent[torch_own[p]]))) if tree.parent[torch_own[p]] >= 0 else 0
-            out[p] = f"torch: {' > '.join(chain[above:])} (called at {user})"
+            called = _line(placer, at, -1, int(torch_own[p]), "", user, _annotation_call(tree, int(torch_own[p])))
+            out[p] = f"torch: {' > '.join(chain[above:])} ({_called(called)})"
             continue
         out[p] = " > ".join(chain)
     return out
@@ -136,6 +142,39 @@ def torch_package(site: str) -> str | None:
     if m is None:
         return None
     return m[1].removesuffix(".py").replace("/", ".")
+
+
+def _line(placer: "Placer | None", at: int, inner: int, node: int, name: str, user: str,
+          cls: str | None = None) -> str:
+    """The line-level site (analysis/line_sites.py) of an event in user frame `at`; `user`, the
+    frame's own name, where the frame name has no `file(N): fn` form. cls "none": no class known
+    (no line is claimed, the function is named)."""
+    if placer is None:
+        return user
+    found = placer.place(at, inner, node, name, cls=None if cls == "none" else cls,
+                         no_class=cls == "none")
+    return user if found is None else found.text
+
+
+def _called(site: str) -> str:
+    """`called at file.py:N fn`, or `called at function fn (...)` where no line is known (the
+    rules read what follows `called at`)."""
+    return f"called at {site.removeprefix('in ')}"
+
+
+def _annotation_call(tree, node: int) -> str | None:
+    """The call an optimizer annotation comes from: `Optimizer.step#...` -> call:step."""
+    m = TORCH_ANNOTATION.match(str(tree.names[tree.name[node]]))
+    return f"call:{m[1]}" if m is not None else "none"
+
+
+def _user_frame_at(nest: FrameForest, pos: int) -> int:
+    """Position of the first user-code frame walking out from frame pos (-1: none)."""
+    while pos >= 0:
+        if user_site(nest.name[pos]) is not None:
+            return pos
+        pos = int(nest.parent[pos])
+    return -1
 
 
 def _user_frame(nest: FrameForest, pos: int) -> str | None:

@@ -1,0 +1,301 @@
+"""Line-level sites: which line of a user frame's function made an event (docs/DESIGN.md "sites").
+
+A trace records the user's frame (`file.py(N): fn`, N its def line) but not the line of the call
+inside it. For an event in frame F this module:
+
+1. gives the event a **class**: when it lies in a library frame that F called (a kept frame whose
+   Python parent is F: numpy, logging, ...), `call:NAME` of that function; else from its outermost
+   op inside F (OP_CLASS: `aten::item` -> `item`, `aten::is_nonzero` -> `truth`, `aten::to` ->
+   `copy`, ...); a runtime call outside any op by its name (`cudaDeviceSynchronize` -> `sync`).
+   Anything else has no class, and no line is claimed.
+2. finds the **segment**: the innermost annotation around the event, inside F, that one
+   `with` of F's body records by name (`with hooks.phase("rollout"):`, `with hooks.iteration(it):`
+   for ProfilerStep#N); else F's whole body and run.
+3. lists the **candidates**: F's call sites in that segment that can make the class
+   (analysis/source_lines.py), and the **events**: every event of that class that F itself made
+   in the segment's interval (its outermost ops not inside a child frame or an optimizer
+   annotation; its direct child frames of that name), in time order.
+4. decides: one candidate line -> that line (when its sites make at most one event each, only if
+   the events are no more than the sites); several -> the k-th event is the k-th site when every
+   site runs once per pass in source order, makes at most one event, the events are exactly as
+   many as the sites, and the count starts where the segment starts (an annotation, or a call
+   entered while tracing); else no line: `in function fn (file.py, defined at line N): candidate
+   lines a, b`.
+
+Assumption (docs/DESIGN.md): an event comes from F's own code or from a call whose frame the trace
+keeps; a read inside torch's own Python code (dropped at load) is taken for F's, so a read made by a
+torch function the user called (not the optimizer, whose annotation marks it, nor
+torch.distributions, whose frames are kept) can be counted as a candidate's. The count checks catch
+it where it adds an event the candidates cannot explain.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..trace.model import Trace
+from .hostops import TORCH_ANNOTATION
+from .source_lines import STEP_SEGMENT, Body, SourceIndex
+from .tree import FrameForest, HostTree
+
+_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
+
+OP_CLASS = {
+    "aten::item": "item", "aten::_local_scalar_dense": "item", "aten::is_nonzero": "truth",
+    "aten::nonzero": "nonzero", "aten::nonzero_static": "nonzero", "aten::argwhere": "nonzero",
+    "aten::where": "nonzero", "aten::masked_select": "masked_select", "aten::index": "index",
+    "aten::index_put_": "index", "aten::to": "copy", "aten::_to_copy": "copy", "aten::copy_": "copy",
+    "cudaDeviceSynchronize": "sync", "hipDeviceSynchronize": "sync", "cuCtxSynchronize": "sync",
+    "cudaStreamSynchronize": "sync", "hipStreamSynchronize": "sync", "cuStreamSynchronize": "sync",
+    "cudaEventSynchronize": "sync", "hipEventSynchronize": "sync", "cuEventSynchronize": "sync",
+}
+
+
+# Frames already running when tracing began all start with the thread's first frame (within a
+# few microseconds: 1.3 us between <module> and train() in tests/data/ours/loops/helper_loop).
+RUNNING_SLACK_US = 50.0
+
+
+@dataclass(frozen=True)
+class LineSite:
+    """Where in frame `file(frame_line): function` an event was made. `line` is None when it
+    cannot be known; `candidates` then lists the lines that could have made it."""
+
+    file: str
+    function: str
+    frame_line: int
+    line: int | None
+    candidates: tuple[int, ...] = ()
+    how: str = "unknown"  # only candidate | order | no source | ambiguous | no candidate
+
+    @property
+    def text(self) -> str:
+        if self.line is not None:
+            return f"{self.file}:{self.line} {self.function}"
+        where = {"defined": f"defined at line {self.frame_line}",
+                 "running": f"at line {self.frame_line} when tracing began",
+                 }.get(self.how_frame, f"frame line {self.frame_line}")
+        head = (f"in module code ({self.file}, {where})" if self.function == "<module>"
+                else f"in function {self.function} ({self.file}, {where})")
+        if self.candidates:
+            return f"{head}: candidate lines {', '.join(map(str, self.candidates))}"
+        return head
+
+    how_frame: str = "unknown"  # defined | running | unknown (no source: the frame line is either)
+
+
+def source_roots(trace: Trace) -> list[Path]:
+    """Where relative file names are looked for: each trace file's folder and its parent (a run
+    folder), then the current directory."""
+    roots: list[Path] = []
+    for p in trace.paths:
+        p = Path(p)
+        folder = p if p.is_dir() else p.parent
+        roots += [folder, folder.parent]
+    return roots + [Path.cwd()]
+
+
+def recorded_at(trace: Trace) -> float | None:
+    """When the trace was written: its oldest file's mtime (None when not known)."""
+    times = []
+    for p in trace.paths:
+        try:
+            p = Path(p)
+            times += [f.stat().st_mtime for f in (p.iterdir() if p.is_dir() else [p]) if f.is_file()]
+        except OSError:
+            continue
+    return min(times) if times else None
+
+
+class Placer:
+    """Line placement for the events of one trace (caches per frame, segment and class)."""
+
+    def __init__(self, trace: Trace, tree: HostTree, forest: FrameForest):
+        self.trace, self.tree, self.forest = trace, tree, forest
+        self.index: SourceIndex = trace.derived(
+            "source_index", lambda t: SourceIndex(source_roots(t), recorded_at(t)))
+        self._events: dict[tuple, np.ndarray] = {}
+        self._py: dict[int, tuple[int, int]] = {}
+        self._torch_ann = np.zeros(len(tree.names), dtype=bool)
+        for i, n in enumerate(tree.names):
+            self._torch_ann[i] = bool(TORCH_ANNOTATION.match(str(n)))
+
+    # -- the event ----------------------------------------------------------------------------
+    def place(self, user: int, inner: int, node: int, name: str, cls: str | None = None,
+              no_class: bool = False) -> LineSite | None:
+        """The line site of an event in user frame `user` (forest position), whose innermost
+        frame is `inner`, host-tree node `node` (-1: none) and name `name` (a runtime call's
+        when it is no node); `cls` forces the class. None when the frame name is not `file(N): fn`."""
+        m = _FRAME.match(str(self.forest.name[user]))
+        if m is None:
+            return None
+        file, line, fn = m["file"], int(m["line"]), m["fn"]
+        body = self.index.body(file, fn, line, self._opens_thread(user))
+        if body is None:
+            return LineSite(file, fn, line, None, (), "no source",
+                            "running" if fn == "<module>" else "unknown")
+        how_frame = "running" if body.running else "defined"
+        at = np.nan  # the event's time among its class's events (its outermost op, or its call's frame)
+        if cls is None and not no_class:
+            cls, at = self.event_class(user, inner, node, name)
+        if cls is None:
+            return LineSite(file, fn, line, None, (), "no candidate", how_frame)
+        seg, lo, hi = self.segment(user, node, body)
+        cands = body.candidates(cls, seg)
+        lines = tuple(sorted({c.line for c in cands}))
+        if not cands:
+            return LineSite(file, fn, line, None, (), "no candidate", how_frame)
+        singles = [c.single[c.segments.index(seg)] and not c.multi for c in cands]
+        if len(lines) == 1:
+            # sites that each make at most one event per pass cannot explain more events than
+            # there are sites: then something else made one
+            if not all(singles) or cls == "sync" or len(self.events(user, cls, lo, hi)) <= len(cands):
+                return LineSite(file, fn, line, lines[0], lines, "only candidate", how_frame)
+            return LineSite(file, fn, line, None, lines, "ambiguous", how_frame)
+        if all(singles) and (seg >= 0 or not body.running) and cls != "sync" and at == at:
+            events = self.events(user, cls, lo, hi)
+            if len(events) == len(cands):
+                k = int(np.searchsorted(events, at, side="left"))
+                if k < len(cands) and events[k] == at:
+                    return LineSite(file, fn, line, cands[k].line, lines, "order", how_frame)
+        return LineSite(file, fn, line, None, lines, "ambiguous", how_frame)
+
+    def _opens_thread(self, user: int) -> bool:
+        """Whether the frame was on the stack when tracing began: it starts with the thread's
+        first recorded frame (Kineto gives such frames the start of tracing and the line they
+        were at, not their def line)."""
+        th = self._thread_of(user)
+        first = float(self.forest.ts[int(self.forest.spans.lo[th])])
+        return float(self.forest.ts[user]) - first <= RUNNING_SLACK_US
+
+    def event_class(self, user: int, inner: int, node: int, name: str) -> tuple[str | None, float]:
+        """(class, time): the event's class and the start of what is counted for it (its call's
+        frame, its outermost op; NaN for a runtime call outside any op)."""
+        child = self._child_of(user, inner)
+        if child == -2:
+            return None, np.nan  # inside a frame whose caller the trace does not keep
+        if child >= 0:
+            m = _FRAME.match(str(self.forest.name[child]))
+            return (f"call:{m['fn']}" if m is not None else None), float(self.forest.ts[child])
+        top = self._top(node) if node >= 0 else -1
+        if top >= 0:
+            return OP_CLASS.get(str(self.tree.names[self.tree.name[top]])), float(self.tree.ts[top])
+        return OP_CLASS.get(name), np.nan
+
+    def _top(self, node: int) -> int:
+        top = int(self.tree.top_op[node])
+        return top if top >= 0 else -1
+
+    def _child_of(self, user: int, inner: int) -> int:
+        """The frame directly under `user` holding the event (-1: none, the event is `user`'s
+        own; -2: one whose Python parent is not `user`)."""
+        if inner < 0 or inner == user:
+            return -1
+        pos = inner
+        while pos >= 0 and int(self.forest.parent[pos]) != user:
+            pos = int(self.forest.parent[pos])
+        if pos < 0:
+            return -2
+        return pos if self._py_ids(pos)[1] == self._py_ids(user)[0] >= 0 else -2
+
+    def _py_ids(self, pos: int) -> tuple[int, int]:
+        """(python id, python parent id) of forest position pos (-1 when not recorded)."""
+        if pos not in self._py:
+            f = self.trace.frames
+            order = self.trace.derived("frame_ts_order", lambda t: np.argsort(t.frames["ts"], kind="stable"))
+            ts = f["ts"][order]
+            i = int(np.searchsorted(ts, self.forest.ts[pos], side="left"))
+            found = (-1, -1)
+            while i < len(ts) and ts[i] == self.forest.ts[pos]:
+                j = order[i]
+                if f["end"][j] == self.forest.end[pos] and f["name"][j] == self.forest.name[pos]:
+                    found = (int(f["python_id"][j]), int(f["python_parent_id"][j]))
+                    break
+                i += 1
+            self._py[pos] = found
+        return self._py[pos]
+
+    # -- the segment --------------------------------------------------------------------------
+    def segment(self, user: int, node: int, body: Body) -> tuple[int, float, float]:
+        """(segment, start, end): the innermost annotation around the node, inside the frame's
+        run, that one annotation `with` of the body records; else (-1, the frame's run)."""
+        f_ts, f_end = float(self.forest.ts[user]), float(self.forest.end[user])
+        t = self.tree
+        n = node
+        while n >= 0 and t.ts[n] >= f_ts:
+            if not t.is_op[n] or t.is_step[n]:
+                key = STEP_SEGMENT if t.is_step[n] else str(t.names[t.name[n]])
+                segs = body.phases.get(key, [])
+                if len(segs) == 1 and self._frame_around(n) == user:
+                    return segs[0], float(t.ts[n]), float(t.end[n])
+            n = int(t.parent[n])
+        return -1, f_ts, f_end
+
+    def _frame_around(self, n: int) -> int:
+        t = self.tree
+        return int(self.forest.enclosing(t.rank[n:n + 1], t.pid[n:n + 1], t.tid[n:n + 1],
+                                         t.ts[n:n + 1], t.end[n:n + 1])[0])
+
+    # -- the events ---------------------------------------------------------------------------
+    def events(self, user: int, cls: str, lo: float, hi: float) -> np.ndarray:
+        """Start times of the events of class cls that frame `user` made itself in [lo, hi]."""
+        key = (user, cls, lo, hi)
+        if key in self._events:
+            return self._events[key]
+        if cls.startswith("call:"):
+            out = self._child_events(user, cls[5:], lo, hi)
+        else:
+            out = self._op_events(user, cls, lo, hi)
+        self._events[key] = out
+        return out
+
+    def _thread_of(self, pos: int) -> int:
+        spans = self.forest.spans
+        return int(np.searchsorted(spans.hi, pos, side="right"))
+
+    def _child_events(self, user: int, fn: str, lo: float, hi: float) -> np.ndarray:
+        th = self._thread_of(user)
+        a, b = int(self.forest.spans.lo[th]), int(self.forest.spans.hi[th])
+        kids = np.flatnonzero(self.forest.parent[a:b] == user) + a
+        kids = kids[(self.forest.ts[kids] >= lo) & (self.forest.end[kids] <= hi)]
+        me = self._py_ids(user)[0]
+        keep = []
+        for k in kids.tolist():
+            m = _FRAME.match(str(self.forest.name[k]))
+            if m is not None and m["fn"] == fn and self._py_ids(k)[1] == me >= 0:
+                keep.append(float(self.forest.ts[k]))
+        return np.sort(np.asarray(keep, dtype=float))
+
+    def _op_events(self, user: int, cls: str, lo: float, hi: float) -> np.ndarray:
+        t = self.tree
+        th = self._thread_of(user)
+        key = self._thread_key(th)
+        if key not in t.threads:
+            return np.empty(0)
+        a, b = t.threads[key]
+        nodes = np.arange(a, b)
+        nodes = nodes[(t.ts[a:b] >= lo) & (t.end[a:b] <= hi)]
+        nodes = nodes[t.is_op[nodes] & ~t.is_step[nodes] & (t.top_op[nodes] == nodes)]
+        names = t.names[t.name[nodes]] if len(nodes) else np.empty(0, dtype=object)
+        nodes = nodes[np.array([OP_CLASS.get(str(n)) == cls for n in names], dtype=bool)]
+        if not len(nodes):
+            return np.empty(0)
+        inner = self.forest.enclosing(t.rank[nodes], t.pid[nodes], t.tid[nodes], t.ts[nodes], t.end[nodes])
+        nodes = nodes[inner == user]
+        keep = [n for n in nodes.tolist() if not self._under_torch_annotation(n)]
+        return np.sort(t.ts[np.asarray(keep, dtype=np.int64)]) if keep else np.empty(0)
+
+    def _thread_key(self, th: int) -> tuple[int, int, int]:
+        spans = self.forest.spans
+        return (int(spans.rank[th]), int(spans.pid[th]), int(spans.tid[th]))
+
+    def _under_torch_annotation(self, n: int) -> bool:
+        t = self.tree
+        while n >= 0:
+            if self._torch_ann[t.name[n]]:
+                return True
+            n = int(t.parent[n])
+        return False

@@ -1,0 +1,165 @@
+"""Line-level sites (analysis/line_sites.py, analysis/source_lines.py) on two loops written the way
+users write them, instrumented as docs/trainer.md says and recorded in full mode on the CPU
+(tests/data/ours/loops/, SOURCES.md): every planted read on its own line, two reads in one
+function two sites, a read whose line the trace cannot tell named by its function and candidate
+lines, and no line at all where the source is not found."""
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from goodhart_prof.analysis.source_lines import find_body
+from goodhart_prof.analysis.syncs import sync_points
+from goodhart_prof.trace.load import load
+
+LOOPS = Path(__file__).parent / "data" / "ours" / "loops"
+
+
+def _line_of(source: str, text: str) -> int:
+    """The one line of `source` holding `text` (so the tests follow the loops' own source)."""
+    hits = [i for i, line in enumerate(source.splitlines(), 1) if text in line]
+    assert len(hits) == 1, (text, hits)
+    return hits[0]
+
+
+def _sites(trace_path: Path) -> Counter:
+    points = sync_points(load(trace_path))
+    return Counter(zip(points["kind"], points["site"]))
+
+
+@pytest.fixture(scope="module")
+def script_sites() -> Counter:
+    return _sites(LOOPS / "script_loop.pt.trace.json.gz")
+
+
+@pytest.fixture(scope="module")
+def helper_sites() -> Counter:
+    return _sites(LOOPS / "helper_loop.pt.trace.json.gz")
+
+
+def test_script_loop_every_read_on_its_own_line(script_sites):
+    src = (LOOPS / "script_loop.py").read_text()
+    at = lambda text: f"script_loop.py:{_line_of(src, text)} <module>"  # noqa: E731
+    # two traced iterations: each planted read twice; print(tensor) reads 3 item + 5 truth each
+    assert script_sites == Counter({
+        ("item", at("first_action = actions[0].item()")): 2,
+        ("item", at("loss_value = loss.item()")): 2,
+        ("item", at("grad_norm = model[0].weight.grad.norm().item()")): 2,
+        ("nonzero", at("chosen = (actions == first_action).nonzero()")): 2,
+        ("is_nonzero", at("if (rewards > 0.99).any():")): 2,
+        ("item", at("print(loss.detach())")): 6,
+        ("is_nonzero", at("print(loss.detach())")): 10,
+    })
+    # the frame's own line (where tracing began, `with hooks.iteration(it):`) is never a site
+    assert not any(site == at("with hooks.iteration(it):") for _, site in script_sites)
+
+
+def test_helper_loop_two_reads_in_one_function_are_two_sites(helper_sites):
+    src = (LOOPS / "helper_loop.py").read_text()
+    at = lambda text, fn: f"helper_loop.py:{_line_of(src, text)} {fn}"  # noqa: E731
+    assert helper_sites[("item", at("mean = values.mean().item()", "stats"))] == 2
+    assert helper_sites[("item", at("top = values.max().item()", "stats"))] == 2
+    assert helper_sites[("is_nonzero", at("if bool(loss > 100):", "update"))] == 2
+    # train() was running when tracing began (its frame names line 51, not its def): the phases'
+    # annotations still place its reads
+    assert helper_sites[("nonzero", at("best = (rewards > 0.5).nonzero()", "train"))] == 2
+    assert helper_sites[("item", at("print(loss.detach())", "train"))] == 6
+
+
+def test_helper_loop_read_in_a_loop_names_the_function_and_claims_no_line(helper_sites):
+    src = (LOOPS / "helper_loop.py").read_text()
+    loop_read, last_read = _line_of(src, "out.append(v.item())"), _line_of(src, "out.append(values.sum().item())")
+    def_line = _line_of(src, "def log_each(values):")
+    undetermined = (f"in function log_each (helper_loop.py, defined at line {def_line}): "
+                    f"candidate lines {loop_read}, {last_read}")
+    # 3 reads in the loop and 1 after it per call, 2 calls: the order cannot tell them apart
+    assert helper_sites[("item", undetermined)] == 8
+    assert not any(site.startswith("helper_loop.py:") and site.endswith(" log_each")
+                   for _, site in helper_sites)
+    # every site names a line of a planted read or says it cannot
+    for _, site in helper_sites:
+        assert site.startswith(("helper_loop.py:", "in function log_each")), site
+
+
+def test_missing_source_names_the_function_and_no_line(tmp_path, monkeypatch):
+    shutil.copy(LOOPS / "helper_loop.pt.trace.json.gz", tmp_path / "helper_loop.pt.trace.json.gz")
+    monkeypatch.chdir(tmp_path)  # neither beside the trace nor in the current directory
+    sites = _sites(tmp_path / "helper_loop.pt.trace.json.gz")
+    assert sites[("item", "in function stats (helper_loop.py, frame line 21)")] == 4
+    assert sites[("nonzero", "in function train (helper_loop.py, frame line 51)")] == 2
+    assert not any(":" in site.split(" ")[0] for _, site in sites), sites
+
+
+def _changed_copy(tmp_path, monkeypatch, edited_after: bool) -> Counter:
+    """The loop's trace beside its source with one line added at the top."""
+    shutil.copy(LOOPS / "helper_loop.pt.trace.json.gz", tmp_path / "helper_loop.pt.trace.json.gz")
+    src = tmp_path / "helper_loop.py"
+    src.write_text("# a line added since the trace was recorded\n" + (LOOPS / "helper_loop.py").read_text())
+    trace_mtime = (tmp_path / "helper_loop.pt.trace.json.gz").stat().st_mtime
+    shift = 3600 if edited_after else -3600
+    os.utime(src, (trace_mtime + shift, trace_mtime + shift))
+    monkeypatch.chdir(tmp_path)
+    return _sites(tmp_path / "helper_loop.pt.trace.json.gz")
+
+
+def test_source_edited_after_the_trace_claims_no_line(tmp_path, monkeypatch):
+    sites = _changed_copy(tmp_path, monkeypatch, edited_after=True)
+    assert sites[("item", "in function stats (helper_loop.py, frame line 21)")] == 4
+    assert not any(site.startswith("helper_loop.py:") for _, site in sites), sites
+
+
+def test_changed_source_fails_the_frame_checks(tmp_path, monkeypatch):
+    """With an mtime older than the trace, the shifted file fails the frame checks: no `def stats`
+    on line 21, no `def update` on line 35, so the functions entered while tracing claim no line.
+    (train(), running when tracing began, is checked only by its line making a call: line 51 is
+    now `for it in range(total):`, which does; the mtime check above is what guards it.)"""
+    sites = _changed_copy(tmp_path, monkeypatch, edited_after=False)
+    assert sites[("item", "in function stats (helper_loop.py, frame line 21)")] == 4
+    assert sites[("is_nonzero", "in function update (helper_loop.py, frame line 35)")] == 2
+    assert not any(site.startswith("helper_loop.py:") and not site.endswith(" train")
+                   for _, site in sites), sites
+
+
+def _body(code: str, fn: str, line: int):
+    return find_body(ast.parse(code), fn, line, running=False)
+
+
+def test_sites_in_loops_branches_and_nested_functions_are_not_single():
+    code = ("def f(x, xs):\n"            # 1
+            "    a = x.item()\n"          # 2
+            "    for y in xs:\n"          # 3
+            "        y.item()\n"          # 4
+            "    if a:\n"                 # 5
+            "        x.item()\n"          # 6
+            "    def g():\n"              # 7
+            "        return x.item()\n"   # 8
+            "    return [z.item() for z in xs]\n")  # 9
+    body = _body(code, "f", 1)
+    items = body.candidates("item", -1)
+    assert [(s.line, s.single[0]) for s in items] == [(2, True), (4, False), (6, False), (9, False)]
+    assert [s.line for s in body.candidates("truth", -1)] == [5]  # `if a:`
+    assert _body(code, "f", 2) is None  # no `def f` on line 2: the source does not match
+    assert find_body(ast.parse(code), "f", 4, running=True).running  # running inside f at line 4
+    assert find_body(ast.parse(code), "f", 8, running=True) is None  # line 8 is g's code
+
+
+def test_phase_withs_are_segments():
+    code = ("def train(hooks, t):\n"
+            "    with hooks.iteration(0):\n"
+            "        with hooks.phase('rollout'):\n"
+            "            t.item()\n"
+            "        with hooks.phase('logging'):\n"
+            "            print(t)\n")
+    body = _body(code, "train", 1)
+    assert set(body.phases) == {"ProfilerStep", "rollout", "logging"}
+    (rollout,) = body.phases["rollout"]
+    (logging,) = body.phases["logging"]
+    assert [s.line for s in body.candidates("item", rollout)] == [4]
+    assert [s.line for s in body.candidates("item", logging)] == [6]  # print(t) can read
+    assert [s.line for s in body.candidates("item", -1)] == [4, 6]
+    assert _body("def f(t):\n    print('constant')\n", "f", 1).candidates("item", -1) == []
