@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, comm_arg_table
-from .intervals import covered_before, group_totals, merge_intervals, thread_groups
+from .intervals import covered_before, exact_sums, merge_intervals, thread_groups, tuple_codes
 
 if TYPE_CHECKING:
     from .stragglers import Ranks
@@ -339,41 +339,57 @@ def collective_table(kernels: pd.DataFrame) -> pd.DataFrame:
     unknown for any or mixed), size_source and group_source (the kernels' sources, `+`-joined)."""
     if kernels.empty:
         return pd.DataFrame(columns=COLLECTIVE_COLUMNS)
-    k = kernels.assign(kind=pd.Categorical(kernels["kind"], categories=KINDS))
-    out = group_totals(k, ["rank", "device", "kind"])
-    sized = k["bytes"].notna().to_numpy()
-    bus = k["bytes"].to_numpy() * bus_factor(k["kind"].astype(str).to_numpy(), k["group_size"])
-    wait = k["wait_us"].to_numpy(float) if "wait_us" in k else np.full(len(k), np.nan)
-    net = sized & np.isfinite(bus) & ~np.isnan(wait)
-    k = k.assign(sized=sized, sized_dur=np.where(sized, k["dur"], 0.0),
-                 bus_bytes=np.where(sized & np.isfinite(bus), bus, 0.0),
-                 bus_dur=np.where(sized & np.isfinite(bus), k["dur"], 0.0),
-                 b=np.where(sized, k["bytes"], 0.0), waited=np.nan_to_num(wait),
-                 matched=~np.isnan(wait), net_bytes=np.where(net, bus, 0.0),
-                 net_dur=np.where(net, k["dur"] - np.nan_to_num(wait), 0.0))
-    sums = k.groupby(["rank", "device", "kind"], observed=True)[
-        ["sized", "b", "sized_dur", "bus_bytes", "bus_dur", "waited", "matched", "net_bytes",
-         "net_dur"]].sum().reset_index()
-    out = out.merge(sums, on=["rank", "device", "kind"], how="left")
-    out["sized_count"] = out["sized"].astype(np.int64)
-    out["bytes"] = out["b"].where(out["sized_count"] > 0)
-    # bytes per us -> GB/s: x 1e6 / 1e9
-    out["algbw_gbps"] = (out["b"] / out["sized_dur"] / 1e3).where(out["sized_dur"] > 0)
-    out["busbw_gbps"] = (out["bus_bytes"] / out["bus_dur"] / 1e3).where(out["bus_dur"] > 0)
-    out["wait_us"] = out["waited"].where(out["matched"] > 0)
-    out["arrived_busbw_gbps"] = (out["net_bytes"] / out["net_dur"] / 1e3).where(out["net_dur"] > 0)
-    out["kind"] = out["kind"].astype(str)
-    keys = ["rank", "device", "kind"]
-    k = k.assign(kind=k["kind"].astype(str))
-    groups = k.groupby(keys)["group_size"].agg(lambda g: g.iloc[0] if g.notna().all() and g.nunique() == 1
-                                               else np.nan).rename("group_size")
-    sources = [k.groupby(keys)[c].agg(_sources).rename(c) for c in ("size_source", "group_source")]
-    out = out.merge(pd.concat([groups, *sources], axis=1).reset_index(), on=keys, how="left")
-    return out.sort_values(["rank", "device", "total_us"], ascending=[True, True, False],
-                           ignore_index=True)[COLLECTIVE_COLUMNS]
+    rank, device = kernels["rank"].to_numpy(), kernels["device"].to_numpy()
+    kind = kernels["kind"].to_numpy(dtype=object).astype(str)
+    # groups numbered in order of first appearance (ties of the final sort keep that order)
+    code = tuple_codes(rank, device, kind)
+    _, first, lexical = np.unique(code, return_index=True, return_inverse=True)
+    appearance = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+    group = appearance[lexical.ravel()]
+    n = len(first)
+    at = np.sort(first)  # each group's first row, groups in appearance order
+    dur = kernels["dur"].to_numpy(float)
+    size = kernels["bytes"].to_numpy(float)
+    sized = ~np.isnan(size)
+    bus = size * bus_factor(kind, kernels["group_size"])
+    wait = kernels["wait_us"].to_numpy(float) if "wait_us" in kernels else np.full(len(kernels), np.nan)
+    matched = ~np.isnan(wait)
+    on_bus = sized & np.isfinite(bus)
+    net = on_bus & matched
+    sums = exact_sums(group, n, total=dur, b=np.where(sized, size, 0.0), sized_dur=np.where(sized, dur, 0.0),
+                      bus_bytes=np.where(on_bus, bus, 0.0), bus_dur=np.where(on_bus, dur, 0.0),
+                      waited=np.nan_to_num(wait), net_bytes=np.where(net, bus, 0.0),
+                      net_dur=np.where(net, dur - np.nan_to_num(wait), 0.0))
+    sized_count = np.bincount(group, weights=sized, minlength=n).astype(np.int64)
+    n_matched = np.bincount(group, weights=matched, minlength=n)
+    with np.errstate(divide="ignore", invalid="ignore"):  # bytes per us -> GB/s: x 1e6 / 1e9
+        ratio = lambda a, b: np.where(b > 0, a / b / 1e3, np.nan)  # noqa: E731
+        out = pd.DataFrame({
+            "rank": rank[at], "device": device[at], "kind": kind[at].astype(object),
+            "count": np.bincount(group, minlength=n).astype(np.int64), "total_us": sums["total"],
+            "sized_count": sized_count, "bytes": np.where(sized_count > 0, sums["b"], np.nan),
+            "algbw_gbps": ratio(sums["b"], sums["sized_dur"]),
+            "busbw_gbps": ratio(sums["bus_bytes"], sums["bus_dur"]),
+            "wait_us": np.where(n_matched > 0, sums["waited"], np.nan),
+            "arrived_busbw_gbps": ratio(sums["net_bytes"], sums["net_dur"])})
+    order = np.argsort(group, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(group, minlength=n))]
+    group_size = kernels["group_size"].to_numpy(float)[order]
+    src = {c: kernels[c].to_numpy(dtype=object)[order] for c in ("size_source", "group_source")}
+    sizes, sources = [], {c: [] for c in src}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        g = group_size[a:b]
+        sizes.append(g[0] if not np.isnan(g).any() and (g == g[0]).all() else np.nan)
+        for c, values in src.items():
+            sources[c].append(_sources(values[a:b]))
+    out["group_size"] = np.asarray(sizes, dtype=float)
+    for c, values in sources.items():
+        out[c] = pd.Series(values, dtype=object)
+    rank_order = np.lexsort((-out["total_us"].to_numpy(), out["device"].to_numpy(), out["rank"].to_numpy()))
+    return out.take(rank_order).reset_index(drop=True)[COLLECTIVE_COLUMNS]
 
 
-def _sources(values: pd.Series) -> "str | None":
+def _sources(values) -> "str | None":
     """The distinct non-null sources of a group's kernels, `+`-joined (None: none)."""
     found = sorted({v for v in values if v is not None and v == v})
     return "+".join(found) if found else None
@@ -388,11 +404,11 @@ def site_table(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
     node = kernels["launch_node"].to_numpy()
     site = np.full(len(kernels), "(no host call)", dtype=object)
     has = node >= 0
-    if has.any():
+    if has.any():  # each launching op's site found and trimmed once
         uniq, inverse = np.unique(node[has], return_inverse=True)
-        site[has] = np.asarray(op_sites(trace, host_tree(trace).row[uniq]), dtype=object)[inverse]
-    k = pd.DataFrame({"kind": kernels["kind"].to_numpy(), "site": [_trim(x) for x in site],
-                      "dur": kernels["dur"].to_numpy()})
+        found = [_trim(x) for x in op_sites(trace, host_tree(trace).row[uniq])]
+        site[has] = np.asarray(found, dtype=object)[inverse.ravel()]
+    k = pd.DataFrame({"kind": kernels["kind"].to_numpy(), "site": site, "dur": kernels["dur"].to_numpy()})
     out = k.groupby(["kind", "site"], as_index=False).agg(count=("dur", "size"), total_us=("dur", "sum"))
     return out.sort_values("total_us", ascending=False, ignore_index=True)[SITE_COLUMNS]
 
