@@ -1,7 +1,9 @@
 """Sites: where a host event happened, in the words the reports use.
 
 With Python stacks (`python_function` events on the thread), a site is the innermost user-code
-frame around the event, as `file.py:line fn`; otherwise (or when no user frame holds it) the chain
+frame around the event, at the line of the call that made the event where the frame's source
+establishes it (`file.py:line fn`; analysis/line_sites.py), else naming the function and no line
+(`in function fn (file.py, defined at line N): candidate lines a, b`); otherwise (or when no user frame holds it) the chain
 of enclosing annotations and ops on the thread from the host call tree (analysis/tree/),
 outermost first, ending with the event itself, without the `ProfilerStep#N` element so that
 sites add up across iterations. An event seen only on the device (no host call in the trace) is

@@ -47,8 +47,10 @@ _RECORDED_BY = {"run": "goodhart-prof run (lite mode)", "hooks": "goodhart-prof 
 def _fix(how: str, advice: str) -> str:
     if how != "other":
         return (f"Record again with {advice}: Python stacks (with shapes and memory) make every "
-                "site the file:line of the code that made it.")
-    return (f"Profile with {advice}, so each site is the file:line of the user's code; stacks "
+                "site the function that made it, and its file:line where the source can be read "
+                "beside the trace or in the current directory.")
+    return (f"Profile with {advice}, so each site names the user's function, and its file:line "
+            "where the source can be read beside the trace or in the current directory; stacks "
             "cost a few microseconds per op, so trace a few iterations.")
 
 
