@@ -167,6 +167,8 @@ def rank_iterations(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
                      "compute_us": float((ke - ks).sum()), "comm_us": comm_us,
                      "exposed_us": comm_us - overlapped, "wait_us": 0.0, "last_count": 0})
     out = pd.DataFrame(rows, columns=RANK_COLUMNS)
+    if not out.duplicated(["iteration", "rank"]).any():  # one device per rank: nothing to add up
+        return out.sort_values(["iteration", "rank"], ignore_index=True)
     # a rank with several devices: its devices' figures add up
     return out.groupby(["iteration", "rank"], as_index=False).agg(
         step_us=("step_us", "first"), compute_us=("compute_us", "sum"), comm_us=("comm_us", "sum"),
