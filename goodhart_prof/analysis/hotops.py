@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import exact_sums
+from .intervals import exact_sums, tuple_codes
 from .tree import host_tree
 
 COLUMNS = ["name", "calls", "self_us", "total_us", "self_pct", "total_pct"]
@@ -61,16 +61,18 @@ def host_us(table: pd.DataFrame) -> float:
 
 def _outermost_of_name(tree, ops: np.ndarray) -> np.ndarray:
     """Whether each op call is not held by an earlier call of the same name on its thread (the
-    tree order sorts a thread's nodes by start, longer first, so a holder comes before)."""
-    frame = pd.DataFrame({"rank": tree.rank[ops], "pid": tree.pid[ops], "tid": tree.tid[ops],
-                          "name": tree.name[ops], "end": tree.end[ops], "pos": np.arange(len(ops))})
-    frame = frame.sort_values(["rank", "pid", "tid", "name", "pos"], kind="stable")
-    keys = ["rank", "pid", "tid", "name"]
-    reach = frame.groupby(keys, sort=False)["end"].cummax()
-    before = reach.groupby([frame[k] for k in keys], sort=False).shift(1)
-    held = (frame["end"] <= before).to_numpy()  # NaN (the first of its name) compares False
+    tree order sorts a thread's nodes by start, longer first, so a holder comes before): its end
+    is later than every earlier same-name call's on the thread. One running maximum over dense
+    codes of (group, end), whose codes rise from group to group, serves every group at once."""
+    keys = (tree.rank[ops], tree.pid[ops], tree.tid[ops], tree.name[ops])
+    order = np.lexsort((np.arange(len(ops)),) + keys[::-1])  # by thread and name, then tree order
+    group = tuple_codes(*(k[order] for k in keys))
+    code = tuple_codes(group, tree.end[ops][order])
+    reach = np.maximum.accumulate(code)
+    held = np.zeros(len(ops), dtype=bool)
+    held[1:] = (group[1:] == group[:-1]) & (code[1:] <= reach[:-1])
     out = np.ones(len(ops), dtype=bool)
-    out[frame["pos"].to_numpy()[held]] = False
+    out[order[held]] = False
     return out
 
 
