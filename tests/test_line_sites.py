@@ -163,3 +163,40 @@ def test_phase_withs_are_segments():
     assert [s.line for s in body.candidates("item", logging)] == [6]  # print(t) can read
     assert [s.line for s in body.candidates("item", -1)] == [4, 6]
     assert _body("def f(t):\n    print('constant')\n", "f", 1).candidates("item", -1) == []
+
+
+DIST_LOOP = '''import torch
+
+
+def policy_step(net, x):
+    logits = net(x)
+    dist = torch.distributions.Categorical(logits=logits)
+    action = dist.sample()
+    return -dist.log_prob(action).mean()
+'''
+
+
+def test_torch_distributions_reads_name_the_calling_line(tmp_path):
+    """A read inside torch.distributions (frames kept) is put on the user's call of it: the one
+    `log_prob` call is a line; `Categorical(...)`, seen as `__init__`, names no call: no line."""
+    import importlib.util
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+    (tmp_path / "distloop.py").write_text(DIST_LOOP)
+    spec = importlib.util.spec_from_file_location("distloop", tmp_path / "distloop.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    net, x = torch.nn.Linear(4, 3), torch.randn(8, 4)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        for i in range(2):
+            with record_function(f"ProfilerStep#{i}"):
+                mod.policy_step(net, x)
+    prof.export_chrome_trace(str(tmp_path / "dist.json"))
+    sites = _sites(tmp_path / "dist.json")
+    path = str(tmp_path / "distloop.py")
+    log_prob_at = f"(called at {path}:{_line_of(DIST_LOOP, 'dist.log_prob(action)')} policy_step)"
+    init_at = f"(called at function policy_step ({path}, defined at line 4))"
+    assert sum(n for (kind, site), n in sites.items() if site.endswith(log_prob_at)) == 2
+    assert sum(n for (kind, site), n in sites.items() if site.endswith(init_at)) == 2
+    assert all(site.startswith("torch: torch/distributions/") for _, site in sites), sites
