@@ -144,18 +144,29 @@ class HostTree:
     def chain(self, node: int, skip: "re.Pattern[str] | None" = STEP) -> tuple[str, ...]:
         """Names of the node's ancestors and the node, outermost first (without names that
         `skip` matches: ProfilerStep#N, so that chains add up across iterations)."""
-        cache = self.__dict__.setdefault("_chains", {})
+        cache = self.__dict__.setdefault("_chains", {}).setdefault(skip, {})
         todo = []
         while node >= 0 and node not in cache:
             todo.append(node)
             node = int(self.parent[node])
         chain = cache[node] if node >= 0 else ()
+        if not todo:
+            return chain
+        names, skipped = self._chain_names(skip)
         for p in reversed(todo):
-            name = str(self.names[self.name[p]])
-            if skip is None or not skip.match(name):
-                chain = chain + (name,)
+            code = self.name[p]
+            if not skipped[code]:
+                chain = chain + (names[code],)
             cache[p] = chain
         return chain
+
+    def _chain_names(self, skip: "re.Pattern[str] | None") -> tuple[list[str], list[bool]]:
+        """Each name code's text and whether `skip` matches it, found once per pattern."""
+        per = self.__dict__.setdefault("_chain_names_by", {})
+        if skip not in per:
+            names = [str(n) for n in self.names]
+            per[skip] = (names, [skip is not None and bool(skip.match(n)) for n in names])
+        return per[skip]
 
     def _levels(self) -> list[np.ndarray]:
         cached = self.__dict__.get("_by_level")
