@@ -119,9 +119,7 @@ class Placer:
             "source_index", lambda t: SourceIndex(source_roots(t), recorded_at(t)))
         self._events: dict[tuple, np.ndarray] = {}
         self._py: dict[int, tuple[int, int]] = {}
-        self._torch_ann = np.zeros(len(tree.names), dtype=bool)
-        for i, n in enumerate(tree.names):
-            self._torch_ann[i] = bool(TORCH_ANNOTATION.match(str(n)))
+        self._torch_ann: np.ndarray | None = None  # per tree name code: an optimizer annotation
 
     # -- the event ----------------------------------------------------------------------------
     def place(self, user: int, inner: int, node: int, name: str, cls: str | None = None,
@@ -258,9 +256,9 @@ class Placer:
 
     def _child_events(self, user: int, fn: str, lo: float, hi: float) -> np.ndarray:
         th = self._thread_of(user)
-        a, b = int(self.forest.spans.lo[th]), int(self.forest.spans.hi[th])
+        a, b = _window(self.forest.ts, int(self.forest.spans.lo[th]), int(self.forest.spans.hi[th]), lo, hi)
         kids = np.flatnonzero(self.forest.parent[a:b] == user) + a
-        kids = kids[(self.forest.ts[kids] >= lo) & (self.forest.end[kids] <= hi)]
+        kids = kids[self.forest.end[kids] <= hi]
         me = self._py_ids(user)[0]
         keep = []
         for k in kids.tolist():
@@ -275,9 +273,9 @@ class Placer:
         key = self._thread_key(th)
         if key not in t.threads:
             return np.empty(0)
-        a, b = t.threads[key]
+        a, b = _window(t.ts, *t.threads[key], lo, hi)
         nodes = np.arange(a, b)
-        nodes = nodes[(t.ts[a:b] >= lo) & (t.end[a:b] <= hi)]
+        nodes = nodes[t.end[a:b] <= hi]
         nodes = nodes[t.is_op[nodes] & ~t.is_step[nodes] & (t.top_op[nodes] == nodes)]
         names = t.names[t.name[nodes]] if len(nodes) else np.empty(0, dtype=object)
         nodes = nodes[np.array([OP_CLASS.get(str(n)) == cls for n in names], dtype=bool)]
@@ -294,8 +292,16 @@ class Placer:
 
     def _under_torch_annotation(self, n: int) -> bool:
         t = self.tree
+        if self._torch_ann is None:
+            self._torch_ann = np.array([bool(TORCH_ANNOTATION.match(str(x))) for x in t.names], dtype=bool)
         while n >= 0:
             if self._torch_ann[t.name[n]]:
                 return True
             n = int(t.parent[n])
         return False
+
+
+def _window(ts: np.ndarray, a: int, b: int, lo: float, hi: float) -> tuple[int, int]:
+    """The rows a..b of one thread (start order) that start within [lo, hi]."""
+    return (a + int(np.searchsorted(ts[a:b], lo, side="left")),
+            a + int(np.searchsorted(ts[a:b], hi, side="right")))

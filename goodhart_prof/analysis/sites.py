@@ -171,12 +171,22 @@ def _annotation_call(tree, node: int) -> str | None:
 
 
 def _user_frame_at(nest: FrameForest, pos: int) -> int:
-    """Position of the first user-code frame walking out from frame pos (-1: none)."""
+    """Position of the first user-code frame walking out from frame pos (-1: none; answers
+    cached on the nest)."""
+    cache = nest.__dict__.setdefault("user_frames", {})
+    todo, found = [], -1
     while pos >= 0:
+        if pos in cache:
+            found = cache[pos]
+            break
+        todo.append(pos)
         if user_site(nest.name[pos]) is not None:
-            return pos
+            found = pos
+            break
         pos = int(nest.parent[pos])
-    return -1
+    for p in todo:
+        cache[p] = found
+    return found
 
 
 def _user_frame(nest: FrameForest, pos: int) -> str | None:
