@@ -207,9 +207,11 @@ class Placer:
             ts = f["ts"][order]
             i = int(np.searchsorted(ts, self.forest.ts[pos], side="left"))
             found = (-1, -1)
+            thread = self._thread_key(self._thread_of(pos))
             while i < len(ts) and ts[i] == self.forest.ts[pos]:
                 j = order[i]
-                if f["end"][j] == self.forest.end[pos] and f["name"][j] == self.forest.name[pos]:
+                if (f["end"][j] == self.forest.end[pos] and f["name"][j] == self.forest.name[pos]
+                        and (int(f["rank"][j]), int(f["pid"][j]), int(f["tid"][j])) == thread):
                     found = (int(f["python_id"][j]), int(f["python_parent_id"][j]))
                     break
                 i += 1
