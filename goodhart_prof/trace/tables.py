@@ -154,15 +154,17 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
             gpu_stream[missing] = [stream_from_tid(xs[i].tid) for i in gpu_rows[missing].tolist()]
         stream[gpu_rows] = gpu_stream
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
-    op_rows = np.flatnonzero(np.asarray(cat == "cpu_op"))
+    is_op = np.asarray(cat == "cpu_op")
+    op_rows = np.flatnonzero(is_op)
     op_args = [args[i] for i in op_rows.tolist()]
     # `nccl:*` annotations record the collective's tensor (shape and type) where
     # record_param_comms records no size (2023-era c10d): typed and shaped like the ops.
-    calls = comm_calls(name, cat)
-    typed_rows = np.union1d(op_rows, calls)
+    is_call = np.zeros(n, dtype=bool)
+    is_call[comm_calls(name, cat)] = True
+    typed_rows = op_rows if not (is_call & ~is_op).any() else np.flatnonzero(is_op | is_call)
     typed_args = op_args if len(typed_rows) == len(op_rows) else [args[i] for i in typed_rows.tolist()]
     type_codes, type_labels = raw_labels(typed_args, typed_rows, n, INPUT_TYPES, type_label)
-    shaped = is_shaped(name, typed_rows) | np.isin(typed_rows, calls)
+    shaped = is_shaped(name, typed_rows) | is_call[typed_rows]
     shaped_rows, shaped_args = typed_rows[shaped], list(compress(typed_args, shaped))
     dims_codes, dims_labels = raw_labels(shaped_args, shaped_rows, n, INPUT_DIMS, dims_label)
     concrete_codes, concrete_labels = raw_labels(shaped_args, shaped_rows, n, CONCRETE_INPUTS, concrete_label)
