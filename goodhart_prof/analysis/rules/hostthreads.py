@@ -14,8 +14,9 @@ elementwise op (whose output is as large as its largest input, so a tiny output 
 inputs), the host memory it allocated inside its own span (profile_memory). A reduction's small
 output says nothing about its input, so other ops are not judged by their allocations.
 
-Only CPU-only ranks are judged: on a rank with GPU activity a host op's time is its dispatch and
-launch, and waits there are the sync and idle rules' business.
+Only CPU-only ranks and compute ops (`aten::`) are judged: on a rank with GPU activity a host op's
+time is its dispatch and launch, and waits there are the sync and idle rules' business; a
+collective on a tiny tensor (`c10d::allreduce_` over gloo) waits for the other ranks.
 """
 from __future__ import annotations
 
@@ -71,7 +72,9 @@ def _tiny_calls(ctx: Context) -> pd.DataFrame | NotJudged:
     limit = SLOW_TINY_OPS.limit("tiny_bytes")
     nodes = np.flatnonzero(ops)
     shape = pd.Series(pd.NA, index=nodes, dtype=object)
-    # 1. recorded input dims (4 bytes an element: fp32, the CPU default)
+    # 1. recorded input dims (4 bytes an element: fp32, the CPU default), of compute ops only: a
+    # collective (c10d::*, gloo) on a tiny tensor waits for the other ranks, not for a core
+    dims = dims[ev["name"].loc[dims.index].astype(str).str.startswith("aten::").to_numpy()]
     for text, idx in dims.dropna().groupby(dims.dropna().astype(str), observed=True).groups.items():
         n = _numels(text)
         if n is not None and max(n) * 4 <= limit:
