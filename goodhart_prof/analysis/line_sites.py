@@ -119,6 +119,7 @@ class Placer:
             "source_index", lambda t: SourceIndex(source_roots(t), recorded_at(t)))
         self._events: dict[tuple, np.ndarray] = {}
         self._py: dict[int, tuple[int, int]] = {}
+        self._around: dict[int, int] = {}
         self._torch_ann: np.ndarray | None = None  # per tree name code: an optimizer annotation
 
     # -- the event ----------------------------------------------------------------------------
@@ -235,9 +236,14 @@ class Placer:
         return -1, f_ts, f_end
 
     def _frame_around(self, n: int) -> int:
+        """The innermost frame holding all of node n (cached: the same annotations recur)."""
+        if n in self._around:
+            return self._around[n]
         t = self.tree
-        return int(self.forest.enclosing(t.rank[n:n + 1], t.pid[n:n + 1], t.tid[n:n + 1],
-                                         t.ts[n:n + 1], t.end[n:n + 1])[0])
+        found = int(self.forest.enclosing(t.rank[n:n + 1], t.pid[n:n + 1], t.tid[n:n + 1],
+                                          t.ts[n:n + 1], t.end[n:n + 1])[0])
+        self._around[n] = found
+        return found
 
     # -- the events ---------------------------------------------------------------------------
     def events(self, user: int, cls: str, lo: float, hi: float) -> np.ndarray:

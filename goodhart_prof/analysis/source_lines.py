@@ -147,17 +147,25 @@ def _first_line(node: ast.AST) -> int:
     return min([node.lineno] + [d.lineno for d in decos])
 
 
+def _scopes(tree: ast.Module) -> list[ast.AST]:
+    """The file's `def`s and `class`es, found once per parsed file."""
+    found = tree.__dict__.get("_goodhart_scopes")
+    if found is None:
+        found = tree.__dict__["_goodhart_scopes"] = [
+            n for n in ast.walk(tree) if isinstance(n, (*_DEFS, ast.ClassDef))]
+    return found
+
+
 def find_body(tree: ast.Module, function: str, line: int, running: bool = True) -> Body | None:
     if function == "<module>":
         if not running and line != 1:
             return None  # module code entered while tracing (an import) starts at line 1
-        if line < 1 or any(_first_line(n) < line <= n.end_lineno for n in ast.walk(tree)
-                           if isinstance(n, (*_DEFS, ast.ClassDef))):
+        if line < 1 or any(_first_line(n) < line <= n.end_lineno for n in _scopes(tree)):
             return None  # the module frame's line must lie in module code
         if running and not _calls_at(tree.body, line):
             return None  # it was running a call on that line: the source changed
         return _collect(Body(function, None, True), tree.body)
-    defs = [n for n in ast.walk(tree) if isinstance(n, _DEFS) and n.name == function]
+    defs = [n for n in _scopes(tree) if isinstance(n, _DEFS) and n.name == function]
     exact = [n for n in defs if _first_line(n) == line]
     if len(exact) == 1:
         return _collect(Body(function, _first_line(exact[0]), False), exact[0].body)
