@@ -13,11 +13,11 @@ RULES_DIR = Path(__file__).resolve().parents[1] / "goodhart_prof" / "analysis" /
 
 
 def test_every_rule_is_declared_with_reasons():
-    assert len(BY_ID) == len(RULES) == 19
+    assert len(BY_ID) == len(RULES) == 20
     assert set(ZOO_RULES) <= set(BY_ID)
     families = {r.family for r in RULES}
     assert families == {"syncs", "copies", "precision", "compile", "utilization", "dominance", "ranks",
-                        "memory", "coverage"}
+                        "memory", "coverage", "host"}
     for rule in RULES:
         assert rule.thresholds, rule.id
         for name, threshold in rule.thresholds.items():
@@ -46,7 +46,9 @@ def test_a_cpu_only_trace_skips_the_gpu_rules_and_says_why(tmp_path):
     training = {"sync_grad_clip", "branchy_value_head"}  # advice about an update: training only
     memory = {r.id for r in RULES if Need.MEMORY in r.needs}
     assert memory == {"allocator_waste", "memory_growth", "alloc_churn"}
-    assert set(skipped) == gpu_rules | training | memory
+    # slow_tiny_ops: no input dims (aten::mm without record_shapes) and no memory events to size it
+    assert set(skipped) == gpu_rules | training | memory | {"slow_tiny_ops"}
+    assert "record_shapes=True" in skipped["slow_tiny_ops"]
     assert all("no memory events" in skipped[r] for r in memory)
     assert all("no GPU activity" in skipped[r] for r in gpu_rules - {"unfused_adam", "eager_update"})
     assert all("no backward pass" in skipped[r] for r in training)

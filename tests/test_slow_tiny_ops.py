@@ -60,12 +60,13 @@ def test_one_thread_is_silent():
     assert float(np.median(tree.self_us[names == "aten::_softmax"])) < 100
 
 
-def test_not_judged_without_sizes_or_on_gpu_ranks():
+def test_not_judged_without_sizes_silent_on_gpu_ranks():
     lite = analyze(load(DATA / "ours" / "cpu_item_logging_lite.json.gz", progress=False))
     why = {n.rule: n.reason for n in lite.not_judged}["slow_tiny_ops"]
     assert "record_shapes=True" in why and "profile_memory=True" in why
+    # a GPU rank: its host ops' times are dispatch; judged, nothing to find
     gpu = analyze(load(DATA / "hta" / "mi250_minitoy_rocm.json.gz", progress=False))
-    assert "CPU-only ranks" in {n.rule: n.reason for n in gpu.not_judged}["slow_tiny_ops"]
+    assert "slow_tiny_ops" not in {n.rule for n in gpu.not_judged} | {f.rule for f in gpu.findings}
 
 
 def test_numels():

@@ -14,8 +14,9 @@ elementwise op (whose output is as large as its largest input, so a tiny output 
 inputs), the host memory it allocated inside its own span (profile_memory). A reduction's small
 output says nothing about its input, so other ops are not judged by their allocations.
 
-Only CPU-only ranks and compute ops (`aten::`) are judged: on a rank with GPU activity a host op's
-time is its dispatch and launch, and waits there are the sync and idle rules' business; a
+Only CPU-only ranks and compute ops (`aten::`) are looked at (a trace without a CPU-only rank is
+judged and silent): on a rank with GPU activity a host op's time is its dispatch and launch, and
+waits there are the sync and idle rules' business; a
 collective on a tiny tensor (`c10d::allreduce_` over gloo) waits for the other ranks.
 """
 from __future__ import annotations
@@ -58,9 +59,8 @@ def _tiny_calls(ctx: Context) -> pd.DataFrame | NotJudged:
     tree = host_tree(trace)
     cpu_only = ~np.isin(tree.rank, list(ctx.device_ranks))
     ops = tree.is_op & ~tree.is_step & cpu_only
-    if not ops.any():
-        return NotJudged(SLOW_TINY_OPS.id, "judged on CPU-only ranks (on a GPU rank a host op's time "
-                                           "is its dispatch and launch); this trace has none")
+    if not ops.any():  # no CPU-only rank: nothing this rule looks at
+        return pd.DataFrame(columns=["node", "rank", "name", "self_us", "shape"])
     ev = trace.events
     dims = ev["input_dims"].loc[tree.row[ops]] if "input_dims" in ev else pd.Series(dtype=object)
     mem = trace.memory
