@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..intervals import thread_groups
 from ..memory import HOST, Memory
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .savings import Saving
@@ -161,8 +162,10 @@ def _alloc_churn(ctx: Context) -> Finding | NotJudged | None:
     if its.empty:
         return NotJudged("alloc_churn", "no memory events inside a traced iteration")
     t = ALLOC_CHURN.thresholds
-    rate = its.groupby(["rank", "device_type", "device"], as_index=False).agg(
-        allocations=("allocations", "sum"), wall_us=("wall_us", "sum"), iterations=("iteration", "size"))
+    allocations, wall = its["allocations"].to_numpy(), its["wall_us"].to_numpy(float)
+    per_device = thread_groups(its, ("rank", "device_type", "device"))  # devices in key order
+    rate = pd.DataFrame([(*key, allocations[at].sum(), wall[at].sum(), len(at)) for key, at in per_device.items()],
+                        columns=["rank", "device_type", "device", "allocations", "wall_us", "iterations"])
     rate["per_iteration"] = rate["allocations"] / rate["iterations"]
     rate["per_ms"] = rate["allocations"] / (rate["wall_us"] / 1e3).where(rate["wall_us"] > 0)
     hit = rate[(rate["per_iteration"] >= t["per_iteration"].value) & (rate["per_ms"] >= t["per_ms"].value)]
