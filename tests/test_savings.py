@@ -63,12 +63,13 @@ def test_owlv2_idle_time_comes_before_the_pageable_copies(owl):
     assert copy.est_saving_us == pytest.approx(1660.111, abs=1e-3)
     assert copy.est_saving_share == pytest.approx(copy.est_saving_us / step_us, rel=1e-3)  # 4 digits
     assert copy.severity == "low"
-    # GPU idle: the idle time the DataLoader explains (the top idle cause), ~488 ms
+    # GPU idle: the idle time the DataLoader explains (the top idle cause, within the step: the
+    # 128.5 ms of preprocessing before the first kernel included), ~616 ms
     idle = found["low_utilization"]
     top = owl.burstiness[0].idle_causes[0]
     assert "DataLoader" in top["cause"]
     assert idle.est_saving_us == pytest.approx(top["idle_us"], abs=1e-3)
-    assert 450_000 < idle.est_saving_us < 512_000 and idle.severity == "high"
+    assert 600_000 < idle.est_saving_us < 644_423 and idle.severity == "high"
     # ordered by saving, largest first: the copies come last
     rules = [f.rule for f in owl.findings]
     assert rules.index("low_utilization") < rules.index("pageable_htod")
@@ -193,5 +194,5 @@ def test_text_says_what_it_saves(capsys):
         assert exc.code in (0, None)
     out = capsys.readouterr().out
     assert "saves ~1.66 ms/iteration (0.14%)" in out
-    assert "saves ~488 ms/iteration (40.3%)" in out
+    assert "saves ~616 ms/iteration (50.8%)" in out
     assert out.index("low_utilization") < out.index("pageable_htod:")

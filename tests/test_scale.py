@@ -120,15 +120,17 @@ def test_iterations_over_many_ranks(many_ranks):
 
 def test_idle_per_device_over_many_ranks(many_ranks):
     """Rank r's kernels form two busy blocks, [16, 46] and [216 + 10 r, 246 + 10 r] (the two
-    threads' kernels overlap): one gap of 170 + 10 r us, in the gap table, its summary and the
-    idle causes of every rank."""
+    threads' kernels overlap): one gap of 170 + 10 r us, in the gap table and its summary; the
+    idle causes also hold the idle inside the rank's ProfilerStep#0 [0, 1000 + 10 r] before the
+    first kernel (16 us) and after the last (754 us): 940 + 10 r us, its idle within the step."""
     a = analyze(load(many_ranks, progress=False))
     assert [(b.rank, b.device) for b in a.burstiness] == [(r, 0) for r in range(25)]
     for b in a.burstiness:
         assert b.gaps["count"] == len(b.gap_table) == 1
         assert b.gaps["max_us"] == pytest.approx(170.0 + 10 * b.rank)
         assert b.gap_table["dur_us"].sum() == pytest.approx(b.gaps["total_us"])
-        assert sum(c["idle_us"] for c in b.idle_causes) == pytest.approx(b.gaps["total_us"])
+        step_idle = float(a.gpu["step_idle_us"].iloc[b.rank])
+        assert sum(c["idle_us"] for c in b.idle_causes) == pytest.approx(step_idle) == 940.0 + 10 * b.rank
 
 
 def test_text_report_caps_rows_per_device_and_rank(many_ranks):

@@ -106,12 +106,17 @@ def burstiness(trace: Trace, windows: int = 200,
     # The thread each gap is read from is the one that launched the gap's opening work
     # (idle.py); all devices' gaps go to idle.py together (one pass for all host threads, not
     # one per device: 1,000 GPUs over one host timeline were 1,000 passes over it).
-    has = g.opener >= 0
-    opener_row = t.rows[np.maximum(g.opener, 0)]
+    # with steps, the idle inside them before a device's first activity and after its last too
+    # (idle.step_edges): host work before the first kernel of a step is idle time with a cause
+    gap_dev, start, end, opener, extra = idle.step_edges(
+        trace, t, np.repeat(np.arange(len(t)), np.diff(g.bounds)), g.start, g.end, g.opener,
+        _first_openers(t, launch_ts[t.rows]))
+    has = opener >= 0
+    opener_row = t.rows[np.maximum(opener, 0)]
     act_dev = np.repeat(np.arange(len(t)), np.diff(t.bounds))
     gaps = idle.DeviceGaps(
-        rank=t.rank, total=np.array([s["total_us"] for s in summary], dtype=float),
-        gap_dev=np.repeat(np.arange(len(t)), np.diff(g.bounds)), start=g.start, end=g.end,
+        rank=t.rank, total=np.array([s["total_us"] for s in summary], dtype=float) + extra,
+        gap_dev=gap_dev, start=start, end=end,
         opener_pid=np.where(has, pid[opener_row], -1), opener_tid=np.where(has, tid[opener_row], -1),
         act_dev=act_dev, act_pid=pid[t.rows], act_tid=tid[t.rows])
     for b, causes in zip(out, idle.device_idle_causes(trace, gaps)):
@@ -196,6 +201,22 @@ def _gaps(t: DeviceTable, launch_ts: np.ndarray) -> _Gaps:
 
 
 _CLASS_CODE = {c: i for i, c in enumerate(GAP_CLASSES)}
+
+
+def _first_openers(t: DeviceTable, launch_ts: np.ndarray) -> np.ndarray:
+    """Per device, the activity opening its first busy block (as `_gaps` picks a gap's opener:
+    the earliest launch among those starting first; -1 when none of their launches is known)."""
+    out = np.full(len(t), -1, dtype=np.int64)
+    if not len(t):
+        return out
+    first = np.minimum.reduceat(t.starts, t.bounds[:-1])
+    act_dev = np.repeat(np.arange(len(t)), np.diff(t.bounds))
+    known = np.flatnonzero((t.starts == first[act_dev]) & np.isfinite(launch_ts))
+    if len(known):
+        by = known[np.lexsort((known, launch_ts[known], act_dev[known]))]
+        lead = by[np.r_[True, act_dev[by][1:] != act_dev[by][:-1]]]
+        out[act_dev[lead]] = lead
+    return out
 
 
 def _gap_summary(n_devices: int, g: _Gaps) -> list[dict]:

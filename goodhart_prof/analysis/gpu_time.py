@@ -4,6 +4,12 @@ Definitions are DESIGN.md's: GPU activity is kernels, memcpys and memsets; span 
 activity start to the last activity end; busy is the length of the union of activity intervals, so
 work overlapping on several streams counts once; kernel time is the plain sum of kernel durations,
 so concurrent streams each count (kernel_us can exceed busy_us).
+
+Within the steps (`step_*`, NaN on a rank without iterations): the same inside the steps' bounds
+(analysis/iterations.py `step_windows`: each step from its host start to its end, or to its last
+GPU activity when later), so host work before a step's first kernel counts as idle:
+`step_span_us` (the windows' length), `step_busy_us` (busy time inside them), `step_idle_us`,
+`step_utilization`. The first-to-last figures stay (HTA and TraceLens measure those).
 """
 from __future__ import annotations
 
@@ -17,7 +23,8 @@ from ..trace.model import Trace, in_categories
 from .intervals import per_segment, segment_merge
 
 COLUMNS = ["rank", "device", "span_us", "busy_us", "idle_us", "utilization", "kernel_us",
-           "activity_count", "first_ts", "last_end"]
+           "activity_count", "first_ts", "last_end", "step_span_us", "step_busy_us", "step_idle_us",
+           "step_utilization"]
 
 
 @dataclass
@@ -111,9 +118,40 @@ def gpu_time(trace: Trace) -> pd.DataFrame:
         "rank": t.rank, "device": t.device, "span_us": span, "busy_us": busy, "idle_us": span - busy,
         # A device whose only activity has zero length has no span to be busy in.
         "utilization": np.where(span > 0, busy / np.where(span > 0, span, 1.0), 0.0),
-        "kernel_us": kernel_us, "activity_count": np.diff(t.bounds), "first_ts": first, "last_end": last},
-        columns=COLUMNS)
+        "kernel_us": kernel_us, "activity_count": np.diff(t.bounds), "first_ts": first, "last_end": last,
+        **_in_steps(trace, t)}, columns=COLUMNS)
     return out.astype({"rank": np.int64, "device": np.int64, "activity_count": np.int64})
+
+
+def _in_steps(trace: Trace, t: DeviceTable) -> dict[str, np.ndarray]:
+    """step_span_us, step_busy_us, step_idle_us, step_utilization of every device (module
+    docstring): each device's busy blocks measured inside its rank's step windows, all devices
+    at once (covered-before sums at each window's ends)."""
+    from .iterations import step_windows
+    n = len(t)
+    dev, ws, we = step_windows(trace).of_each(t.rank)
+    has = np.bincount(dev, minlength=n) > 0
+    busy = _covered_before(t, dev, we) - _covered_before(t, dev, ws)
+    span = np.bincount(dev, weights=we - ws, minlength=n)
+    busy = np.bincount(dev, weights=busy, minlength=n)
+    span, busy = np.where(has, span, np.nan), np.where(has, busy, np.nan)
+    util = np.where(span > 0, busy / np.where(span > 0, span, 1.0), np.where(has, 0.0, np.nan))
+    return {"step_span_us": span, "step_busy_us": busy, "step_idle_us": span - busy, "step_utilization": util}
+
+
+def _covered_before(t: DeviceTable, dev: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Busy time of device dev[i] before time x[i] (the union of its activity up to x)."""
+    from .intervals import segment_cumsum, segment_searchsorted
+    bs, be = t.block_starts, t.block_ends
+    cum = segment_cumsum(be - bs, t.block_bounds)
+    lo, hi = t.block_bounds[:-1][dev], t.block_bounds[1:][dev]
+    i = segment_searchsorted(bs, lo, hi, x, side="right") - lo  # blocks starting at or before x
+    j = lo + np.maximum(i - 1, 0)
+    last = max(len(bs) - 1, 0)
+    full = np.where(i > 1, cum[np.clip(j - 1, 0, last)], 0.0) if len(bs) else np.zeros(len(x))
+    partial = np.where(i > 0, np.minimum(x, be[np.minimum(j, last)]) - bs[np.minimum(j, last)], 0.0) \
+        if len(bs) else np.zeros(len(x))
+    return full + np.maximum(partial, 0.0)
 
 
 # Runtime/driver calls that launch device work (cudaLaunchKernel, cudaLaunchKernelExC,

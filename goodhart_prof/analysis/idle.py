@@ -1,6 +1,8 @@
 """Why a device idles: each idle gap's time attributed to what the host was doing meanwhile.
 
 Definitions (DESIGN.md, burstiness):
+- the idle time attributed: the gaps between busy stretches, and where the rank has steps, the
+  idle inside them before the device's first activity and after its last (`step_edges`).
 - each idle gap [a, b) of a device is read off **one host thread** of its rank: the thread that
   launched the work that ends the gap (the launch call of the gap's opening activity, the one
   launched first when several start together). That is the thread the GPU was waiting on: it had
@@ -49,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, in_categories
-from .intervals import segment_searchsorted, tuple_codes
+from .intervals import exact_sums, segment_searchsorted, tuple_codes
 from .links import LAUNCH_CATS
 from .tree import STEP, frame_forest, host_tree
 
@@ -86,6 +88,33 @@ class DeviceGaps:
     act_dev: np.ndarray  # per GPU activity
     act_pid: np.ndarray  # its launch thread (-1: launch not in the trace)
     act_tid: np.ndarray
+
+
+def step_edges(trace: Trace, t, gap_dev, start, end, opener, first_opener):
+    """The gaps with, where the device's rank has steps (iterations.step_windows), the idle
+    inside the steps before the device's first activity (opened by its first activity:
+    `first_opener`) and after its last (no opener: the main thread is read), merged in time
+    order per device: (gap_dev, start, end, opener, extra), extra the edges' time per device."""
+    from .iterations import step_windows
+    n = len(t)
+    extra = np.zeros(n)
+    if not n:
+        return gap_dev, start, end, opener, extra
+    first = np.minimum.reduceat(t.starts, t.bounds[:-1])
+    last = np.maximum.reduceat(t.ends, t.bounds[:-1])
+    wd, ws, we = step_windows(trace).of_each(t.rank)
+    lead_end, trail_start = np.minimum(we, first[wd]), np.maximum(ws, last[wd])
+    lead, trail = lead_end > ws, we > trail_start
+    e_dev = np.r_[wd[lead], wd[trail]]
+    e_start, e_end = np.r_[ws[lead], trail_start[trail]], np.r_[lead_end[lead], we[trail]]
+    e_open = np.r_[np.asarray(first_opener, dtype=np.int64)[wd[lead]], np.full(int(trail.sum()), -1, dtype=np.int64)]
+    if not len(e_dev):
+        return gap_dev, start, end, opener, extra
+    extra = exact_sums(e_dev, n, us=e_end - e_start)["us"]
+    dev = np.r_[gap_dev, e_dev]
+    s, e, o = np.r_[start, e_start], np.r_[end, e_end], np.r_[opener, e_open]
+    order = np.lexsort((s, dev))
+    return dev[order], s[order], e[order], o[order], extra
 
 
 def device_idle_causes(trace: Trace, gaps: DeviceGaps) -> list[list[dict]]:

@@ -154,3 +154,61 @@ def _empty() -> pd.DataFrame:
                          "ts": pd.Series(dtype=float), "end": pd.Series(dtype=float),
                          "dur": pd.Series(dtype=float)})
 
+
+
+@dataclass(frozen=True)
+class StepWindows:
+    """The steps' bounds per rank, as disjoint sorted windows: rank `ranks[i]`'s are
+    [bounds[i], bounds[i+1]) of starts/ends. A step's window runs from its host start to its
+    end, or to the end of the last GPU activity launched inside it when that is later (the
+    device finishes the step's work after the host has moved on)."""
+
+    ranks: np.ndarray
+    bounds: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def of_each(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The windows of each of `ranks` (one entry per device, say), all at once: (owner,
+        starts, ends), owner the position in `ranks` each window belongs to, owners ascending."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        if not len(self.ranks) or not len(ranks):
+            return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+        at = np.minimum(np.searchsorted(self.ranks, ranks), len(self.ranks) - 1)
+        has = self.ranks[at] == ranks
+        lo = np.where(has, self.bounds[at], 0)
+        count = np.where(has, self.bounds[at + 1] - lo, 0)
+        owner = np.repeat(np.arange(len(ranks)), count)
+        q = lo[owner] + np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
+        return owner, self.starts[q], self.ends[q]
+
+
+def step_windows(trace: Trace) -> StepWindows:
+    """The trace's StepWindows (empty without iterations), built once and cached on it."""
+    return trace.derived("step_windows", _step_windows)
+
+
+def _step_windows(trace: Trace) -> StepWindows:
+    from .intervals import segment_merge
+    from .links import gpu_launches
+    from .tree.host import iterations
+    steps = find_iterations(trace).table
+    if steps.empty:
+        return StepWindows(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0), np.zeros(0))
+    per = steps.groupby(["rank", "step"], sort=True).agg(ts=("ts", "min"), end=("end", "max"))
+    ts, end = per["ts"].to_numpy(float), per["end"].to_numpy(float).copy()
+    links = gpu_launches(trace)
+    known = links[links["launch_row"].to_numpy() >= 0]
+    step = iterations(trace, known["rank"].to_numpy(np.int64), known["launch_ts"].to_numpy(float))
+    inside = step >= 0
+    at = per.index.get_indexer(pd.MultiIndex.from_arrays(
+        [known["rank"].to_numpy(np.int64)[inside], step[inside]]))
+    ok = at >= 0
+    np.maximum.at(end, at[ok], known["end"].to_numpy(float)[inside][ok])
+    rank = per.index.get_level_values("rank").to_numpy(np.int64)
+    order = np.lexsort((ts, rank))
+    rank, ts, end = rank[order], ts[order], end[order]
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    bounds = np.r_[first, len(rank)].astype(np.int64)
+    starts, ends, wb = segment_merge(ts, end, bounds)
+    return StepWindows(rank[first], np.asarray(wb, dtype=np.int64), starts, ends)

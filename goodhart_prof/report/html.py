@@ -23,7 +23,7 @@ from ..analysis.rules.savings import SEVERITY_SHARES, overlap
 from .common import capped, more_rows, percent, refuse_overwrite, saving_text
 from ..analysis.idle import cause_label
 from ..analysis.iterations import find_iterations
-from .setup_text import setup_line
+from .setup_text import STEP_BOUNDS_NOTE, setup_line
 from .html_common import duration_sig
 from .html_common import esc as _esc
 from . import html_ranks
@@ -193,13 +193,17 @@ def _gpu_table(a) -> str:
                 else "This trace has no GPU activity (a CPU-only run?), so the")
         return (f'<p class="empty" id="no-gpu">{what} '
                 f'GPU sections ({_esc(left_out)}) are left out; the host sections follow.</p>')
+    steps = "step_utilization" in a.gpu and bool(a.gpu["step_utilization"].notna().any())
     head = "".join(f"<th>{h}</th>" for h in ("rank / device", "span", "busy", "idle", "utilization",
-                                             "kernel time"))
+                                             "kernel time") + (("idle in steps", "util. in steps") if steps else ()))
     body = "".join(
         f"<tr><td>rank {int(r.rank)} / gpu {int(r.device)}</td><td>{duration_sig(r.span_us)}</td>"
         f"<td>{duration_sig(r.busy_us)}</td><td>{duration_sig(r.idle_us)}</td><td>{percent(r.utilization)}</td>"
-        f"<td>{duration_sig(getattr(r, 'kernel_us', float('nan')))}</td></tr>" for r in a.gpu.itertuples())
-    return f'<table class="data"><caption>GPU time</caption><tr>{head}</tr>{body}</table>'
+        f"<td>{duration_sig(getattr(r, 'kernel_us', float('nan')))}</td>"
+        + (f"<td>{duration_sig(r.step_idle_us)}</td><td>{percent(r.step_utilization)}</td>" if steps else "")
+        + "</tr>" for r in a.gpu.itertuples())
+    note = f'<p class="muted">{_esc(STEP_BOUNDS_NOTE)}</p>' if steps else ""
+    return f'<table class="data"><caption>GPU time</caption><tr>{head}</tr>{body}</table>{note}'
 
 
 def _legend(gpu: bool = True) -> str:

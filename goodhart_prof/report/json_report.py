@@ -13,6 +13,8 @@ from ..analysis.rules.savings import overlap
 from ..analysis.setup import setup
 
 SCHEMA = "goodhart-prof/analysis/v1"
+# gpu_time's figures within the steps' bounds (null on a rank without iterations)
+STEP_KEYS = ("step_span_us", "step_busy_us", "step_idle_us", "step_utilization")
 
 
 def device_key(rank: int, device: int) -> str:
@@ -58,7 +60,8 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
                   "load": trace.load_cost.to_json() if trace.load_cost is not None else None},
         "gpu": {device_key(r["rank"], r["device"]): plain({
             "rank": r["rank"], "device": r["device"], "busy_us": r["busy_us"], "span_us": r["span_us"],
-            "idle_us": r["idle_us"], "utilization": r["utilization"], "kernel_us": r.get("kernel_us")})
+            "idle_us": r["idle_us"], "utilization": r["utilization"], "kernel_us": r.get("kernel_us"),
+            **{k: r.get(k) for k in STEP_KEYS}})
             for r in a.gpu.to_dict("records")},
         "kernels": records(kernels, ["name", "category", "library", "count", "total_us", "pct", "mean_us",
                                      "min_us", "max_us"]),

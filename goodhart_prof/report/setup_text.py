@@ -7,6 +7,11 @@ from ..analysis.setup import setup
 from ..trace.model import Trace
 from .common import bytes_text, duration
 
+# Under the GPU table where steps exist: which bounds each utilization is measured in.
+STEP_BOUNDS_NOTE = ("span: first to last GPU activity; in steps: within the iterations' bounds (each from its "
+                    "host start to its end or its last GPU activity), so host work before a step's first "
+                    "kernel counts as idle (what low_utilization judges)")
+
 
 def iterations_line(trace: Trace) -> str:
     """`Iterations: 11 iteration(s) inferred from Optimizer.step#SGD.step (...)`."""

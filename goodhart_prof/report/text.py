@@ -13,7 +13,7 @@ from ..analysis.rules.savings import overlap
 from ..analysis.recorder import record_full_advice
 from ..analysis.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from ..analysis.idle import cause_label
-from .setup_text import iterations_line, setup_line
+from .setup_text import STEP_BOUNDS_NOTE, iterations_line, setup_line
 from .text_comm import communication_section, ranks_section
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -61,14 +61,18 @@ def _gpu(a, console: Console) -> None:
                                                    "no GPU activity in this trace (a CPU-only run?)"),
                       highlight=False)
         return
+    steps = bool(a.gpu["step_utilization"].notna().any())
     table = make_table("GPU time", "rank/device", "span", "busy", "idle", "utilization", "kernel time",
-                   right=(1, 2, 3, 4, 5))
+                       *(("idle in steps", "util. in steps") if steps else ()), right=(1, 2, 3, 4, 5, 6, 7))
     keep = capped(a.gpu["idle_us"].to_numpy(float))
     for r in a.gpu.iloc[keep].itertuples():
         table.add_row(f"rank {r.rank} / gpu {r.device}", duration(r.span_us), duration(r.busy_us), duration(r.idle_us),
-                      percent(r.utilization), duration(r.kernel_us))
+                      percent(r.utilization), duration(r.kernel_us),
+                      *((duration(r.step_idle_us), percent(r.step_utilization)) if steps else ()))
     console.print(table)
     _more(console, len(a.gpu), len(keep), "devices", "most idle time")
+    if steps:
+        console.print(STEP_BOUNDS_NOTE, highlight=False)
 
 
 def _kernels(a, console: Console, top: int) -> None:

@@ -55,8 +55,10 @@ def _low_utilization(ctx: Context) -> Finding | None:
     worst = None
     # each device's row of a.gpu, looked up once (a mask per device was quadratic in devices)
     at = {k: i for i, k in reversed(list(enumerate(zip(a.gpu["rank"].tolist(), a.gpu["device"].tolist()))))}
-    # plain floats per device, the row of the worst only (a pandas row per device cost ~60 us)
-    utilization = a.gpu["utilization"].to_numpy(float)
+    # plain floats per device, the row of the worst only (a pandas row per device cost ~60 us);
+    # within the steps' bounds where the rank has steps (gpu_time: host work before a step's
+    # first kernel is idle there), else first to last activity
+    utilization, idle = (_judged(a.gpu, c) for c in ("utilization", "idle_us"))
     low_window, low_util, low_fraction = (LOW_UTILIZATION.limit(k) for k in
                                           ("low_window", "utilization", "low_window_fraction"))
     for b in a.burstiness:
@@ -75,17 +77,22 @@ def _low_utilization(ctx: Context) -> Finding | None:
     gaps = b.gaps or {}
     causes = [c for c in b.idle_causes if c["cause"] != OTHER]
     top = causes[0] if causes and causes[0]["share"] >= LOW_UTILIZATION.limit("cause_share") else None
-    title = f"GPU {b.device} (rank {b.rank}) is busy {100 * util:.0f}% of its span"
+    in_steps = bool(np.isfinite(row["step_utilization"].to_numpy(float)[0]))
+    where = "its steps" if in_steps else "its span"
+    title = f"GPU {b.device} (rank {b.rank}) is busy {100 * util:.0f}% of {where}"
     if top is not None:
-        title = (f"GPU idle {100 * (1 - util):.0f}%: the host is in {_said(top)} "
-                 f"({100 * top['share']:.0f}% of idle time)")
-    idle_us = float(row["idle_us"].iloc[0])
+        title = (f"GPU idle {100 * (1 - util):.0f}%{' of its steps' if in_steps else ''}: the host is in "
+                 f"{_said(top)} ({100 * top['share']:.0f}% of idle time)")
+    idle_us = float(idle[i])
     explained = top["idle_us"] if top is not None else idle_us
     return Finding(
         "low_utilization", "medium",
         title,
         {"rank": b.rank, "device": b.device, "utilization": round(util, 4),
-         "low_window_fraction": round(low, 4), "idle_us": round(float(row["idle_us"].iloc[0]), 3),
+         "bounds": ("the steps: each from its host start to its end or its last GPU activity" if in_steps
+                    else "first to last GPU activity (no iterations)"),
+         **({"span_utilization": round(float(row["utilization"].iloc[0]), 4)} if in_steps else {}),
+         "low_window_fraction": round(low, 4), "idle_us": round(idle_us, 3),
          "gaps": {k: gaps.get(k) for k in ("count", "p50_us", "p99_us", "max_us", "total_us")},
          "gap_classes": gaps.get("by_class"),
          "idle_causes": [{"cause": c["cause"], "idle_us": round(c["idle_us"], 3),
@@ -98,6 +105,13 @@ def _low_utilization(ctx: Context) -> Finding | None:
         saving_note=(f"the GPU's idle time while the host is in {_said(top)}, per "
                      "iteration" if top is not None else
                      "the GPU's whole idle time per iteration (no single cause: an upper bound)"))
+
+
+def _judged(gpu, column: str) -> np.ndarray:
+    """The device figure low_utilization judges: within the steps (`step_` + column) where the
+    rank has steps, else over the first-to-last span."""
+    steps = gpu["step_" + column].to_numpy(float)
+    return np.where(np.isfinite(steps), steps, gpu[column].to_numpy(float))
 
 
 def _said(cause: dict) -> str:
