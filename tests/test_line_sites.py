@@ -200,3 +200,47 @@ def test_torch_distributions_reads_name_the_calling_line(tmp_path):
     assert sum(n for (kind, site), n in sites.items() if site.endswith(log_prob_at)) == 2
     assert sum(n for (kind, site), n in sites.items() if site.endswith(init_at)) == 2
     assert all(site.startswith("torch: torch/distributions/") for _, site in sites), sites
+
+
+CHECK_LOOP = '''import torch
+
+
+def locate_nan_rows(x):
+    bad = torch.isnan(x).any(dim=1)
+    rows = torch.where(bad)[0]
+    if len(rows):
+        raise FloatingPointError(f"NaN in rows {rows.tolist()}")
+    return x.sum().item()
+'''
+
+
+def _record_module(tmp_path, name: str, code: str, call) -> Counter:
+    """Record `call(module)` from a module written beside the trace (its frames name it by
+    absolute path), twice under ProfilerStep annotations."""
+    import importlib.util
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+    (tmp_path / f"{name}.py").write_text(code)
+    spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        for i in range(2):
+            with record_function(f"ProfilerStep#{i}"):
+                call(mod)
+    prof.export_chrome_trace(str(tmp_path / f"{name}.json"))
+    return _sites(tmp_path / f"{name}.json")
+
+
+def test_a_certain_call_before_a_branch_is_its_line(tmp_path):
+    """torch.where(cond) makes exactly one nonzero each run, so the frame's first nonzero is its
+    line, though the f-string in the `raise` branch could format a tensor; `.item()` after the
+    branch has the f-string before it (it may read too): no line, both candidates named."""
+    import torch
+    sites = _record_module(tmp_path, "checks", CHECK_LOOP, lambda m: m.locate_nan_rows(torch.ones(4, 3)))
+    path = str(tmp_path / "checks.py")
+    where_at = _line_of(CHECK_LOOP, "torch.where(bad)")
+    raise_at, item_at = _line_of(CHECK_LOOP, "raise FloatingPointError"), _line_of(CHECK_LOOP, ".item()")
+    assert sites[("nonzero", f"{path}:{where_at} locate_nan_rows")] == 2
+    assert sites[("item", f"in function locate_nan_rows ({path}, defined at line 4): "
+                          f"candidate lines {raise_at}, {item_at}")] == 2

@@ -16,10 +16,11 @@ inside it. For an event in frame F this module:
    in the segment's interval (its outermost ops not inside a child frame or an optimizer
    annotation; its direct child frames of that name), in time order.
 4. decides: one candidate line -> that line (when its sites make at most one event each, only if
-   the events are no more than the sites); several -> the k-th event is the k-th site when every
-   site runs once per pass in source order, makes at most one event, the events are exactly as
-   many as the sites, and the count starts where the segment starts (an annotation, or a call
-   entered while tracing); else no line: `in function fn (file.py, defined at line N): candidate
+   the events are no more than the sites); several -> the k-th event is the k-th site when the
+   count starts where the segment starts (an annotation, or a call entered while tracing) and
+   either every site runs once per pass in source order, makes at most one event, and the events
+   are exactly as many as the sites, or the first k sites each run once per pass and are certain
+   to make exactly one event (`torch.where(cond)`, `torch.nonzero(x)`); else no line: `in function fn (file.py, defined at line N): candidate
    lines a, b`.
 
 Assumption (docs/DESIGN.md): an event comes from F's own code or from a call whose frame the trace
@@ -154,12 +155,15 @@ class Placer:
             if not all(singles) or cls == "sync" or len(self.events(user, cls, lo, hi)) <= len(cands):
                 return LineSite(file, fn, line, lines[0], lines, "only candidate", how_frame)
             return LineSite(file, fn, line, None, lines, "ambiguous", how_frame)
-        if all(singles) and (seg >= 0 or not body.running) and cls != "sync" and at == at:
+        if (seg >= 0 or not body.running) and cls != "sync" and at == at:
             events = self.events(user, cls, lo, hi)
-            if len(events) == len(cands):
-                k = int(np.searchsorted(events, at, side="left"))
-                if k < len(cands) and events[k] == at:
-                    return LineSite(file, fn, line, cands[k].line, lines, "order", how_frame)
+            k = int(np.searchsorted(events, at, side="left"))
+            found = k < len(events) and events[k] == at and k < len(cands)
+            # every site runs once per pass and makes at most one event, and there are as many
+            # events as sites; or the sites up to the k-th each make exactly one
+            if found and ((all(singles) and len(events) == len(cands))
+                          or all(singles[i] and cands[i].certain for i in range(k + 1))):
+                return LineSite(file, fn, line, cands[k].line, lines, "order", how_frame)
         return LineSite(file, fn, line, None, lines, "ambiguous", how_frame)
 
     def _opens_thread(self, user: int) -> bool:

@@ -17,7 +17,8 @@ of them; `call:NAME` for every call by its name, matched to a library frame it o
 Each site says whether it is `single`: it runs at most once per pass through its segment, in
 source order (not inside a loop, a branch, a handled `try`, a comprehension, the right of
 `and`/`or`, an assignment target) and makes at most one event (MULTI_CALLS may make several, e.g.
-`model.to(dev)` or `print(t)`). Segments are the bodies of `with` statements that record an
+`model.to(dev)` or `print(t)`), and whether it is `certain` to make exactly one (`torch.nonzero(x)`,
+`torch.where(cond)`: CERTAIN_CALLS). Segments are the bodies of `with` statements that record an
 annotation by a literal name (`hooks.phase("rollout")`, `record_function("x")`; `.iteration(...)`
 for `ProfilerStep#N`): analysis/line_sites.py places an event among the sites of the segment whose
 annotation holds it. Unreadable, unparsable or changed-looking source gives no body: the caller
@@ -52,6 +53,9 @@ NAME_CLASSES = {
 }
 # Calls that format their arguments: with anything but constants they can make any event.
 FORMAT_CALLS = frozenset({"print", "str", "repr", "format"})
+# `torch.NAME(...)` calls that make exactly one event of their class each time they run (any
+# argument is a tensor or an error): `torch.where` only with the condition alone.
+CERTAIN_CALLS = frozenset({"nonzero", "argwhere", "masked_select"})
 # Calls that can make several events of their class in one run (a module's `.to()` moves every
 # parameter; `any`/`min`/... compare element by element).
 MULTI_CALLS = frozenset({"to", "cpu", "cuda", "float", "double", "half", "bfloat16", "long", "int",
@@ -66,6 +70,7 @@ class CallSite:
     single: tuple[bool, ...]  # per segment in `segments`: runs at most once per pass, in order
     segments: tuple[int, ...]  # the body (-1), then each enclosing annotation `with`, outermost first
     multi: bool = False  # may make several events of its class in one run
+    certain: bool = False  # makes exactly one event of its class each run (CERTAIN_CALLS)
 
 
 @dataclass
@@ -297,12 +302,12 @@ class _Walker:
                 if isinstance(child, ast.expr):
                     self.expr(child, segs, single)
 
-    def site(self, node, classes, segs, single, multi=False):
+    def site(self, node, classes, segs, single, multi=False, certain=False):
         if not classes:
             return
         order = (self.stmt, node.end_lineno or node.lineno, node.end_col_offset or 0)
         self.out.sites.append(CallSite(node.lineno, order, frozenset(classes), tuple(single),
-                                       tuple(segs), multi))
+                                       tuple(segs), multi, certain))
 
     def truth(self, node, segs, single):
         """An expression whose truth value is taken (`if`, `while`, `assert`, `not`, and/or)."""
@@ -380,4 +385,7 @@ class _Walker:
         if name in FORMAT_CALLS and any(not isinstance(a, ast.Constant) for a in args):
             classes.add("any")
             multi = True
-        self.site(node, classes, segs, single, multi)
+        on_torch = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "torch"
+        certain = on_torch and (name in CERTAIN_CALLS or (
+            name == "where" and len(node.args) == 1 and not node.keywords))
+        self.site(node, classes, segs, single, multi, certain)
