@@ -171,3 +171,33 @@ def test_model_upload_is_setup_not_per_iteration(alexnet):
     # without iterations, no per-iteration rate: the rules that need them say so
     reasons = {n.rule: n.reason for n in alexnet.not_judged}
     assert reasons["cpu_alloc"].startswith("no iterations: no ProfilerStep#N")
+
+
+def test_reports_say_how_iterations_were_found_and_show_setup_apart(alexnet, pairs):
+    import io
+
+    from rich.console import Console
+
+    from goodhart_prof.analysis.rules.base import Context
+    from goodhart_prof.report.html import render_html
+    from goodhart_prof.report.json_report import to_document
+    from goodhart_prof.report.text import render
+    out = io.StringIO()
+    render(alexnet, Console(file=out, width=300, color_system=None), 5)
+    text = out.getvalue()
+    assert "Iterations: no iterations found" in text
+    assert ("Setup (before the first kernel launch; runs once, left out of per-iteration figures): "
+            "25.206 s on rank 0 · 16 host-to-device copies (233.1 MiB, 39.080 ms on the GPU)") in text
+    doc = to_document(alexnet)
+    assert doc["iterations"]["how"] == "none" and doc["iterations"]["count"] == 0
+    (rank,) = doc["setup"]["ranks"]
+    assert (rank["bound"], rank["htod_copies"], rank["htod_bytes"]) == ("first kernel launch", 16, 244403360.0)
+    page = render_html(alexnet)
+    assert "<th>iterations</th><td>no iterations found" in page and "<th>setup</th>" in page
+    # the rules' sync points leave setup out: the upload's 16 pageable copies are not there
+    assert not (Context(alexnet).points["kind"] == "memcpy_htod_pageable").any()
+    # an inferred trace says which marker
+    bare = analyze(pairs["v100"][1])
+    assert to_document(bare)["iterations"] == {
+        "how": "inferred", "marker": "Optimizer.step#SGD.step", "boundary": "end", "count": 4,
+        "text": find_iterations(bare.trace).describe()}
