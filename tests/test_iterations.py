@@ -201,3 +201,23 @@ def test_reports_say_how_iterations_were_found_and_show_setup_apart(alexnet, pai
     assert to_document(bare)["iterations"] == {
         "how": "inferred", "marker": "Optimizer.step#SGD.step", "boundary": "end", "count": 4,
         "text": find_iterations(bare.trace).describe()}
+
+
+def test_an_unmarked_loop_recorded_without_step():
+    """A supervised loop recorded with a bare `torch.profiler.profile()` (no schedule, no
+    prof.step(): tests/data/ours/unmarked/unmarked_loop.py): 6 SGD steps make 5 iterations, each
+    holding one batch fetch and one optimizer step; the data, the model and a warm-up forward
+    made before the loop are setup."""
+    trace = load(DATA / "ours" / "unmarked" / "unmarked_loop.json.gz", progress=False)
+    it = find_iterations(trace)
+    assert (it.how, it.marker, it.count) == ("inferred", "Optimizer.step#SGD.step", 5)
+    ev = trace.events
+    fetch = np.sort(ev.loc[ev["name"] == "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "ts"]
+                    .to_numpy(float))
+    opt = np.sort(ev.loc[ev["name"] == "Optimizer.step#SGD.step", "ts"].to_numpy(float))
+    assert len(fetch) == 7 and len(opt) == 6  # the 7th fetch ends the loop (StopIteration)
+    for ts, end in it.table[["ts", "end"]].to_numpy(float):
+        assert ((fetch >= ts) & (fetch < end)).sum() == 1 and ((opt >= ts) & (opt < end)).sum() == 1
+    s = setup(trace)
+    assert s.ranks["end"].tolist() == [float(it.table["ts"].min())]
+    assert {"aten::randn", "aten::linear"} <= {o["name"] for o in s.ops}
