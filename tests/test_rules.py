@@ -48,7 +48,7 @@ def test_a_cpu_only_trace_skips_the_gpu_rules_and_says_why(tmp_path):
     assert memory == {"allocator_waste", "memory_growth", "alloc_churn"}
     # slow_tiny_ops: no input dims (aten::mm without record_shapes) and no memory events to size it
     assert set(skipped) == gpu_rules | training | memory | {"slow_tiny_ops"}
-    assert "record_shapes=True" in skipped["slow_tiny_ops"]
+    assert "record_shapes" in skipped["slow_tiny_ops"]
     assert all("no memory events" in skipped[r] for r in memory)
     assert all("no GPU activity" in skipped[r] for r in gpu_rules - {"unfused_adam", "eager_update"})
     assert all("no backward pass" in skipped[r] for r in training)

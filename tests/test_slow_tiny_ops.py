@@ -64,7 +64,10 @@ def test_one_thread_is_silent():
 def test_not_judged_without_sizes_silent_on_gpu_ranks():
     lite = analyze(load(DATA / "ours" / "cpu_item_logging_lite.json.gz", progress=False))
     why = {n.rule: n.reason for n in lite.not_judged}["slow_tiny_ops"]
-    assert "record_shapes=True" in why and "profile_memory=True" in why
+    assert "record_shapes" in why and "profile_memory" in why
+    assert why.endswith("(record with goodhart-prof run --mode full)")  # how this one was recorded
+    hooks = analyze(load(LOOPS / "grad_accum", progress=False))  # our hooks, lite mode
+    assert "PROF_MODE=full" in {n.rule: n.reason for n in hooks.not_judged}["slow_tiny_ops"]
     # a GPU rank: its host ops' times are dispatch; judged, nothing to find
     gpu = analyze(load(DATA / "hta" / "mi250_minitoy_rocm.json.gz", progress=False))
     assert "slow_tiny_ops" not in {n.rule for n in gpu.not_judged} | {f.rule for f in gpu.findings}

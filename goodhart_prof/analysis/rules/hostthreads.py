@@ -26,6 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..recorder import record_full_advice
 from ..tree import host_tree
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .savings import Saving
@@ -66,9 +67,9 @@ def _tiny_calls(ctx: Context) -> pd.DataFrame | NotJudged:
     mem = trace.memory
     host_mem = mem[(mem["device_type"] == 0) & (mem["bytes"] > 0)] if len(mem) else mem
     if not dims.notna().any() and len(host_mem) == 0:
-        return NotJudged(SLOW_TINY_OPS.id, "the trace records neither input shapes (record_shapes=True) "
-                                           "nor host memory events (profile_memory=True), so a tiny "
-                                           "op cannot be told from a large one")
+        return NotJudged(SLOW_TINY_OPS.id, "the trace records neither input shapes (record_shapes) nor "
+                                           "host memory events (profile_memory), so a tiny op cannot be "
+                                           f"told from a large one (record with {record_full_advice(trace)})")
     limit = SLOW_TINY_OPS.limit("tiny_bytes")
     nodes = np.flatnonzero(ops)
     shape = pd.Series(pd.NA, index=nodes, dtype=object)
