@@ -95,6 +95,14 @@ def test_missing_source_names_the_function_and_no_line(tmp_path, monkeypatch):
     assert not any(":" in site.split(" ")[0] for _, site in sites), sites
 
 
+def test_missing_source_of_module_code_names_where_tracing_began(tmp_path, monkeypatch):
+    shutil.copy(LOOPS / "script_loop.pt.trace.json.gz", tmp_path / "script_loop.pt.trace.json.gz")
+    monkeypatch.chdir(tmp_path)
+    sites = _sites(tmp_path / "script_loop.pt.trace.json.gz")
+    assert {site for _, site in sites} == {"in module code (script_loop.py, at line 17 when tracing began)"}
+    assert sum(sites.values()) == 26
+
+
 def _changed_copy(tmp_path, monkeypatch, edited_after: bool) -> Counter:
     """The loop's trace beside its source with one line added at the top."""
     shutil.copy(LOOPS / "helper_loop.pt.trace.json.gz", tmp_path / "helper_loop.pt.trace.json.gz")
