@@ -5,19 +5,19 @@ on one free core. When the same op on tiny inputs takes a median of milliseconds
 call, the host thread is not computing: it is waiting for a core. The usual cause is more
 runnable threads than free cores: torch's intra-op threads (one per core by default, OpenMP/MKL
 workers that spin after each parallel region) on a machine other work also uses, so each tiny op
-waits for a scheduler time slice (a 4x2 softmax took 3.6-7.4 ms with two threads on a busy
-2-core machine, 1-6 us with one).
+waits for a scheduler time slice (CleanRL's 4x2 softmax took 3.6-15 ms a call with two threads on
+a busy 2-core machine, 1-6 us with one: tests/data/ours/user_loops).
 
-How an op's size is known (the loader keeps `Input Dims` only for GEMM/conv/attention ops,
-trace/model.py SHAPED_OPS): its input dims where recorded (record_shapes), else, for an
+How an op's size is known: its input dims where recorded (record_shapes, and kept by the loader:
+trace/model.py `input_dims`), else, for an
 elementwise op (whose output is as large as its largest input, so a tiny output means tiny
 inputs), the host memory it allocated inside its own span (profile_memory). A reduction's small
 output says nothing about its input, so other ops are not judged by their allocations.
 
 Only CPU-only ranks and compute ops (`aten::`) are looked at (a trace without a CPU-only rank is
 judged and silent): on a rank with GPU activity a host op's time is its dispatch and launch, and
-waits there are the sync and idle rules' business; a
-collective on a tiny tensor (`c10d::allreduce_` over gloo) waits for the other ranks.
+waits there are the sync and idle rules' business; a collective on a tiny tensor
+(`c10d::allreduce_` over gloo) waits for the other ranks.
 """
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ SLOW_TINY_OPS = Rule(
                                        "such inputs (64x64 @ 64x64) well under 100 us on one core"),
         "slow_us": Threshold(500.0, "a median of 0.5 ms is 50x what a tiny op needs: not its work "
                                     "but waiting for a core (a scheduler time slice is 1-10 ms; "
-                                    "the 4x2 softmax took 3.6-7.4 ms per call under contention)"),
+                                    "the 4x2 softmax took 3.6-15 ms per call under contention)"),
         "fast_us": Threshold(20.0, "what a tiny op takes on a free core (the 4x2 softmax: 1-6 us, "
                                    "an 8x64 @ 64x64 addmm ~20 us): the part of each call above it "
                                    "is waiting"),
