@@ -248,16 +248,19 @@ def test_reports_carry_the_roofline(tmp_path):
     assert diff_json.to_document(c)["efficiency"]
 
 
-def test_the_loader_keeps_shapes_for_exactly_the_ops_with_a_formula(ours):
+def test_the_loader_keeps_scalars_for_exactly_the_ops_with_a_formula_and_sizes_for_every_op(ours):
     from goodhart_prof.analysis.efficiency import FORMULAS
     from goodhart_prof.trace.model import SHAPED_OPS
     assert set(FORMULAS) == SHAPED_OPS
     ev = ours.events
-    has_dims = ev["input_dims"].notna()
-    names = set(ev.loc[has_dims, "name"].astype(str))
+    names = set(ev.loc[ev["concrete_inputs"].notna(), "name"].astype(str))
     # and the collective calls, whose buffers size a collective (analysis/comm.py)
     assert {n for n in names if not n.startswith(("c10d::", "nccl:"))} <= SHAPED_OPS
-    assert ev.loc[ev["name"] == "aten::matmul", "input_dims"].isna().all()  # recorded, not kept
+    assert ev.loc[ev["name"] == "aten::matmul", "concrete_inputs"].isna().all()  # recorded, not kept
+    # sizes: every op that recorded them (slow_tiny_ops judges ops on tiny inputs)
+    ops = ev[(ev["cat"] == "cpu_op").to_numpy()]
+    assert ops.loc[ops["name"] == "aten::matmul", "input_dims"].notna().all()
+    assert ops["input_dims"].notna().mean() > 0.9
 
 
 def test_a_job_on_a_known_and_an_unknown_gpu_reports_both(tmp_path):

@@ -166,7 +166,8 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
     type_codes, type_labels = raw_labels(typed_args, typed_rows, n, INPUT_TYPES, type_label)
     shaped = is_shaped(name, typed_rows) | is_call[typed_rows]
     shaped_rows, shaped_args = typed_rows[shaped], list(compress(typed_args, shaped))
-    dims_codes, dims_labels = raw_labels(shaped_args, shaped_rows, n, INPUT_DIMS, dims_label)
+    # every op's sizes (slow_tiny_ops judges ops on tiny inputs); scalars only for SHAPED_OPS
+    dims_codes, dims_labels = raw_labels(typed_args, typed_rows, n, INPUT_DIMS, dims_label)
     concrete_codes, concrete_labels = raw_labels(shaped_args, shaped_rows, n, CONCRETE_INPUTS, concrete_label)
     flops = np.full(n, np.nan)
     if len(op_rows):
