@@ -317,3 +317,30 @@ def _window(ts: np.ndarray, a: int, b: int, lo: float, hi: float) -> tuple[int, 
     """The rows a..b of one thread (start order) that start within [lo, hi]."""
     return (a + int(np.searchsorted(ts[a:b], lo, side="left")),
             a + int(np.searchsorted(ts[a:b], hi, side="right")))
+
+
+_DETERMINED = re.compile(r"^(?P<file>[^ ]+):(?P<line>\d+) (?P<fn>[^ ]+)$")
+_UNDETERMINED = re.compile(
+    r"^in (?:function (?P<fn>.+?)|module code) \((?P<file>.+), (?:defined at line|at line|frame line) "
+    r"(?P<frame_line>\d+)(?: when tracing began)?\)(?:: candidate lines (?P<cands>[\d, ]+))?$")
+_CALLED_AT = re.compile(r"^torch: .* \(called at (?P<at>.+)\)$")
+
+
+def site_fields(site: str) -> dict | None:
+    """A Python site's parts for the JSON report (`where`): file, function, line (None when it is
+    not established), frame_line (the frame's own line; None when the line is), candidates; for
+    torch's own reads those of the user's calling line. None for an annotation/op chain."""
+    called = _CALLED_AT.match(site)
+    if called is not None:
+        at = called["at"]
+        site = at if _DETERMINED.match(at) else f"in {at}"
+    m = _DETERMINED.match(site)
+    if m is not None:
+        return {"file": m["file"], "function": m["fn"], "line": int(m["line"]), "frame_line": None,
+                "candidates": [int(m["line"])]}
+    m = _UNDETERMINED.match(site)
+    if m is None:
+        return None
+    cands = [int(c) for c in m["cands"].split(", ")] if m["cands"] else []
+    return {"file": m["file"], "function": m["fn"] or "<module>", "line": None,
+            "frame_line": int(m["frame_line"]), "candidates": cands}

@@ -45,6 +45,7 @@ import pandas as pd
 from ..trace.model import Trace, in_categories
 from .intervals import group_totals
 from .links import LAUNCH_CATS, gpu_launches
+from .line_sites import site_fields
 from .sites import sites
 from .tree import covered, host_tree, iterations, outermost, sums_inside
 
@@ -267,7 +268,8 @@ class SyncSummary:
         return {
             "total": int(self.total),
             "by_kind": {k: int(v) for k, v in self.by_kind.items()},
-            "sites": [{"kind": str(k), "site": str(s), "count": int(c), "total_us": float(t)}
+            "sites": [{"kind": str(k), "site": str(s), "count": int(c), "total_us": float(t),
+                       "where": site_fields(str(s))}
                       for k, s, c, t in self.sites[["kind", "site", "count", "total_us"]]
                       .itertuples(index=False)],
             "per_iteration": per_it,
