@@ -221,3 +221,18 @@ def test_an_unmarked_loop_recorded_without_step():
     s = setup(trace)
     assert s.ranks["end"].tolist() == [float(it.table["ts"].min())]
     assert {"aten::randn", "aten::linear"} <= {o["name"] for o in s.ops}
+
+
+def test_backward_passes_when_no_marker_repeats(tmp_path, pairs):
+    """V100 DDP without ProfilerStep#N and Optimizer.step#: the autograd engine's runs (its
+    backward thread) are the passes, one ending inside each real step from the second on."""
+    real = pairs["v100"][0]
+    bare = load(stripped(DATA / "hta/v100_ddp_rank1.json.gz", tmp_path / "b.json",
+                         re.compile(r"^ProfilerStep#\d+$|^Optimizer\.")), progress=False)
+    it = find_iterations(bare)
+    assert (it.how, it.marker, it.boundary) == ("inferred", "the backward pass (autograd::engine)", "end")
+    steps = real_steps(real)
+    assert it.count == len(steps) - 1 == 4
+    bounds = np.r_[it.table["ts"].to_numpy(float)[:1], it.table["end"].to_numpy(float)]
+    inside = (bounds[:, None] >= steps[None, :, 0]) & (bounds[:, None] <= steps[None, :, 1])
+    assert inside.sum(axis=1).tolist() == [1] * 5 and inside.argmax(axis=1).tolist() == [0, 1, 2, 3, 4]

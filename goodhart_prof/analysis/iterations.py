@@ -20,8 +20,12 @@ rates, memory, noise, stragglers) reads this table, through `tree.step_table`.
   lowest coefficient of variation of the intervals between consecutive boundaries, over ranks),
   then the name. Only the outermost instances count (one nested in another of the same name on
   its thread is part of it). On each rank with n >= 2 boundaries, iteration k (1 <= k < n) runs
-  from boundary k-1 to boundary k: n boundaries make n - 1 iterations, numbered 1.. so that the
-  first marker's own work (iteration 0: first launches, warm-up) is setup, not an iteration.
+  from boundary k-1 to boundary k: n boundaries make n - 1 iterations, numbered from 1. What runs
+  before the first boundary is setup: with boundaries at the markers' ends (optimizer, backward)
+  that is the first step itself (first launches, warm-up: iteration 0, not counted).
+  4. the backward pass, where none of these repeats: runs of consecutive top-level
+     `autograd::engine::...` nodes (any thread of the rank, in start order; any other top-level
+     node ends a run), a boundary at each run's end.
 - **none**: neither; per-iteration figures are over the whole trace and rules that need
   iterations say so.
 
@@ -106,7 +110,37 @@ def _find(trace: Trace) -> Iterations:
                 best = (key, names[code], bounds)
         if best is not None:
             return Iterations(_table(best[2]), "inferred", best[1], boundary)
+    passes = _backward_passes(tree, names)
+    if passes:
+        return Iterations(_table(passes), "inferred", BACKWARD_PASS, "end")
     return Iterations(_empty(), "none")
+
+
+BACKWARD_PASS = "the backward pass (autograd::engine)"
+_ENGINE = re.compile(r"^autograd::engine::")
+
+
+def _backward_passes(tree, names: pd.Series) -> dict[int, np.ndarray]:
+    """Per rank with at least 2, the ends of its backward passes: runs of consecutive top-level
+    host nodes (any thread of the rank, in start order) that are the autograd engine's
+    (`autograd::engine::evaluate_function: ...`), broken by any other top-level node (the next
+    forward, the optimizer). A step ends with its backward (and the optimizer after it, which
+    opens the next run's gap)."""
+    engine = names.str.contains(_ENGINE.pattern, regex=True).to_numpy(bool)
+    top = np.flatnonzero((tree.depth == 0) & ~tree.is_step) if len(tree) else np.zeros(0, np.int64)
+    if not len(top) or not engine[tree.name[top]].any():
+        return {}
+    top = top[np.lexsort((tree.ts[top], tree.rank[top]))]
+    rank, is_bwd = tree.rank[top], engine[tree.name[top]]
+    new_rank = np.r_[True, rank[1:] != rank[:-1]]
+    last = np.r_[is_bwd[:-1] & ~(is_bwd[1:] & ~new_rank[1:]), is_bwd[-1]]  # a run's last node
+    reach = pd.Series(tree.end[top]).groupby(np.cumsum(~is_bwd | new_rank)).cummax().to_numpy()
+    out = {}
+    for r in np.unique(rank[last]).tolist():
+        ends = np.sort(reach[last & (rank == r)])
+        if len(ends) >= 2:
+            out[int(r)] = ends
+    return out
 
 
 def _boundaries(tree, code: int, boundary: str, top_only: bool = False) -> dict[int, np.ndarray]:
