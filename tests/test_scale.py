@@ -16,8 +16,8 @@ from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.burstiness import burstiness
 from goodhart_prof.analysis.gpu_time import device_table, gpu_time
 from goodhart_prof.analysis.idle import UNTRACED
-from goodhart_prof.analysis.intervals import (merge_intervals, per_segment, segment_cumsum, segment_merge,
-                                              segment_searchsorted, thread_groups)
+from goodhart_prof.analysis.intervals import (dense_codes, merge_intervals, per_segment, segment_cumsum,
+                                              segment_merge, segment_searchsorted, thread_groups)
 from goodhart_prof.analysis.tree import frame_forest, host_tree
 from goodhart_prof.analysis.links import gpu_launches
 from goodhart_prof.analysis.tree import host as tree_host
@@ -172,6 +172,18 @@ def _segments(rng, n_seg: int, longest: int):
     lengths = rng.integers(0, longest + 1, n_seg)
     bounds = np.r_[0, np.cumsum(lengths)]
     return bounds
+
+
+def test_dense_codes_equal_numpy_unique():
+    """dense_codes (counting) gives np.unique's values and inverse, whatever the spread of codes
+    (a spread too wide for counting falls back to the sort)."""
+    rng = np.random.default_rng(3)
+    for n, high in ((0, 1), (1, 1), (1000, 10), (50_000, 3000), (500, 10**8)):
+        values = rng.integers(0, high, n).astype(np.int32)
+        got, inverse = dense_codes(values)
+        want, want_inverse = np.unique(values, return_inverse=True)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
+        assert inverse.tolist() == want_inverse.ravel().tolist()
 
 
 def test_segment_helpers_equal_numpy_on_each_segment():

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import exact_sums, tuple_codes
+from .intervals import dense_codes, exact_sums, tuple_codes
 from .tree import host_tree
 
 COLUMNS = ["name", "calls", "self_us", "total_us", "self_pct", "total_pct"]
@@ -42,7 +42,7 @@ def hot_ops(trace: Trace) -> pd.DataFrame:
     self_us = tree.self_us[ops]
     dur = trace.events["dur"].loc[tree.row[ops]].to_numpy(float)  # as recorded (not end - ts)
     outer = _outermost_of_name(tree, ops)
-    codes, inverse = np.unique(tree.name[ops], return_inverse=True)
+    codes, inverse = dense_codes(tree.name[ops])
     sums = exact_sums(inverse, len(codes), self_us=self_us, total_us=np.where(outer, dur, 0.0))
     host_us = float(sums["self_us"].sum())
     share = 100.0 / host_us if host_us > 0 else float("nan")

@@ -132,6 +132,19 @@ def _binary_searchsorted(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: 
     return lo
 
 
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_inverse=True)` for small non-negative integer codes (name
+    codes): by counting, not sorting, when the largest is at most a few times the count."""
+    values = np.asarray(values)
+    if not len(values) or values.min() < 0 or values.max() > 4 * len(values) + 1024:
+        uniq, inverse = np.unique(values, return_inverse=True)
+        return uniq, inverse.ravel()
+    present = np.flatnonzero(np.bincount(values))
+    remap = np.zeros(int(values.max()) + 1, dtype=np.int64)
+    remap[present] = np.arange(len(present))
+    return present.astype(values.dtype), remap[values]
+
+
 def tuple_codes(*cols: np.ndarray) -> np.ndarray:
     """Dense integer codes of the rows of `cols` (equal rows, equal codes), in lexicographic
     order of the rows: one lexsort, no overflow however many distinct values each column has."""
