@@ -252,3 +252,20 @@ def test_a_certain_call_before_a_branch_is_its_line(tmp_path):
     assert sites[("nonzero", f"{path}:{where_at} locate_nan_rows")] == 2
     assert sites[("item", f"in function locate_nan_rows ({path}, defined at line 4): "
                           f"candidate lines {raise_at}, {item_at}")] == 2
+
+
+def test_json_sites_carry_where():
+    from goodhart_prof.analysis import analyze
+    from goodhart_prof.report.json_report import to_document
+    doc = to_document(analyze(load(LOOPS / "helper_loop.pt.trace.json.gz")))
+    where = {s["site"]: s["where"] for s in doc["host_reads"]["sites"]}
+    src = (LOOPS / "helper_loop.py").read_text()
+    mean_at = _line_of(src, "mean = values.mean().item()")
+    assert where[f"helper_loop.py:{mean_at} stats"] == {
+        "file": "helper_loop.py", "function": "stats", "line": mean_at, "frame_line": None,
+        "candidates": [mean_at]}
+    (log_each,) = [w for s, w in where.items() if s.startswith("in function log_each")]
+    assert log_each == {"file": "helper_loop.py", "function": "log_each", "line": None,
+                        "frame_line": _line_of(src, "def log_each"),
+                        "candidates": [_line_of(src, "out.append(v.item())"),
+                                       _line_of(src, "out.append(values.sum().item())")]}
