@@ -79,8 +79,8 @@ class Iterations:
             return (f"{self.count} iteration(s) inferred from {self.marker} (from one "
                     f"{self.boundary} of it to the next; what runs before the first is setup)")
         return ("no iterations found (no ProfilerStep#N, and nothing that repeats: no "
-                "Optimizer.step#, DataLoader.__next__ or ## name ## annotation twice): figures "
-                "are over the whole trace")
+                "Optimizer.step#, DataLoader.__next__, top-level ## name ## or backward pass twice): "
+                "figures are over the whole trace")
 
     def to_json(self) -> dict:
         return {"how": self.how, "marker": self.marker, "boundary": self.boundary,

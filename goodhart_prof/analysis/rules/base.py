@@ -120,8 +120,9 @@ class Need(enum.Enum):
                 Need.GPU: "the trace has no GPU activity (a CPU-only trace)",
                 Need.BACKWARD: "the trace has no backward pass (no autograd ops on the host: not "
                                "training), and the rule's advice is about training",
-                Need.ITERATIONS: "no iterations: no ProfilerStep#N, and no Optimizer.step#, DataLoader."
-                                 "__next__ or ## name ## repeats, so rates per iteration cannot be judged",
+                Need.ITERATIONS: "no iterations: no ProfilerStep#N, and no Optimizer.step#, "
+                                 "DataLoader.__next__, ## name ## or backward pass repeats, so rates "
+                                 "per iteration cannot be judged",
                 Need.COMMUNICATION: "the trace has no communication kernels (NCCL/RCCL)",
                 Need.RANKS: "no collective could be matched across two or more ranks",
                 Need.MEMORY: "the trace has no memory events (record with {advice})",
