@@ -71,6 +71,7 @@ class LineSite:
     line: int | None
     candidates: tuple[int, ...] = ()
     how: str = "unknown"  # only candidate | order | no source | ambiguous | no candidate
+    how_frame: str = "unknown"  # defined | running | unknown (no source: the frame line is either)
 
     @property
     def text(self) -> str:
@@ -85,8 +86,6 @@ class LineSite:
             return f"{head}: candidate lines {', '.join(map(str, self.candidates))}"
         return head
 
-    how_frame: str = "unknown"  # defined | running | unknown (no source: the frame line is either)
-
 
 def source_roots(trace: Trace) -> list[Path]:
     """Where relative file names are looked for: each trace file's folder and its parent (a run
@@ -100,12 +99,13 @@ def source_roots(trace: Trace) -> list[Path]:
 
 
 def recorded_at(trace: Trace) -> float | None:
-    """When the trace was written: its oldest file's mtime (None when not known)."""
+    """When the trace was written: its oldest trace file's mtime (None when not known)."""
     times = []
     for p in trace.paths:
         try:
             p = Path(p)
-            times += [f.stat().st_mtime for f in (p.iterdir() if p.is_dir() else [p]) if f.is_file()]
+            files = [f for f in p.iterdir() if f.name.endswith((".json", ".json.gz"))] if p.is_dir() else [p]
+            times += [f.stat().st_mtime for f in files if f.is_file()]
         except OSError:
             continue
     return min(times) if times else None
