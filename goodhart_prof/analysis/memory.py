@@ -215,12 +215,17 @@ def site_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
     inside = events[kept]
     if inside.empty:
         return pd.DataFrame(columns=SITE_COLUMNS)
-    phase, op = _phase_and_op(trace, inside)
+    phase_c, op_c, labels = _phase_and_op(trace, inside)
     b = inside["bytes"].to_numpy(float)
     live = np.where(_still_live(events)[kept], b, 0.0)
     keys = [inside[c].to_numpy() for c in KEYS]
-    phase_u, phase_c = np.unique(phase.astype(str), return_inverse=True)
-    op_u, op_c = np.unique(op.astype(str), return_inverse=True)
+    # the labels present, ranked as their text sorts (a groupby's order; equal texts, one rank)
+    present = np.unique(np.concatenate((phase_c, op_c)))
+    text, at = np.unique(labels[present].astype(str), return_inverse=True)
+    rank = np.zeros(len(labels), dtype=np.int64)
+    rank[present] = at.ravel()
+    phase_c, op_c = rank[phase_c], rank[op_c]
+    phase_u = op_u = text.astype(object)
     group = tuple_codes(*keys, phase_c.ravel(), op_c.ravel())  # groups in key order, as a groupby sorts
     n = int(group.max()) + 1
     order = np.lexsort((b, group))  # by group, then bytes: each group's median from its middle
@@ -244,15 +249,16 @@ def site_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
     return out.take(rank).reset_index(drop=True)[SITE_COLUMNS]
 
 
-def _phase_and_op(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _phase_and_op(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The innermost annotation (ProfilerStep#N excluded) and the outermost cpu op around each
-    event on its thread, by the host tree; `(none)` where there is none."""
+    event on its thread, by the host tree, as codes into the labels returned with them (the
+    host tree's names, then `(none)` for events with none)."""
     tree = host_tree(trace)
+    names = np.asarray([str(x) for x in tree.names] + ["(none)"], dtype=object)
+    none = len(names) - 1
     n = len(ev)
-    phase = np.full(n, "(none)", dtype=object)
-    op = np.full(n, "(none)", dtype=object)
     if not len(tree):
-        return phase, op
+        return np.full(n, none, dtype=np.int64), np.full(n, none, dtype=np.int64), names
     ts = ev["ts"].to_numpy()
     node = tree.enclosing(ev["rank"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy(), ts, ts)
     has = node >= 0
@@ -260,12 +266,9 @@ def _phase_and_op(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarra
     own = tree.is_annotation[at] & ~tree.is_step[at]
     ann = np.where(own, at, tree.annotation[at])
     top = tree.top_op[at]
-    names = np.asarray([str(x) for x in tree.names], dtype=object)
-    ok = has & (ann >= 0)
-    phase[ok] = names[tree.name[ann[ok]]]
-    ok = has & (top >= 0)
-    op[ok] = names[tree.name[top[ok]]]
-    return phase, op
+    phase = np.where(has & (ann >= 0), tree.name[np.maximum(ann, 0)], none).astype(np.int64)
+    op = np.where(has & (top >= 0), tree.name[np.maximum(top, 0)], none).astype(np.int64)
+    return phase, op, names
 
 
 def _still_live(events: pd.DataFrame) -> np.ndarray:
