@@ -269,3 +269,15 @@ def test_json_sites_carry_where():
                         "frame_line": _line_of(src, "def log_each"),
                         "candidates": [_line_of(src, "out.append(v.item())"),
                                        _line_of(src, "out.append(values.sum().item())")]}
+
+
+def test_subscripts_and_comprehension_conditions_are_candidates():
+    code = ("def f(x, xs, i, mask):\n"                 # 1
+            "    a = x[0] + x[:4] + x[..., -1]\n"       # 2: constant indexes: neither index nor item
+            "    b = x[mask]\n"                         # 3: a tensor index (or a list's __index__)
+            "    c = [y for y in xs if y.any()]\n"      # 4: `if t` inside a comprehension
+            "    return x.item()\n")                    # 5
+    body = _body(code, "f", 1)
+    assert [s.line for s in body.candidates("index", -1)] == [3]
+    assert [s.line for s in body.candidates("item", -1)] == [3, 5]
+    assert [(s.line, s.single[0]) for s in body.candidates("truth", -1)] == [(4, False)]

@@ -11,6 +11,7 @@ body (nested `def`/`class`/`lambda` bodies excluded) with the event classes it c
 (CALL_CLASSES: `item` for `.item()`, `float(t)`, `int(t)`; `truth` for `if t:`, `bool(t)`,
 `not t`, `and`/`or`, `assert`; `nonzero`, `masked_select`, `index` (subscripts), `copy` for
 `.to()`, `.cpu()`, `.cuda()`, `.numpy()`, `.tolist()`, `torch.as_tensor`, tensor creation;
+`index` and `item` for a subscript not made of constants (a tensor index, or `Tensor.__index__`);
 `any` for `print`/`str`/`repr`/`format`/f-strings of something not constant, which can make any
 of them; `call:NAME` for every call by its name, matched to a library frame it opens).
 
@@ -47,7 +48,7 @@ ATTR_CLASSES = {
 NAME_CLASSES = {
     "float": ("item",), "int": ("item",), "complex": ("item",), "round": ("item",),
     "bool": ("truth",), "any": ("truth",), "all": ("truth",), "min": ("truth",), "max": ("truth",),
-    "sorted": ("truth",), "nonzero": ("nonzero",), "where": ("nonzero",),
+    "sorted": ("truth",), "range": ("item",), "nonzero": ("nonzero",), "where": ("nonzero",),
     "masked_select": ("masked_select",), "as_tensor": ("copy",), "tensor": ("copy",),
     "from_numpy": ("copy",), "Tensor": ("copy",), "synchronize": ("sync",),
 }
@@ -59,7 +60,7 @@ CERTAIN_CALLS = frozenset({"nonzero", "argwhere", "masked_select"})
 # Calls that can make several events of their class in one run (a module's `.to()` moves every
 # parameter; `any`/`min`/... compare element by element).
 MULTI_CALLS = frozenset({"to", "cpu", "cuda", "float", "double", "half", "bfloat16", "long", "int",
-                         "bool", "type", "any", "all", "min", "max", "sorted", "synchronize"})
+                         "bool", "type", "any", "all", "min", "max", "sorted", "range", "synchronize"})
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,20 @@ def find_body(tree: ast.Module, function: str, line: int, running: bool = True) 
            for n in ast.walk(inner) if isinstance(n, _SCOPES)):
         return None  # the line lies in a nested scope, not in this function's own code
     return _collect(Body(function, _first_line(inner), True), inner.body)
+
+
+def _constant_index(node: ast.expr) -> bool:
+    """An index made of constants (`x[0]`, `x[:4]`, `x[..., -1]`): never a tensor, so neither
+    aten::index nor Tensor.__index__."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _constant_index(node.operand)
+    if isinstance(node, ast.Slice):
+        return all(p is None or _constant_index(p) for p in (node.lower, node.upper, node.step))
+    if isinstance(node, ast.Tuple):
+        return all(_constant_index(e) for e in node.elts)
+    return False
 
 
 def _calls_at(stmts: list[ast.stmt], line: int) -> bool:
@@ -326,10 +341,14 @@ class _Walker:
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             gens = node.generators
             self.expr(gens[0].iter, segs, single)
-            for child in ast.iter_child_nodes(node):
-                if child is not gens[0]:
-                    self._children(child, segs, nope)
-            self._children(gens[0], segs, nope, skip=gens[0].iter)
+            for g in gens:
+                if g is not gens[0]:
+                    self.expr(g.iter, segs, nope)
+                self.expr(g.target, segs, nope)
+                for cond in g.ifs:  # `[x for x in xs if t]` takes the truth of t
+                    self.truth(cond, segs, nope)
+            for part in ((node.key, node.value) if isinstance(node, ast.DictComp) else (node.elt,)):
+                self.expr(part, segs, nope)
             return
         if isinstance(node, ast.IfExp):
             self.truth(node.test, segs, single)
@@ -354,8 +373,10 @@ class _Walker:
             self._children(child, segs, single)
         if isinstance(node, ast.Call):
             self.call(node, segs, single)
-        elif isinstance(node, ast.Subscript):
-            self.site(node, ("index",), segs, single if isinstance(node.ctx, ast.Load) else nope)
+        elif isinstance(node, ast.Subscript) and not _constant_index(node.slice):
+            # a tensor index: aten::index (a mask: nonzero); on a list, Tensor.__index__: item
+            one = isinstance(node.ctx, ast.Load) and not isinstance(node.slice, ast.Tuple)
+            self.site(node, ("index", "item"), segs, single if one else nope)
         elif isinstance(node, ast.FormattedValue) and not isinstance(node.value, ast.Constant):
             self.site(node, ("any",), segs, nope, multi=True)
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and (
@@ -363,15 +384,11 @@ class _Walker:
                 and isinstance(getattr(node.left, "value", ""), str)):
             self.site(node, ("any",), segs, nope, multi=True)
 
-    def _children(self, child, segs, single, skip=None):
-        if child is skip:
-            return
+    def _children(self, child, segs, single):
         if isinstance(child, ast.expr):
             self.expr(child, segs, single)
-        elif isinstance(child, (ast.comprehension, ast.keyword)):
-            for c in ast.iter_child_nodes(child):
-                if c is not skip and isinstance(c, ast.expr):
-                    self.expr(c, segs, single)
+        elif isinstance(child, ast.keyword):
+            self.expr(child.value, segs, single)
 
     def call(self, node: ast.Call, segs, single):
         f = node.func
