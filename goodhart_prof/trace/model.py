@@ -83,7 +83,9 @@ NEVER_USER_FRAMES = ("torch/", "<built-in ")
 # user's behalf (torch.distributions' argument validation: `if not valid.all():`; torch.nn.utils'
 # clip_grad_norm_(error_if_nonfinite=True): `if torch.logical_or(norm.isnan(), norm.isinf()):`),
 # so that a read made inside them is put on torch's function and the user's line that called it
-# (analysis/sites.py).
+# (analysis/sites.py). Not torch/utils/: on the real traces (TraceLens) nearly all its frames
+# around reads are `_device.py` __torch_function__, which only passes the user's own ops through
+# `with torch.device(...)`; the rest is one DataLoader seed `.item()` per iterator.
 KEPT_TORCH_FRAMES = ("torch/distributions/", "torch/nn/utils/")
 
 MEMORY_COLUMNS = ("rank", "pid", "tid", "ts", "device_type", "device", "bytes", "total_allocated",
