@@ -402,7 +402,13 @@ class _Walker:
         if name in FORMAT_CALLS and any(not isinstance(a, ast.Constant) for a in args):
             classes.add("any")
             multi = True
-        on_torch = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "torch"
+        module = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else None
+        displays = (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)
+        if module == "math" or (name in ("tensor", "as_tensor") and node.args
+                                and isinstance(node.args[0], displays)):
+            classes.add("item")  # math.f(t) takes float(t); torch.tensor([t, ...]) reads each
+            multi = True
+        on_torch = module == "torch"
         certain = on_torch and (name in CERTAIN_CALLS or (
             name == "where" and len(node.args) == 1 and not node.keywords))
         self.site(node, classes, segs, single, multi, certain)
