@@ -8,10 +8,11 @@ parent or the current directory; cached per file), finds the function by name an
 whose body holds N, which then was running when tracing began; `<module>`: the module body, N
 outside every `def`/`class`), and lists its **call sites**: each call or implicit read in that
 body (nested `def`/`class`/`lambda` bodies excluded) with the event classes it can make
-(CALL_CLASSES: `item` for `.item()`, `float(t)`, `int(t)`; `truth` for `if t:`, `bool(t)`,
-`not t`, `and`/`or`, `assert`; `nonzero`, `masked_select`, `index` (subscripts), `copy` for
-`.to()`, `.cpu()`, `.cuda()`, `.numpy()`, `.tolist()`, `torch.as_tensor`, tensor creation;
-`index` and `item` for a subscript not made of constants (a tensor index, or `Tensor.__index__`);
+(ATTR_CLASSES, NAME_CLASSES: `item` for `.item()`, `float(t)`, `int(t)`, `math.f(t)`,
+`torch.tensor([t, ...])`; `truth` for `if t:`, `bool(t)`, `not t`, `and`/`or`, `assert`, a
+comprehension's `if`; `nonzero`, `masked_select`; `copy` for `.to()`, `.cpu()`, `.cuda()`,
+`.numpy()`, `.tolist()`, `torch.as_tensor`, tensor creation, dtype casts; `index` and `item` for a
+subscript not made of constants (a tensor index, or `Tensor.__index__`);
 `any` for `print`/`str`/`repr`/`format`/f-strings of something not constant, which can make any
 of them; `call:NAME` for every call by its name, matched to a library frame it opens).
 
