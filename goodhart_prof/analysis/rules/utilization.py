@@ -2,12 +2,12 @@
 dominated by scatter/gather kernels."""
 from __future__ import annotations
 
-import re
 
 import numpy as np
 
-from ..idle import OTHER, UNTRACED
+from ..idle import OTHER
 from .base import Context, Finding, Need, Rule, Threshold
+from .idle_advice import GENERIC_FIX, idle_fix, short_cause, with_frame
 from .savings import Saving
 
 
@@ -99,7 +99,7 @@ def _low_utilization(ctx: Context) -> Finding | None:
                           "share": round(c["share"], 4), "frame": c.get("frame"),
                           **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {})}
                          for c in b.idle_causes[:3]]},
-        _with_frame(idle_fix(top["cause"], top.get("frame"), top.get("kind")), top.get("frame")) if top
+        with_frame(idle_fix(top["cause"], top.get("frame"), top.get("kind")), top.get("frame")) if top
         else GENERIC_FIX,
         est_saving_us=ctx.per_iteration(explained, [b.rank]),
         saving_note=(f"the GPU's idle time while the host is in {_said(top)}, per "
@@ -118,100 +118,6 @@ def _said(cause: dict) -> str:
     """A cause as a title says it; a runtime call with the op it was called from."""
     said = short_cause(cause["cause"])
     return f"{said} (called from {short_cause(cause['context'])})" if cause.get("context") else said
-
-
-# A runtime call holding the host (idle.py's kinds) -> what to change.
-RUNTIME_FIXES = {
-    "alloc": "The host waits in the device allocator while the GPU idles: keep PyTorch's caching "
-             "allocator on (no PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING) and "
-             "allocate buffers once, reusing them across iterations, instead of per step.",
-    "free": "The host waits in the device free while the GPU idles (a free synchronizes the "
-            "device): keep PyTorch's caching allocator on (no PYTORCH_NO_CUDA_MEMORY_CACHING / "
-            "PYTORCH_NO_HIP_MEMORY_CACHING), allocate once and reuse, and never empty the cache "
-            "(torch.cuda.empty_cache) inside the loop.",
-    "context": "The host creates the GPU context (a first cudaFree / cuInit) while the GPU idles: "
-               "a one-time start-up cost; run a warm-up iteration before the traced window "
-               "(profiler schedule with wait/warmup steps) so it is not measured as a step.",
-    "module": "The host loads GPU code (a module or library load) while the GPU idles: a one-time "
-              "cost of first use; run a warm-up iteration before the traced window (profiler "
-              "schedule with warmup steps), or load lazily-loaded modules up front.",
-    "launch": "Kernel launches taking over a millisecond: first launches loading their code (or a "
-              "full launch queue); run a warm-up iteration before the traced window (profiler "
-              "schedule with warmup steps) so the code is loaded before it is measured.",
-}
-
-
-def _with_frame(fix: str, frame: str | None) -> str:
-    return f"{fix} Most of that idle time is in {frame}." if frame else fix
-
-
-# What the host was doing while the GPU idled -> what to change. First match wins, on the cause
-# (and the Python frame inside it); a cause nothing matches gets the generic advice.
-IDLE_FIXES = (
-    (re.compile(r"DataLoader|_DataLoaderIter|collate|fetch", re.I),
-     "The GPU waits for the next batch: load data in background workers "
-     "(DataLoader with num_workers of 2 or more, persistent_workers=True, prefetch_factor=2 "
-     "or more), move preprocessing "
-     "(decode, resize) into those workers or onto the GPU, and copy batches with pin_memory=True and "
-     ".to(device, non_blocking=True) so the copy overlaps compute."),
-    (re.compile(r"aten::item|_local_scalar_dense|aten::to\b|_to_copy|aten::copy_|Synchronize|"
-                r"cudaMemcpy|aten::nonzero|is_nonzero", re.I),
-     "The host reads results back or copies synchronously while the GPU has nothing queued: "
-     "remove the read-back (keep values on the GPU, log every N steps), and make copies "
-     "non_blocking from pinned memory."),
-    (re.compile(r"Optimizer\.|optimizer|zero_grad", re.I),
-     "The optimizer step runs on the host between GPU work: use {optimizer}'s fused or foreach "
-     "implementation, or capture the step with CUDA graphs / torch.compile."),
-    (re.compile(r"logging|logger|wandb|tensorboard|SummaryWriter|checkpoint|torch/serialization", re.I),
-     "Logging or saving runs on the critical path: do it every N steps, on a background thread, "
-     "or from values already copied off the GPU asynchronously."),
-)
-GENERIC_FIX = ("Find what the GPU waits for in the gap classes: host_wait means the CPU is late "
-               "(syncs, Python overhead, data on the host); launch means too many tiny kernels. "
-               "idle_causes names the host code the idle time lies in.")
-
-
-def idle_fix(cause: str, frame: str | None = None, kind: str | None = None) -> str:
-    """The fix for GPU idle time spent in `cause` (a runtime call of `kind`: RUNTIME_FIXES, a
-    sync the read-back advice; else IDLE_FIXES; the generic advice otherwise)."""
-    if kind in RUNTIME_FIXES:
-        return RUNTIME_FIXES[kind]
-    if kind == "sync":
-        return IDLE_FIXES[1][1]
-    if cause == UNTRACED:
-        return ("The launching thread recorded nothing while the GPU idled (Python outside any "
-                "op or annotation, or time outside the trace): profile with_stack=True or add "
-                "record_function scopes to see the code, then move that work off the critical path.")
-    if "_MultiProcessingDataLoaderIter" in cause:  # workers exist already: they fall behind
-        return ("The GPU waits for the next batch although the DataLoader has worker processes: "
-                "they cannot keep up. Add workers (num_workers), prefetch more (prefetch_factor), "
-                "make the per-sample work cheaper or move it onto the GPU, and copy batches with "
-                "pin_memory=True and .to(device, non_blocking=True).")
-    for text in (cause, frame):  # the cause first; when generic, the Python inside it may say more
-        for pattern, fix in IDLE_FIXES:
-            if text and pattern.search(text):
-                return fix.format(optimizer=_optimizer(cause, frame))
-    return (f"The GPU waits while the host runs {cause}: move that work off the launching thread, "
-            "overlap it with GPU work, or make it cheaper. " + GENERIC_FIX)
-
-
-def _optimizer(*texts: str | None) -> str:
-    """The optimizer the cause names (`Optimizer.step#SGD.step` -> `torch.optim.SGD`), else a
-    generic phrase: the advice must not assume Adam."""
-    for text in texts:
-        m = re.search(r"Optimizer\.(?:step|zero_grad)#(\w+)\.", text or "")
-        if m:
-            return f"torch.optim.{m.group(1)}"
-    return "the optimizer"
-
-
-def short_cause(cause: str) -> str:
-    """A cause as a title says it: `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`
-    -> `DataLoader.__next__`; anything else unchanged (long names cut)."""
-    m = re.match(r"enumerate\((\w+)\)#\w*?\.(\w+)$", cause)
-    if m:
-        return f"{m.group(1)}.{m.group(2)}"
-    return cause if len(cause) <= 60 else cause[:57] + "..."
 
 
 LOW_UTILIZATION = Rule(
