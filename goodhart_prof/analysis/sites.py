@@ -3,24 +3,26 @@
 With Python stacks (`python_function` events on the thread), a site is the innermost user-code
 frame around the event, at the line of the call that made the event where the frame's source
 establishes it (`file.py:line fn`; analysis/line_sites.py), else naming the function and no line
-(`in function fn (file.py, defined at line N): candidate lines a, b`); otherwise (or when no user frame holds it) the chain
-of enclosing annotations and ops on the thread from the host call tree (analysis/tree/),
-outermost first, ending with the event itself, without the `ProfilerStep#N` element so that
-sites add up across iterations. An event seen only on the device (no host call in the trace) is
+(`in function fn (file.py, defined at line N): candidate lines a, b`); otherwise (or when no
+user frame holds it) the chain of enclosing annotations and ops on the thread from the host call
+tree (analysis/tree/), outermost first, ending with the event itself, without the
+`ProfilerStep#N` element so that sites add up across iterations. An event seen only on the device (no host call in the trace) is
 `NAME (no host call)`.
 
 Torch's own events: an event inside an `Optimizer.step#`/`Optimizer.zero_grad#` annotation is
 the optimizer's doing, not a line the user wrote. With stacks, the innermost user frame around
-it is the line that called `optimizer.step()`, so the site says whose it is:
-`torch: Optimizer.step#Adam.step > aten::_fused_adam_ > aten::item (called at ppo.py:127 fn)`
-(the chain from the annotation down to the event, then the user's line). Without stacks the
-chain already names the annotation and is kept as it is.
+it holds the call of `optimizer.step()`, so the site says whose it is:
+`torch: Optimizer.step#Adam.step > aten::_fused_adam_ > aten::item (called at ppo.py:134 fn)`
+(the chain from the annotation down to the event, then the user's line site: its one call named
+`step` there, or `function fn (...)` where that is not established). Without stacks the chain
+already names the annotation and is kept as it is.
 
 Reads inside torch's own Python code (the packages whose frames the loader keeps:
 trace.model.KEPT_TORCH_FRAMES, e.g. torch.distributions' argument validation) are torch's too:
 the site names the torch function the user's code called (the outermost torch frame around the
-event) and that line: `torch: torch/distributions/categorical.py:56 __init__ > aten::is_nonzero
-(called at ppo.py:88 get_action)`.
+event) and the user's line calling it, found as a call of that name (`__init__`: a class, whose
+call has another name, so no line): `torch: torch/distributions/categorical.py:151 log_prob >
+aten::is_nonzero (called at ppo.py:82 get_action)`.
 """
 from __future__ import annotations
 
