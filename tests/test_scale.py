@@ -17,7 +17,7 @@ from goodhart_prof.analysis.burstiness import burstiness
 from goodhart_prof.analysis.gpu_time import device_table, gpu_time
 from goodhart_prof.analysis.idle import UNTRACED
 from goodhart_prof.analysis.intervals import (dense_codes, merge_intervals, per_segment, segment_cumsum,
-                                              segment_merge, segment_searchsorted, thread_groups)
+                                              segment_merge, segment_searchsorted, thread_groups, tuple_codes)
 from goodhart_prof.analysis.tree import frame_forest, host_tree
 from goodhart_prof.analysis.links import gpu_launches
 from goodhart_prof.analysis.tree import host as tree_host
@@ -172,6 +172,24 @@ def _segments(rng, n_seg: int, longest: int):
     lengths = rng.integers(0, longest + 1, n_seg)
     bounds = np.r_[0, np.cumsum(lengths)]
     return bounds
+
+
+def test_tuple_codes_of_integer_columns_equal_the_lexsort_definition():
+    """Integer and bool columns are packed into one key (tuple_codes' fast path): the codes equal
+    those of the lexicographic sort of the rows, with negative values and wide spans too."""
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        n = int(rng.integers(1, 400))
+        cols = [rng.integers(-5, 5, n), rng.integers(0, 2**40, n), rng.random(n) < 0.5,
+                rng.integers(0, 3, n).astype(np.int32)][: int(rng.integers(1, 5))]
+        order = np.lexsort(cols[::-1])
+        change = np.zeros(n, dtype=bool)
+        change[0] = True
+        for c in cols:
+            change[1:] |= c[order][1:] != c[order][:-1]
+        want = np.empty(n, dtype=np.int64)
+        want[order] = np.cumsum(change) - 1
+        assert tuple_codes(*cols).tolist() == want.tolist()
 
 
 def test_dense_codes_equal_numpy_unique():

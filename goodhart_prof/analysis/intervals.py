@@ -151,6 +151,9 @@ def tuple_codes(*cols: np.ndarray) -> np.ndarray:
     n = len(cols[0]) if cols else 0
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    key = _packed(cols)
+    if key is not None:  # integer columns: one key whose order is the rows' order
+        return dense_codes(key)[1]
     order = np.lexsort(cols[::-1])
     change = np.zeros(n, dtype=bool)
     change[0] = True
@@ -160,6 +163,24 @@ def tuple_codes(*cols: np.ndarray) -> np.ndarray:
     codes = np.empty(n, dtype=np.int64)
     codes[order] = np.cumsum(change) - 1
     return codes
+
+
+def _packed(cols) -> "np.ndarray | None":
+    """Integer (or bool) columns packed into one int64 key per row that sorts as the rows sort
+    lexicographically (each column shifted to start at 0, times the span of those after it);
+    None when a column is not integer or the spans multiply past 2^62."""
+    cols = [np.asarray(c) for c in cols]
+    if not all(c.dtype.kind in "iub" for c in cols):
+        return None
+    key, span = np.zeros(len(cols[0]), dtype=np.int64), 1
+    for c in cols:
+        lo, hi = (int(c.min()), int(c.max())) if c.dtype.kind != "b" else (0, 1)
+        width = hi - lo + 1
+        span *= width
+        if span > 2**62:
+            return None
+        key = key * width + (c.astype(np.int64) - lo)
+    return key
 
 
 def segment_merge(starts: np.ndarray, ends: np.ndarray, bounds: np.ndarray
