@@ -63,6 +63,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
             "idle_us": r["idle_us"], "utilization": r["utilization"], "kernel_us": r.get("kernel_us"),
             **{k: r.get(k) for k in STEP_KEYS}})
             for r in a.gpu.to_dict("records")},
+        "gpu_not_recorded": _not_recorded(trace),
         "kernels": records(kernels, ["name", "category", "library", "count", "total_us", "pct", "mean_us",
                                      "min_us", "max_us"]),
         "categories": records(a.categories, ["category", "library", "count", "total_us", "pct"]),
@@ -91,6 +92,17 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
                      "analysis_s": a.timing.to_json(), "analysis_total_s": round(a.timing.total, 4),
                      "report_s": round(time.perf_counter() - started, 4)}
     return doc
+
+
+def _not_recorded(trace) -> "dict[str, Any] | None":
+    """A trace with GPUs but no GPU activity recorded (gpu_time.unrecorded_gpu): what shows the
+    GPUs were there, and the sentence the reports print; None otherwise."""
+    from ..analysis.gpu_time import unrecorded_gpu
+    u = unrecorded_gpu(trace)
+    if u is None:
+        return None
+    return {"launch_calls": u.launches, "gpu_memory_events": u.gpu_memory, "listed_gpus": u.listed,
+            "names": list(u.names), "ranks": sorted(u.ranks), "note": u.text()}
 
 
 def _phases_json(frame: pd.DataFrame) -> list[dict[str, Any]]:
