@@ -221,6 +221,9 @@ def test_an_unmarked_loop_recorded_without_step():
     s = setup(trace)
     assert s.ranks["end"].tolist() == [float(it.table["ts"].min())]
     assert {"aten::randn", "aten::linear"} <= {o["name"] for o in s.ops}
+    from goodhart_prof.report.html import render_html
+    page = render_html(analyze(trace))  # the phases say what the iterations are
+    assert "Traced iterations (inferred from Optimizer.step#SGD.step, whole rank)" in page
 
 
 def test_backward_passes_when_no_marker_repeats(tmp_path, pairs):

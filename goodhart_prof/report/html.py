@@ -102,7 +102,7 @@ def render_html(a) -> str:
                      note=sync_note(a))
     page.add_section("phases", [page.figure(phase_figure(a), "phases")],
                      "No phases: the trace has no annotations (record_function) and no "
-                     "ProfilerStep#N.", note=phase_note(a))
+                     "iterations (no ProfilerStep#N, and none inferred).", note=phase_note(a))
     if gpu:
         page.add_section(html_ranks.KEY, [], "", raw=html_ranks.ranks_section(a, page.figure))
     page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))

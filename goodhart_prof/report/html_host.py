@@ -14,6 +14,7 @@ from .html_common import esc as _esc
 from .html_common import go as _go
 from .html_common import label as _label
 from .html_common import wrap as _wrap
+from .setup_text import iteration_label
 
 TOP_SITES = 20
 TOP_PHASES = 15
@@ -74,7 +75,7 @@ def sync_sites_figure(a, top: int = TOP_SITES):
 
 
 def sync_iterations_figure(a):
-    """Sync points per traced iteration (`outside` = not inside any ProfilerStep#N), by kind."""
+    """Sync points per traced iteration (`outside` = not inside any iteration), by kind."""
     if a.syncs is None or not a.syncs.total or a.syncs.per_iteration.empty:
         return None
     per_it = a.syncs.per_iteration
@@ -91,7 +92,7 @@ def sync_iterations_figure(a):
     fig.update_layout(**_LAYOUT, height=340, barmode="stack", bargap=0.5 if len(order) < 4 else 0.2,
                       legend=dict(title_text="kind", traceorder="normal"),
                       title=dict(text="per iteration", x=0, font=dict(size=13)),
-                      xaxis=dict(title="iteration (ProfilerStep#N)", type="category",
+                      xaxis=dict(title=f"iteration ({iteration_label(a.trace)})", type="category",
                                  categoryorder="array", categoryarray=[names[i] for i in order]),
                       yaxis_title="sync points")
     return fig
@@ -156,7 +157,7 @@ def phase_note(a) -> str:
     multi = ph is not None and "ranks" in ph and bool((ph["ranks"] > 1).any())
     ranks = (" Several ranks: each bar is one rank's figure (the median rank's), never a sum over "
              "ranks, with the slowest rank's CPU time beside it (hover: which rank)." if multi else "")
-    return (f"Traced iterations (ProfilerStep#N, whole rank) first, then the {TOP_PHASES} "
+    return (f"Traced iterations ({iteration_label(a.trace)}, whole rank) first, then the {TOP_PHASES} "
             "annotations with the most CPU time (their own thread). "
             + ("GPU time counts kernels, memcpys and memsets launched inside." if gpu else
                "No phase launched GPU work, so only CPU time is shown.") + ranks)

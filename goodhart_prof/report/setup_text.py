@@ -13,6 +13,13 @@ STEP_BOUNDS_NOTE = ("span: first to last GPU activity; in steps: within the iter
                     "kernel counts as idle (what low_utilization judges)")
 
 
+def iteration_label(trace: Trace) -> str:
+    """What the iterations are, for an axis or a note: `ProfilerStep#N`, or `inferred from
+    Optimizer.step#SGD.step`."""
+    it = find_iterations(trace)
+    return "ProfilerStep#N" if it.how != "inferred" else f"inferred from {it.marker}"
+
+
 def iterations_line(trace: Trace) -> str:
     """`Iterations: 11 iteration(s) inferred from Optimizer.step#SGD.step (...)`."""
     return "Iterations: " + find_iterations(trace).describe()
