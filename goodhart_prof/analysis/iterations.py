@@ -98,11 +98,14 @@ def _find(trace: Trace) -> Iterations:
         return Iterations(marked, "marked", MARKED, "start")
     tree = host_tree(trace)
     names = pd.Series(tree.names, dtype=object).astype(str)
+    top = None  # nodes at the top of the tree, found once when an annotation name is a candidate
     for family, pattern, boundary in FAMILIES:
         codes = np.flatnonzero(names.str.contains(pattern.pattern, regex=True).to_numpy(bool))
         best = None
+        if family == "annotation" and len(codes):
+            top = tree.nearest(~tree.is_step) < 0
         for code in codes.tolist():
-            bounds = _boundaries(tree, code, boundary, top_only=family == "annotation")
+            bounds = _boundaries(tree, code, boundary, top if family == "annotation" else None)
             if not bounds:
                 continue
             key = (-len(bounds), _spacing_cv(bounds), names[code])
@@ -143,13 +146,13 @@ def _backward_passes(tree, names: pd.Series) -> dict[int, np.ndarray]:
     return out
 
 
-def _boundaries(tree, code: int, boundary: str, top_only: bool = False) -> dict[int, np.ndarray]:
+def _boundaries(tree, code: int, boundary: str, top: np.ndarray | None = None) -> dict[int, np.ndarray]:
     """Per rank with at least 2, the sorted boundary times of the outermost instances of a name
-    (`top_only`: only those inside no op or annotation but ProfilerStep#N)."""
+    (with `top`, only the nodes it marks: those inside no op or annotation but ProfilerStep#N)."""
     nodes = np.flatnonzero(tree.name == code)
     nodes = nodes[~tree.is_step[nodes]] if len(nodes) else nodes
-    if top_only and len(nodes):
-        nodes = nodes[tree.nearest(~tree.is_step)[nodes] < 0]
+    if top is not None and len(nodes):
+        nodes = nodes[top[nodes]]
     out = {}
     rank = tree.rank[nodes]
     for r in np.unique(rank).tolist():
