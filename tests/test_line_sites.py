@@ -281,3 +281,38 @@ def test_subscripts_and_comprehension_conditions_are_candidates():
     assert [s.line for s in body.candidates("index", -1)] == [3]
     assert [s.line for s in body.candidates("item", -1)] == [3, 5]
     assert [(s.line, s.single[0]) for s in body.candidates("truth", -1)] == [(4, False)]
+
+
+COUNT_LOOP = '''import numpy as np
+
+
+def reads(t, arr):
+    a = float(t.sum())
+    b = t.max().item()
+    return a, b
+
+
+def mixed(t, arr):
+    c = arr.mean().item()
+    d = t.sum().item()
+    return c, d
+'''
+
+
+def test_order_needs_as_many_events_as_sites(tmp_path):
+    """float(t) then .item(): two events, two sites, each on its line. A numpy .item() (no event)
+    before a tensor's: one event for two sites, so the trace cannot say which: no line."""
+    import numpy as np
+    import torch
+    arr = np.arange(4.0)
+    sites = _record_module(tmp_path, "counts", COUNT_LOOP,
+                           lambda m: (m.reads(torch.ones(3), arr), m.mixed(torch.ones(3), arr)))
+    path = str(tmp_path / "counts.py")
+    at = lambda text, fn: f"{path}:{_line_of(COUNT_LOOP, text)} {fn}"  # noqa: E731
+    assert sites[("item", at("a = float(t.sum())", "reads"))] == 2
+    assert sites[("item", at("b = t.max().item()", "reads"))] == 2
+    c_at, d_at = _line_of(COUNT_LOOP, "c = arr.mean().item()"), _line_of(COUNT_LOOP, "d = t.sum().item()")
+    mixed_def = _line_of(COUNT_LOOP, "def mixed")
+    assert sites[("item", f"in function mixed ({path}, defined at line {mixed_def}): "
+                          f"candidate lines {c_at}, {d_at}")] == 2
+    assert not any(site.endswith(" mixed") and site.startswith(path) for _, site in sites)

@@ -18,9 +18,9 @@ of them; `call:NAME` for every call by its name, matched to a library frame it o
 
 Each site says whether it is `single`: it runs at most once per pass through its segment, in
 source order (not inside a loop, a branch, a handled `try`, a comprehension, the right of
-`and`/`or`, an assignment target) and makes at most one event (MULTI_CALLS may make several, e.g.
-`model.to(dev)` or `print(t)`), and whether it is `certain` to make exactly one (`torch.nonzero(x)`,
-`torch.where(cond)`: CERTAIN_CALLS). Segments are the bodies of `with` statements that record an
+`and`/`or`, an assignment target) and makes at most one event (MULTI_ATTRS and MULTI_NAMES may
+make several, e.g. `model.to(dev)`, `max(a, b)` or `print(t)`), and whether it is `certain` to
+make exactly one (`torch.nonzero(x)`, `torch.where(cond)`: CERTAIN_CALLS). Segments are the bodies of `with` statements that record an
 annotation by a literal name (`hooks.phase("rollout")`, `record_function("x")`; `.iteration(...)`
 for `ProfilerStep#N`): analysis/line_sites.py places an event among the sites of the segment whose
 annotation holds it. Unreadable, unparsable or changed-looking source gives no body: the caller
@@ -60,8 +60,9 @@ FORMAT_CALLS = frozenset({"print", "str", "repr", "format"})
 CERTAIN_CALLS = frozenset({"nonzero", "argwhere", "masked_select"})
 # Calls that can make several events of their class in one run (a module's `.to()` moves every
 # parameter; `any`/`min`/... compare element by element).
-MULTI_CALLS = frozenset({"to", "cpu", "cuda", "float", "double", "half", "bfloat16", "long", "int",
-                         "bool", "type", "any", "all", "min", "max", "sorted", "range", "synchronize"})
+MULTI_ATTRS = frozenset({"to", "cpu", "cuda", "float", "double", "half", "bfloat16", "long", "int",
+                         "bool", "type", "synchronize"})
+MULTI_NAMES = frozenset({"any", "all", "min", "max", "sorted", "range"})
 
 
 @dataclass(frozen=True)
@@ -398,7 +399,7 @@ class _Walker:
             return
         classes = {f"call:{name}"}
         classes.update((ATTR_CLASSES if isinstance(f, ast.Attribute) else NAME_CLASSES).get(name, ()))
-        multi = name in MULTI_CALLS
+        multi = name in (MULTI_ATTRS if isinstance(f, ast.Attribute) else MULTI_NAMES)
         args = list(node.args) + [k.value for k in node.keywords]
         if name in FORMAT_CALLS and any(not isinstance(a, ast.Constant) for a in args):
             classes.add("any")
