@@ -85,13 +85,17 @@ class Body:
     running: bool  # the frame's line is where it ran when tracing began, not its def
     sites: list[CallSite] = field(default_factory=list)
     phases: dict[str, list[int]] = field(default_factory=dict)  # annotation -> `with` segments
+    _found: dict = field(default_factory=dict, repr=False)  # candidates() answers
 
     def candidates(self, cls: str, segment: int) -> list[CallSite]:
         """Sites of `segment` (-1: the whole body) that can make an event of class `cls`, in
-        execution order."""
-        out = [s for s in self.sites if segment in s.segments
-               and (cls in s.classes or (not cls.startswith("call:") and "any" in s.classes))]
-        return sorted(out, key=lambda s: s.order)
+        execution order (found once per class and segment)."""
+        key = (cls, segment)
+        if key not in self._found:
+            out = [s for s in self.sites if segment in s.segments
+                   and (cls in s.classes or (not cls.startswith("call:") and "any" in s.classes))]
+            self._found[key] = sorted(out, key=lambda s: s.order)
+        return self._found[key]
 
 
 class SourceIndex:
