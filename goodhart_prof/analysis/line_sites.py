@@ -121,6 +121,8 @@ class Placer:
         self._events: dict[tuple, np.ndarray] = {}
         self._py: dict[int, tuple[int, int]] = {}
         self._around: dict[int, int] = {}
+        self._classes: dict[str, np.ndarray] = {}
+        self._frames: dict[int, tuple | None] = {}
         self._torch_ann: np.ndarray | None = None  # per tree name code: an optimizer annotation
 
     # -- the event ----------------------------------------------------------------------------
@@ -129,11 +131,10 @@ class Placer:
         """The line site of an event in user frame `user` (forest position), whose innermost
         frame is `inner`, host-tree node `node` (-1: none) and name `name` (a runtime call's
         when it is no node); `cls` forces the class. None when the frame name is not `file(N): fn`."""
-        m = _FRAME.match(str(self.forest.name[user]))
-        if m is None:
+        frame = self._frame(user)
+        if frame is None:
             return None
-        file, line, fn = m["file"], int(m["line"]), m["fn"]
-        body = self.index.body(file, fn, line, self._opens_thread(user))
+        file, line, fn, body = frame
         if body is None:
             return LineSite(file, fn, line, None, (), "no source",
                             "running" if fn == "<module>" else "unknown")
@@ -165,6 +166,15 @@ class Placer:
                           or all(singles[i] and cands[i].certain for i in range(k + 1))):
                 return LineSite(file, fn, line, cands[k].line, lines, "order", how_frame)
         return LineSite(file, fn, line, None, lines, "ambiguous", how_frame)
+
+    def _frame(self, user: int) -> tuple[str, int, str, Body | None] | None:
+        """(file, line, function, body) of a user frame (None: not `file(N): fn`), once each."""
+        if user not in self._frames:
+            m = _FRAME.match(str(self.forest.name[user]))
+            self._frames[user] = None if m is None else (
+                m["file"], int(m["line"]), m["fn"],
+                self.index.body(m["file"], m["fn"], int(m["line"]), self._opens_thread(user)))
+        return self._frames[user]
 
     def _opens_thread(self, user: int) -> bool:
         """Whether the frame was on the stack when tracing began: it starts with the thread's
@@ -287,16 +297,27 @@ class Placer:
             return np.empty(0)
         a, b = _window(t.ts, *t.threads[key], lo, hi)
         nodes = np.arange(a, b)
-        nodes = nodes[t.end[a:b] <= hi]
-        nodes = nodes[t.is_op[nodes] & ~t.is_step[nodes] & (t.top_op[nodes] == nodes)]
-        names = t.names[t.name[nodes]] if len(nodes) else np.empty(0, dtype=object)
-        nodes = nodes[np.array([OP_CLASS.get(str(n)) == cls for n in names], dtype=bool)]
+        keep = (t.end[a:b] <= hi) & t.is_op[a:b] & ~t.is_step[a:b] & (t.top_op[a:b] == nodes)
+        nodes = nodes[keep]
+        nodes = nodes[self._of_class(cls)[t.name[nodes]]]
         if not len(nodes):
             return np.empty(0)
-        inner = self.forest.enclosing(t.rank[nodes], t.pid[nodes], t.tid[nodes], t.ts[nodes], t.end[nodes])
-        nodes = nodes[inner == user]
+        # not inside a frame the user frame called (those events are that call's)
+        f = self.forest
+        fa, fb = _window(f.ts, int(f.spans.lo[th]), int(f.spans.hi[th]), lo, hi)
+        kids = np.flatnonzero(f.holder[fa:fb] == user) + fa
+        if len(kids):
+            j = np.searchsorted(f.ts[kids], t.ts[nodes], side="right") - 1
+            inside = (j >= 0) & (f.end[kids[np.maximum(j, 0)]] >= t.end[nodes])
+            nodes = nodes[~inside]
         keep = [n for n in nodes.tolist() if not self._under_torch_annotation(n)]
         return np.sort(t.ts[np.asarray(keep, dtype=np.int64)]) if keep else np.empty(0)
+
+    def _of_class(self, cls: str) -> np.ndarray:
+        """Per tree name code: whether an op of that name is of class cls."""
+        if cls not in self._classes:
+            self._classes[cls] = np.array([OP_CLASS.get(str(n)) == cls for n in self.tree.names], dtype=bool)
+        return self._classes[cls]
 
     def _thread_key(self, th: int) -> tuple[int, int, int]:
         spans = self.forest.spans
