@@ -123,7 +123,8 @@ class Placer:
         self._around: dict[int, int] = {}
         self._classes: dict[str, np.ndarray] = {}
         self._frames: dict[int, tuple | None] = {}
-        self._torch_ann: np.ndarray | None = None  # per tree name code: an optimizer annotation
+        self._torch_own: np.ndarray | None = None  # per tree node: its optimizer annotation
+        self._by_frame: dict[str, dict[int, np.ndarray]] = {}
 
     # -- the event ----------------------------------------------------------------------------
     def place(self, user: int, inner: int, node: int, name: str, cls: str | None = None,
@@ -290,28 +291,40 @@ class Placer:
         return np.sort(np.asarray(keep, dtype=float))
 
     def _op_events(self, user: int, cls: str, lo: float, hi: float) -> np.ndarray:
+        ts = self._class_events(cls).get(user)
+        if ts is None:
+            return np.empty(0)
+        return ts[np.searchsorted(ts, lo, side="left"):np.searchsorted(ts, hi, side="right")]
+
+    def _class_events(self, cls: str) -> dict[int, np.ndarray]:
+        """Per frame: the start times of the class-cls events it made itself (its outermost ops
+        of that class not inside a frame it called, nor inside an optimizer annotation), sorted;
+        found for every frame at once, once per class."""
+        if cls in self._by_frame:
+            return self._by_frame[cls]
         t = self.tree
-        th = self._thread_of(user)
-        key = self._thread_key(th)
-        if key not in t.threads:
-            return np.empty(0)
-        a, b = _window(t.ts, *t.threads[key], lo, hi)
-        nodes = np.arange(a, b)
-        keep = (t.end[a:b] <= hi) & t.is_op[a:b] & ~t.is_step[a:b] & (t.top_op[a:b] == nodes)
-        nodes = nodes[keep]
-        nodes = nodes[self._of_class(cls)[t.name[nodes]]]
-        if not len(nodes):
-            return np.empty(0)
-        # not inside a frame the user frame called (those events are that call's)
-        f = self.forest
-        fa, fb = _window(f.ts, int(f.spans.lo[th]), int(f.spans.hi[th]), lo, hi)
-        kids = np.flatnonzero(f.holder[fa:fb] == user) + fa
-        if len(kids):
-            j = np.searchsorted(f.ts[kids], t.ts[nodes], side="right") - 1
-            inside = (j >= 0) & (f.end[kids[np.maximum(j, 0)]] >= t.end[nodes])
-            nodes = nodes[~inside]
-        keep = [n for n in nodes.tolist() if not self._under_torch_annotation(n)]
-        return np.sort(t.ts[np.asarray(keep, dtype=np.int64)]) if keep else np.empty(0)
+        nodes = np.flatnonzero(t.is_op & ~t.is_step & (t.top_op == np.arange(len(t.is_op)))
+                               & self._of_class(cls)[t.name])
+        nodes = nodes[self._torch_own_nodes()[nodes] < 0]
+        out: dict[int, np.ndarray] = {}
+        if len(nodes):
+            own = self.forest.enclosing(t.rank[nodes], t.pid[nodes], t.tid[nodes], t.ts[nodes], t.end[nodes])
+            order = np.lexsort((t.ts[nodes], own))
+            own, ts = own[order], t.ts[nodes][order]
+            cuts = np.flatnonzero(np.diff(own)) + 1
+            for frame, part in zip(own[np.r_[0, cuts]].tolist(), np.split(ts, cuts)):
+                out[int(frame)] = part
+        self._by_frame[cls] = out
+        return out
+
+    def _torch_own_nodes(self) -> np.ndarray:
+        """Per tree node: the optimizer annotation among it and its ancestors (-1: none)."""
+        if self._torch_own is None:
+            t = self.tree
+            ann = np.array([bool(TORCH_ANNOTATION.match(str(x))) for x in t.names], dtype=bool)
+            mask = ann[t.name] if len(t.name) else np.zeros(0, dtype=bool)
+            self._torch_own = np.where(mask, np.arange(len(mask)), t.nearest(mask))
+        return self._torch_own
 
     def _of_class(self, cls: str) -> np.ndarray:
         """Per tree name code: whether an op of that name is of class cls."""
@@ -322,16 +335,6 @@ class Placer:
     def _thread_key(self, th: int) -> tuple[int, int, int]:
         spans = self.forest.spans
         return (int(spans.rank[th]), int(spans.pid[th]), int(spans.tid[th]))
-
-    def _under_torch_annotation(self, n: int) -> bool:
-        t = self.tree
-        if self._torch_ann is None:
-            self._torch_ann = np.array([bool(TORCH_ANNOTATION.match(str(x))) for x in t.names], dtype=bool)
-        while n >= 0:
-            if self._torch_ann[t.name[n]]:
-                return True
-            n = int(t.parent[n])
-        return False
 
 
 def _window(ts: np.ndarray, a: int, b: int, lo: float, hi: float) -> tuple[int, int]:
