@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..idle import OTHER
-from .base import Context, Finding, Need, Rule, Threshold
+from ..capture import capture_count, captured_us
+from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .idle_advice import GENERIC_FIX, idle_fix, short_cause, with_frame
 from .savings import Saving
 
@@ -20,8 +21,14 @@ def _tiny_batch(ctx: Context) -> Finding | None:
     median = float(kernels["dur"].median())
     if util >= TINY_BATCH.limit("utilization") or median >= TINY_BATCH.limit("median_kernel_us"):
         return None
+    captured = _captured(ctx)
+    if captured is not None:
+        return NotJudged("tiny_batch", captured)
     short = TINY_BATCH.limit("short_gap_us")
     gap_us = sum(float(dur[dur < short].sum()) for dur in (b.gap_dur for b in a.burstiness))
+    all_gaps = sum(float(np.sum(b.gap_dur)) for b in a.burstiness)
+    if all_gaps > 0 and gap_us / all_gaps < TINY_BATCH.limit("short_gap_share"):
+        return None  # the GPU waits on something longer than launches: low_utilization names it
     return Finding(
         "tiny_batch", "medium",
         f"launch-bound: {len(kernels):,} kernels with a median of {median:.1f} us, GPU busy {100 * util:.0f}%",
@@ -44,7 +51,11 @@ TINY_BATCH = Rule(
         "min_kernels": Threshold(100, "fewer kernels is no steady state"),
         "short_gap_us": Threshold(100.0, "a gap under 100 us between kernels is a launch or a "
                                          "few Python ops: what CUDA graphs and fusion remove; "
-                                         "longer ones are the host doing other work")},
+                                         "longer ones are the host doing other work"),
+        "short_gap_share": Threshold(0.5, "launch-bound only when those short gaps are at least "
+                                          "half of the GPU's idle time; otherwise it mostly waits "
+                                          "on something longer (a blocking copy, the host's own "
+                                          "work), which low_utilization names")},
     saving=Saving("the GPU's idle time in gaps under 100 us between its activities, per iteration",
                   "replayed as a CUDA graph (or fused) the kernels run back to back: the launch "
                   "gaps go, the long waits for the host stay"))
@@ -61,6 +72,7 @@ def _low_utilization(ctx: Context) -> Finding | None:
     utilization, idle = (_judged(a.gpu, c) for c in ("utilization", "idle_us"))
     low_window, low_util, low_fraction = (LOW_UTILIZATION.limit(k) for k in
                                           ("low_window", "utilization", "low_window_fraction"))
+    skipped = None
     for b in a.burstiness:
         i = at.get((b.rank, b.device))
         if i is None or len(b.window_util) == 0:
@@ -68,10 +80,14 @@ def _low_utilization(ctx: Context) -> Finding | None:
         util = float(utilization[i])
         low = float(np.mean(np.asarray(b.window_util) < low_window))
         if util < low_util or low >= low_fraction:
-            if worst is None or util < worst[0]:
+            captured = _captured(ctx, b.rank, float(a.gpu["first_ts"].iloc[i]),
+                                 float(a.gpu["last_end"].iloc[i]), float(idle[i]))
+            if captured is not None:  # its idle time is graph capture's: not judged
+                skipped = captured
+            elif worst is None or util < worst[0]:
                 worst = (util, low, b, i)
     if worst is None:
-        return None
+        return NotJudged("low_utilization", skipped) if skipped else None
     util, low, b, i = worst
     row = a.gpu.iloc[i:i + 1]
     gaps = b.gaps or {}
@@ -105,6 +121,27 @@ def _low_utilization(ctx: Context) -> Finding | None:
         saving_note=(f"the GPU's idle time while the host is in {_said(top)}, per "
                      "iteration" if top is not None else
                      "the GPU's whole idle time per iteration (no single cause: an upper bound)"))
+
+
+def _captured(ctx: Context, rank: "int | None" = None, lo: float = -np.inf, hi: float = np.inf,
+              idle_us: "float | None" = None) -> "str | None":
+    """Why utilization cannot be judged when graph capture (analysis/capture.py) covers at least
+    half of the GPU's idle time (of one device, or of all): captured launches run no kernel."""
+    a = ctx.analysis
+    rows = a.gpu if rank is None else a.gpu[a.gpu["rank"] == rank]
+    if idle_us is None:
+        idle_us = float(rows["idle_us"].sum())
+    covered = sum(captured_us(ctx.trace, int(r), max(lo, float(f)), min(hi, float(e)))
+                  for r, f, e in zip(rows["rank"], rows["first_ts"], rows["last_end"]))
+    if idle_us <= 0 or covered < CAPTURE_SHARE * idle_us:
+        return None
+    n = sum(capture_count(ctx.trace, int(r)) for r in set(rows["rank"].tolist()))
+    return (f"the trace records CUDA/HIP graph capture ({n} capture(s) covering {covered / 1e3:,.1f} ms of "
+            f"the GPU's {idle_us / 1e3:,.1f} ms idle time): launches made while a stream captures run no "
+            "kernel, so that idle time is one-time setup, not the loop's; trace the replays instead")
+
+
+CAPTURE_SHARE = 0.5  # capture covering at least half the idle time: utilization is not judged
 
 
 def _judged(gpu, column: str) -> np.ndarray:
