@@ -33,7 +33,7 @@ def test_dlrm_savings_overlap_and_the_bound_is_the_iteration(dlrm):
     doc = json_report.to_document(dlrm)
     shared = doc["savings_overlap"]
     shares = [f["est_saving_share"] for f in doc["findings"] if f["est_saving_share"] is not None]
-    assert sum(shares) > 1.2  # low_utilization 52% + straggler 32% + tiny_batch 31% + ...
+    assert sum(shares) > 1.2  # low_utilization 62% + straggler 32% + tiny_batch 31% + ...
     assert shared["sum_share"] == pytest.approx(sum(shares), abs=1e-3)
     assert shared["sum_us"] == pytest.approx(
         sum(f["est_saving_us"] for f in doc["findings"] if f["est_saving_us"] is not None), abs=0.01)
@@ -42,7 +42,9 @@ def test_dlrm_savings_overlap_and_the_bound_is_the_iteration(dlrm):
     assert shared["basis_us"] == pytest.approx(16008, rel=0.01)
     assert shared["bound_us"] == shared["basis_us"] < shared["sum_us"]
     assert shared["largest_rule"] == doc["findings"][0]["rule"] == "low_utilization"
-    assert shared["largest_share"] == pytest.approx(0.519, abs=0.001)
+    # rank 7's idle time within its step (12,509 us step span, 2,659 us busy: 9,850 us) of the
+    # 16,008 us mean iteration; over its first-to-last span it was 8,308 us (0.519)
+    assert shared["largest_share"] == pytest.approx(9850 / 16008, abs=0.001)
     assert "do not add" in shared["note"] and f"{shared['sum_share']:.0%} of an iteration" in shared["note"]
     printed = " ".join(_text(dlrm).split())
     assert "savings overlap: the estimated savings add up to 12" in printed
