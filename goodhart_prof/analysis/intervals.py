@@ -91,24 +91,27 @@ def segment_searchsorted(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, que
     """`lo + np.searchsorted(values[lo:hi], q, side)` for every query with its own segment
     [lo, hi) of `values` (sorted within each segment), exact (values are compared, never shifted).
 
-    Queries usually share a few segments (one per thread or device): then one C searchsorted per
-    distinct segment; with more than SEGMENT_LOOP_LIMIT distinct segments, one binary search for
-    all queries at once, log2(longest segment) numpy steps."""
+    Queries usually share a few segments (one per thread or device), often in runs: then one C
+    searchsorted per run (or per distinct segment, found by a sort); with more than
+    SEGMENT_LOOP_LIMIT distinct segments, one binary search for all queries at once, log2(longest
+    segment) numpy steps."""
     lo = np.array(lo, dtype=np.int64, copy=True)
     hi = np.array(hi, dtype=np.int64, copy=True)
     q = np.asarray(queries)
     if lo.ndim == 0 or len(lo) == 0:
         return _binary_searchsorted(values, lo, hi, q, side)
     key = lo * (len(values) + 1) + np.maximum(hi, lo)
-    if len(key) > 1 and (key[1:] != key[:-1]).any():
+    runs = np.flatnonzero(key[1:] != key[:-1]) + 1 if len(key) > 1 else np.zeros(0, dtype=np.int64)
+    if len(runs) < SEGMENT_LOOP_LIMIT:  # queries grouped by segment already (a thread's, a device's)
+        edges = np.r_[0, runs, len(key)]
+        groups = [(int(a), slice(int(a), int(b))) for a, b in zip(edges[:-1], edges[1:])]
+    else:
         segs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         if len(segs) > SEGMENT_LOOP_LIMIT:
             return _binary_searchsorted(values, lo, hi, q, side)
         order = np.argsort(inverse, kind="stable")
         bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=len(segs)))))
         groups = [(int(first[g]), order[bounds[g]:bounds[g + 1]]) for g in range(len(segs))]
-    else:
-        groups = [(0, slice(None))]
     for at, rows in groups:
         a, b = int(lo[at]), int(hi[at])
         if a < b:
