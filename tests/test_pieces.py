@@ -72,6 +72,7 @@ def test_a_document_in_memory_is_cut_in_place_over_two_processes(monkeypatch, tm
     whose cut lands inside a value (separators inside names) cannot be cut there: it is decoded
     whole, to the same trace."""
     whole = load(V100, workers=1)
+    monkeypatch.setattr(ranges, "_core_free", lambda: True)  # whatever the machine's load
     cut = []
     original = ranges.buffer_ranges
 
@@ -96,6 +97,21 @@ def test_a_document_in_memory_is_cut_in_place_over_two_processes(monkeypatch, tm
     monkeypatch.setattr(cutter, "TAIL_GUARD", 0)
     same_trace(load(tricky, workers=2), alone)
     assert cut == ["ArrayEnd"]  # the range ends inside a name: decoded whole instead
+
+
+def test_no_worker_is_forked_when_no_core_is_free(monkeypatch):
+    """A busy machine (1-minute load average within half a core of the core count) decodes the
+    document in this process: a forked decoder would only compete with it."""
+    monkeypatch.setattr(ranges.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ranges.os, "getloadavg", lambda: (1.7, 1.0, 1.0))
+    assert not ranges._core_free()
+    cut = []
+    original = ranges.buffer_ranges
+    monkeypatch.setattr(ranges, "buffer_ranges", lambda *a: cut.append(original(*a)) or cut[-1])
+    load(V100, workers=2)
+    assert cut == [None]  # asked, and declined: decoded whole
+    monkeypatch.setattr(ranges.os, "getloadavg", lambda: (0.4, 1.0, 1.0))
+    assert ranges._core_free()
 
 
 def _tricky_doc(n: int) -> dict:

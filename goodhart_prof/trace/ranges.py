@@ -1,6 +1,5 @@
 """A document's events array decoded in pieces: one piece at a time (bounded memory), or in byte
-ranges over worker processes, this one included (two cores decode a big document in about 60%
-of the time one takes).
+ranges over worker processes, this one included, when cores are free for them.
 
 Each piece becomes its tables (`Piece`) before the next is read. A range of a plain file is
 streamed by the worker from the file itself (`file_ranges`); a document already in memory (a
@@ -34,8 +33,10 @@ from .workers import FORK, worker_pool
 
 FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and ships its tables
 # A document in memory at least this big is decoded in ranges over processes when more than one
-# may be used: below it, forking and shipping the tables back cost more than the second core saves
-# (measured on the 54 MB V100 trace: 0.30 -> 0.24 s of decoding with two cores).
+# may be used and a core is free: below it, forking and shipping the tables back cost more than
+# the second core saves. Measured on the 54 MB V100 trace on this project's 2-vCPU machine: load
+# 0.35 -> 0.33 s (its two vCPUs run two decoders at about 0.7x the speed of one alone); more on
+# machines with real cores to spare.
 PARALLEL_DOC_BYTES = 24 << 20
 
 
@@ -161,7 +162,7 @@ def buffer_ranges(path: Path, raw, parts: int, piece_bytes: int = PIECE_BYTES) -
     """A whole document in memory (`raw`) cut into `parts` ranges of its events array, decoded in
     as many processes (this one included), or None when it cannot be cut (or no process can be
     forked to share it: the caller decodes it whole)."""
-    if not FORK or parts < 2 or len(raw) < PARALLEL_DOC_BYTES:
+    if not FORK or parts < 2 or len(raw) < PARALLEL_DOC_BYTES or not _core_free():
         return None
     frame = file_frame(raw, len(raw))
     if frame is None:
@@ -181,6 +182,16 @@ def buffer_ranges(path: Path, raw, parts: int, piece_bytes: int = PIECE_BYTES) -
     finally:
         _SHARED.clear()
     return [piece_of(head)] + first + rest + [piece_of(tail)]
+
+
+def _core_free() -> bool:
+    """Whether a second core is free for a worker (the 1-minute load average, this process
+    included, under the core count less one half): on a saturated machine a forked decoder only
+    competes with this one (measured: the V100 trace 0.71 -> 0.93 s on two busy cores)."""
+    try:
+        return os.getloadavg()[0] < (os.cpu_count() or 1) - 0.5
+    except (OSError, AttributeError):  # no load average (Windows): forking is not used there anyway
+        return True
 
 
 class _pool:
