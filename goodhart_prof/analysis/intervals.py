@@ -170,19 +170,28 @@ def tuple_codes(*cols: np.ndarray) -> np.ndarray:
 
 def _packed(cols) -> "np.ndarray | None":
     """Integer (or bool) columns packed into one int64 key per row that sorts as the rows sort
-    lexicographically (each column shifted to start at 0, times the span of those after it);
-    None when a column is not integer or the spans multiply past 2^62."""
+    lexicographically (each column shifted to start at 0, or replaced by the rank of its value
+    among the values present when its range is wide but countable, times the span of those after
+    it), so that the key's range stays small enough to count; None when a column is not integer
+    or the spans multiply past 2^62."""
     cols = [np.asarray(c) for c in cols]
     if not all(c.dtype.kind in "iub" for c in cols):
         return None
-    key, span = np.zeros(len(cols[0]), dtype=np.int64), 1
+    n = len(cols[0])
+    key, span = np.zeros(n, dtype=np.int64), 1
     for c in cols:
         lo, hi = (int(c.min()), int(c.max())) if c.dtype.kind != "b" else (0, 1)
         width = hi - lo + 1
+        shifted = c.astype(np.int64) - lo
+        if width > 1024 and width <= 4 * n + 1024:  # a wide column with few values: their ranks
+            present = np.flatnonzero(np.bincount(shifted, minlength=width))
+            remap = np.zeros(width, dtype=np.int64)
+            remap[present] = np.arange(len(present))
+            shifted, width = remap[shifted], len(present)
         span *= width
         if span > 2**62:
             return None
-        key = key * width + (c.astype(np.int64) - lo)
+        key = key * width + shifted
     return key
 
 
