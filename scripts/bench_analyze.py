@@ -2,7 +2,8 @@
 """Benchmark `goodhart-prof analyze` against a bare msgspec decode and against HTA.
 
 (a) the floor: a msgspec typed decode of the big trace keeping only ph/cat/name/pid/tid/ts/dur;
-(b) `goodhart-prof analyze --json` on the same file, end to end as a process, with its peak RSS;
+(b) `goodhart-prof analyze --json` on the same file, end to end as a process, with its peak RSS
+    ((a) and (b) alternate, best of 2 each);
 (c) on the V100 trace: HTA's TraceAnalysis construction + temporal, idle-time and kernel
     breakdowns, against our load + analyze of the same file (each tool in processes of its own,
     alternating ours / HTA / ours / HTA, 3 runs each time; the best run of each counts).
@@ -41,6 +42,7 @@ SHARED = ROOT.parent / "shared" / "traces"
 H100 = SHARED / "tracelens" / "h100_owlv2_inference.json.gz"
 V100 = SHARED / "hta" / "v100_ddp_rank1.json.gz"
 FLOOR_RATIO = 2.0  # (b)'s target: analyze end to end within twice the bare decode
+BIG_RUNS = 2  # (a) and (b): best of this many, alternating
 ID_ARGS = ("correlation", "External id", "Python id", "Python parent id")
 
 
@@ -101,7 +103,7 @@ def floor_decode(path: Path) -> tuple[float, int]:
     return time.perf_counter() - start, len(doc.traceEvents)
 
 
-def analyze_process(path: Path) -> tuple[float, float, dict]:
+def analyze_process(path: Path, first: bool = True) -> tuple[float, float, dict]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "goodhart_prof.cli", "analyze", str(path), "--json"],
@@ -110,7 +112,7 @@ def analyze_process(path: Path) -> tuple[float, float, dict]:
     if proc.returncode != 0:
         raise SystemExit(f"analyze failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak_kb <= before:
+    if peak_kb <= before and first:  # later runs: the peak of all children so far
         print("# warning: peak RSS of the analyze process not measurable (an earlier child was larger)")
     return seconds, peak_kb / 1024 / 1024, json.loads(proc.stdout)
 
@@ -243,8 +245,16 @@ def main() -> None:
         print(f"# built {big} in {time.perf_counter() - t:.1f} s")
     size_mb = big.stat().st_size / 1e6
 
-    floor_s, n_events = floor_decode(big)
-    ours_s, peak_gb, doc = analyze_process(big)
+    # (a) and (b) alternate, best of BIG_RUNS each: one cold or busy run (a page cache miss on the
+    # 586 MB file) moved their ratio between 2.0x and 3.2x from run to run
+    floors, ours = [], []
+    for _ in range(BIG_RUNS):
+        floors.append(floor_decode(big))
+        gc.collect()
+        ours.append(analyze_process(big, first=not ours))
+    floor_s, n_events = min(floors)
+    ours_s, peak_gb, doc = min(ours, key=lambda run: run[0])
+    peak_gb = max(run[1] for run in ours)
     ratio = ours_s / floor_s
     rows = [("(a) msgspec typed decode (floor)", f"{floor_s:.2f} s", f"{n_events:,} events, {size_mb:,.0f} MB"),
             ("(b) goodhart-prof analyze --json", f"{ours_s:.2f} s",

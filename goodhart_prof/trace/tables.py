@@ -95,9 +95,10 @@ def _args(xs: list) -> list:
 
 def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames, int, int]:
     names = list(map(attrgetter("name"), xs))
-    try:
-        xs = [e for e, n in zip(xs, names)
-              if not n.startswith(NEVER_USER_FRAMES) or n.startswith(KEPT_TORCH_FRAMES)]
+    try:  # each distinct name tested once: a loop calls the same few hundred functions
+        keep = {n: not n.startswith(NEVER_USER_FRAMES) or n.startswith(KEPT_TORCH_FRAMES)
+                for n in set(names)}
+        xs = list(compress(xs, map(keep.__getitem__, names)))
     except AttributeError:  # a name that is not a string: keep those frames
         xs = [e for e, n in zip(xs, names) if not (isinstance(n, str) and n.startswith(NEVER_USER_FRAMES)
                                                    and not n.startswith(KEPT_TORCH_FRAMES))]
