@@ -85,8 +85,11 @@ NEVER_USER_FRAMES = ("torch/", "<built-in ")
 # so that a read made inside them is put on torch's function and the user's line that called it
 # (analysis/sites.py). Not torch/utils/: on the real traces (TraceLens) nearly all its frames
 # around reads are `_device.py` __torch_function__, which only passes the user's own ops through
-# `with torch.device(...)`; the rest is one DataLoader seed `.item()` per iterator.
-KEPT_TORCH_FRAMES = ("torch/distributions/", "torch/nn/utils/")
+# `with torch.device(...)`; the rest is one DataLoader seed `.item()` per iterator. torch/profiler/:
+# the profiler synchronizes the device itself when a window starts or stops (`prof.step()`,
+# `stop()`: TraceLens's traces show the two `cudaDeviceSynchronize` calls in the user's
+# `run_torch_profiler`), which is the profiler's cost, not a sync the user's code makes.
+KEPT_TORCH_FRAMES = ("torch/distributions/", "torch/nn/utils/", "torch/profiler/")
 
 MEMORY_COLUMNS = ("rank", "pid", "tid", "ts", "device_type", "device", "bytes", "total_allocated",
                   "total_reserved", "addr")

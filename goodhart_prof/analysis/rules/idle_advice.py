@@ -59,13 +59,20 @@ GENERIC_FIX = ("Find what the GPU waits for in the gap classes: host_wait means 
                "idle_causes names the host code the idle time lies in.")
 
 
-def idle_fix(cause: str, frame: str | None = None, kind: str | None = None) -> str:
-    """The fix for GPU idle time spent in `cause` (a runtime call of `kind`: RUNTIME_FIXES, a
-    sync the read-back advice; else IDLE_FIXES; the generic advice otherwise)."""
+PROFILER_SYNC = ("torch.profiler synchronizes the device itself where its window starts and stops "
+                 "(prof.step(), stop()): that idle time is the profiler's, not the loop's. Trace more "
+                 "active steps per window so it weighs less, and judge the steps inside it.")
+
+
+def idle_fix(cause: str, frame: str | None = None, kind: str | None = None,
+             context: str | None = None) -> str:
+    """The fix for GPU idle time spent in `cause` (a runtime call of `kind`, called from
+    `context`: RUNTIME_FIXES, a sync the read-back advice, or the profiler's own where torch.profiler
+    made it; else IDLE_FIXES; the generic advice otherwise)."""
     if kind in RUNTIME_FIXES:
         return RUNTIME_FIXES[kind]
     if kind == "sync":
-        return IDLE_FIXES[1][1]
+        return PROFILER_SYNC if str(context or "").startswith("torch/profiler/") else IDLE_FIXES[1][1]
     if cause == UNTRACED:
         return ("The launching thread recorded nothing while the GPU idled (Python outside any "
                 "op or annotation, or time outside the trace): profile with_stack=True or add "

@@ -115,7 +115,7 @@ def _low_utilization(ctx: Context) -> Finding | None:
                           "share": round(c["share"], 4), "frame": c.get("frame"),
                           **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {})}
                          for c in b.idle_causes[:3]]},
-        with_frame(idle_fix(top["cause"], top.get("frame"), top.get("kind")), top.get("frame")) if top
+        with_frame(idle_fix(top["cause"], top.get("frame"), top.get("kind"), top.get("context")), top.get("frame")) if top
         else GENERIC_FIX,
         est_saving_us=ctx.per_iteration(explained, [b.rank]),
         saving_note=(f"the GPU's idle time while the host is in {_said(top)}, per "
