@@ -42,6 +42,33 @@ def helper_sites() -> Counter:
     return _sites(LOOPS / "helper_loop.pt.trace.json.gz")
 
 
+def test_a_prof_step_loop_puts_each_read_on_its_line():
+    """torch.profiler's documented style (a schedule, `prof.step()` ending the loop body, no `with`
+    per iteration): each ProfilerStep#N holds one pass of the body, so the two `.item()` reads of a
+    pass are the body's two calls in order, not three candidates of the whole module."""
+    src = (LOOPS / "step_loop.py").read_text()
+    at = lambda text: f"step_loop.py:{_line_of(src, text)} <module>"  # noqa: E731
+    assert _sites(LOOPS / "step_loop.pt.trace.json.gz") == Counter({
+        ("item", at("first = logits[0, 0].item()")): 2,
+        ("item", at("loss_value = loss.item()")): 2,
+        ("is_nonzero", at("if (logits > 10).any():")): 2,
+    })
+
+
+@pytest.mark.parametrize("body, segment", [
+    ("for i in x:\n    y = t.item()\n    prof.step()\n", True),
+    ("while go:\n    profiler.step()\n    y = t.item()\n", True),
+    ("for i in x:\n    y = t.item()\n    prof.step()\n    z = t.item()\n", False),  # a rotated pass
+    ("for i in x:\n    y = t.item()\n    opt.step()\n", False),  # the optimizer's step
+    ("for i in x:\n    y = t.item()\n    prof.step(1)\n", False),
+])
+def test_which_loops_are_profiler_step_segments(body, segment):
+    from goodhart_prof.analysis.source_lines import STEP_SEGMENT, steps_profiler
+    loop = ast.parse(body).body[0]
+    assert steps_profiler(loop.body) is segment
+    assert STEP_SEGMENT == "ProfilerStep"
+
+
 def test_script_loop_every_read_on_its_own_line(script_sites):
     src = (LOOPS / "script_loop.py").read_text()
     at = lambda text: f"script_loop.py:{_line_of(src, text)} <module>"  # noqa: E731

@@ -29,10 +29,11 @@ then claims no line.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STEP_SEGMENT = "ProfilerStep"  # the segment key of `with hooks.iteration(it):`
+STEP_SEGMENT = "ProfilerStep"  # the segment key of `with hooks.iteration(it):` and of a `prof.step()` loop
 MTIME_SLACK_S = 5.0
 
 # Calls by name -> the event classes they can make. Attribute calls (`x.item()`) and plain-name
@@ -245,6 +246,22 @@ def _phase_key(item: ast.withitem) -> str | None:
     return None
 
 
+_PROFILER_NAME = re.compile(r"prof", re.I)  # prof, profiler, torch_profiler, p_prof...
+
+
+def steps_profiler(body: list[ast.stmt]) -> bool:
+    """Whether the first or last statement of a loop body is `<profiler>.step()` (no arguments,
+    called on a name that says profiler): every ProfilerStep#N interval then holds one pass of the
+    body in source order. A step() in the middle would rotate the pass: not a segment."""
+    for stmt in (body[0], body[-1]) if body else ():
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if (isinstance(call, ast.Call) and not call.args and not call.keywords
+                and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
+                and isinstance(call.func.value, ast.Name) and _PROFILER_NAME.search(call.func.value.id)):
+            return True
+    return False
+
+
 class _Walker:
     """Collects a body's call sites with their segments and whether each is single."""
 
@@ -272,10 +289,10 @@ class _Walker:
         elif isinstance(s, (ast.For, ast.AsyncFor)):
             self.expr(s.iter, segs, single)
             self.expr(s.target, segs, nope)
-            self.block(s.body + s.orelse, segs, nope)
+            self.loop_body(s, segs, nope)
         elif isinstance(s, ast.While):
             self.truth(s.test, segs, nope)
-            self.block(s.body + s.orelse, segs, nope)
+            self.loop_body(s, segs, nope)
         elif isinstance(s, ast.If):
             self.truth(s.test, segs, single)
             self.block(s.body + s.orelse, segs, nope)
@@ -322,6 +339,19 @@ class _Walker:
             for child in ast.iter_child_nodes(s):
                 if isinstance(child, ast.expr):
                     self.expr(child, segs, single)
+
+    def loop_body(self, s, segs, single):
+        """A loop's body; one that starts or ends with the profiler's `prof.step()` runs one
+        pass per ProfilerStep#N (torch.profiler's schedule style, no `with` per iteration): its
+        body is then that step's segment, as `with hooks.iteration(it):` makes it."""
+        if steps_profiler(s.body):
+            seg = self.next_segment
+            self.next_segment += 1
+            self.out.phases.setdefault(STEP_SEGMENT, []).append(seg)
+            self.block(s.body, segs + (seg,), single + (True,))
+            self.block(s.orelse, segs, single)
+        else:
+            self.block(s.body + s.orelse, segs, single)
 
     def site(self, node, classes, segs, single, multi=False, certain=False):
         if not classes:
