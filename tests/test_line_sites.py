@@ -130,6 +130,24 @@ def test_missing_source_of_module_code_names_where_tracing_began(tmp_path, monke
     assert sum(sites.values()) == 26
 
 
+def test_a_source_too_big_or_too_deep_is_not_read(tmp_path, monkeypatch):
+    """A frame's file over SOURCE_LIMIT (a hostile or odd trace may name any file) is not read,
+    and a source nested too deep for the parser is skipped: the function is named, no line."""
+    from goodhart_prof.analysis.source_lines import SOURCE_LIMIT
+    shutil.copy(LOOPS / "helper_loop.pt.trace.json.gz", tmp_path / "helper_loop.pt.trace.json.gz")
+    src = tmp_path / "helper_loop.py"
+    src.write_text((LOOPS / "helper_loop.py").read_text() + "#" * SOURCE_LIMIT + "\n")
+    trace_mtime = (tmp_path / "helper_loop.pt.trace.json.gz").stat().st_mtime
+    os.utime(src, (trace_mtime, trace_mtime))
+    monkeypatch.chdir(tmp_path)
+    sites = _sites(tmp_path / "helper_loop.pt.trace.json.gz")
+    assert sites[("item", "in function stats (helper_loop.py, frame line 21)")] == 4
+    src.write_text((LOOPS / "helper_loop.py").read_text() + "x = " + "(" * 100_000 + ")" * 100_000 + "\n")
+    os.utime(src, (trace_mtime, trace_mtime))
+    sites = _sites(tmp_path / "helper_loop.pt.trace.json.gz")
+    assert sites[("item", "in function stats (helper_loop.py, frame line 21)")] == 4
+
+
 def _changed_copy(tmp_path, monkeypatch, edited_after: bool) -> Counter:
     """The loop's trace beside its source with one line added at the top."""
     shutil.copy(LOOPS / "helper_loop.pt.trace.json.gz", tmp_path / "helper_loop.pt.trace.json.gz")

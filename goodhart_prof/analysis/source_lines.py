@@ -35,6 +35,7 @@ from pathlib import Path
 
 STEP_SEGMENT = "ProfilerStep"  # the segment key of `with hooks.iteration(it):` and of a `prof.step()` loop
 MTIME_SLACK_S = 5.0
+SOURCE_LIMIT = 4 << 20  # a frame's file over 4 MB (a log, data, a generated module) is not read
 
 # Calls by name -> the event classes they can make. Attribute calls (`x.item()`) and plain-name
 # calls (`float(x)`) differ: `.float()` is a copy (aten::to), `float(t)` a read (aten::item).
@@ -122,9 +123,12 @@ class SourceIndex:
         tries = [p] if p.is_absolute() else [r / p for r in self.roots]
         for t in tries:
             try:
-                if not t.is_file():
+                if not t.is_file():  # a device, a FIFO or a folder named by a frame: never read
                     continue
-                if self.recorded is not None and t.stat().st_mtime > self.recorded + MTIME_SLACK_S:
+                st = t.stat()
+                if st.st_size > SOURCE_LIMIT:
+                    return None  # no hand-written source is this big: not read, no line claimed
+                if self.recorded is not None and st.st_mtime > self.recorded + MTIME_SLACK_S:
                     return None  # edited since the trace was written: not the code traced
                 return t
             except OSError:
@@ -147,7 +151,7 @@ def _parse(path: Path | None) -> ast.Module | None:
         return None
     try:
         return ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):  # nesting too deep
         return None
 
 
