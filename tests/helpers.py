@@ -1,4 +1,4 @@
-"""Shared helpers for tests that run the trainer: a tiny config and trace readers."""
+"""Shared helpers for tests: a tiny trainer config, trace readers, and hand-made trace events."""
 from __future__ import annotations
 
 import gzip
@@ -57,3 +57,21 @@ def run_cmd(args: list[str], env: dict[str, str] | None = None, cwd: Path | None
 def error_lines(stderr: str) -> list[str]:
     """Lines a user would read as the error (profiler chatter on stderr excluded)."""
     return [line for line in stderr.splitlines() if line.strip() and not line.startswith("USDT:")]
+
+
+def X(name, cat, ts, dur, pid=100, tid=100, **args) -> dict:
+    """A complete event (`ph: X`) of a hand-made trace, its keyword arguments as its args."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def item_sync_events() -> list[dict]:
+    """One `.item()` at 400 us on thread 100: its DtoH copy from pageable memory and the stream
+    sync it waits on (a memcpy_dtoh sync point), on GPU 0's stream 7."""
+    return [
+        X("aten::item", "cpu_op", 400, 50), X("aten::_local_scalar_dense", "cpu_op", 401, 48),
+        X("cudaMemcpyAsync", "cuda_runtime", 405, 10, correlation=20),
+        X("cudaStreamSynchronize", "cuda_runtime", 420, 25, correlation=21),
+        X("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 430, 2, pid=0, tid=7, device=0, stream=7,
+          correlation=20, bytes=4),
+        X("Stream Sync", "cuda_sync", 420, 25, pid=0, tid=7, device=0, stream=7, correlation=21),
+    ]

@@ -7,13 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import clean_env
+from helpers import X, clean_env, item_sync_events
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def X(name, cat, ts, dur, pid=100, tid=100, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 def bracket_trace(path: Path) -> Path:
@@ -28,13 +24,7 @@ def bracket_trace(path: Path) -> Path:
         X("cudaLaunchKernel", "cuda_runtime", 22, 5, correlation=7, **{"External id": 1}),
         X("gemm[param|cuda]", "kernel", 30, 300, pid=0, tid=7, device=0, stream=7, correlation=7),
         X("[param|cuda]", "user_annotation", 390, 70),
-        X("aten::item", "cpu_op", 400, 50), X("aten::_local_scalar_dense", "cpu_op", 401, 48),
-        X("cudaMemcpyAsync", "cuda_runtime", 405, 10, correlation=20),
-        X("cudaStreamSynchronize", "cuda_runtime", 420, 25, correlation=21),
-        X("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 430, 2, pid=0, tid=7, device=0, stream=7,
-          correlation=20, bytes=4),
-        X("Stream Sync", "cuda_sync", 420, 25, pid=0, tid=7, device=0, stream=7, correlation=21),
-    ]
+    ] + item_sync_events()
     path.write_text(json.dumps({"traceEvents": events}))
     return path
 

@@ -12,17 +12,13 @@ from pathlib import Path
 import pytest
 
 from goodhart_prof.textsafe import printable, quote_path
-from helpers import clean_env
+from helpers import X, clean_env, item_sync_events
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "\x1b[2J\x07\r\x9b\u202e\t\x7f\b"   # clear screen, bell, CR, CSI, bidi override, tab, DEL, BS
 SHOWN = "\\x1b[2J\\x07\\r\\x9b\\u202e\\t\\x7f\\x08"
 # Raw bytes a terminal acts on: C0 but newline, DEL, C1 in UTF-8, U+2028/9, bidi controls.
 RAW = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\xa8-\xae\x8e\x8f]|\xe2\x81[\xa6-\xa9]")
-
-
-def X(name, cat, ts, dur, pid=100, tid=100, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 def hostile_trace(path: Path, scale: float = 1.0) -> Path:
@@ -37,13 +33,7 @@ def hostile_trace(path: Path, scale: float = 1.0) -> Path:
         X(f"aten::mm{EVIL}\n[/x]", "cpu_op", 20, 50 * s, **{"External id": 1}),
         X("cudaLaunchKernel", "cuda_runtime", 22, 5, correlation=7, **{"External id": 1}),
         X(f"gemm{EVIL}\nkernel[/z]", "kernel", 30, 300 * s, pid=0, tid=7, device=0, stream=7, correlation=7),
-        X("aten::item", "cpu_op", 400, 50), X("aten::_local_scalar_dense", "cpu_op", 401, 48),
-        X("cudaMemcpyAsync", "cuda_runtime", 405, 10, correlation=20),
-        X("cudaStreamSynchronize", "cuda_runtime", 420, 25, correlation=21),
-        X("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 430, 2, pid=0, tid=7, device=0, stream=7,
-          correlation=20, bytes=4),
-        X("Stream Sync", "cuda_sync", 420, 25, pid=0, tid=7, device=0, stream=7, correlation=21),
-    ]
+    ] + item_sync_events()
     path.write_text(json.dumps({"traceEvents": events}))
     return path
 
