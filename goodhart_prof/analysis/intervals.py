@@ -183,11 +183,9 @@ def _packed(cols) -> "np.ndarray | None":
         lo, hi = (int(c.min()), int(c.max())) if c.dtype.kind != "b" else (0, 1)
         width = hi - lo + 1
         shifted = c.astype(np.int64) - lo
-        if width > 1024 and width <= 4 * n + 1024:  # a wide column with few values: their ranks
-            present = np.flatnonzero(np.bincount(shifted, minlength=width))
-            remap = np.zeros(width, dtype=np.int64)
-            remap[present] = np.arange(len(present))
-            shifted, width = remap[shifted], len(present)
+        if 1024 < width <= 4 * n + 1024:  # a wide column with few values: their ranks (counted)
+            present, shifted = dense_codes(shifted)
+            width = len(present)
         span *= width
         if span > 2**62:
             return None
