@@ -22,10 +22,10 @@ import pandas as pd
 from ..errors import TraceError
 from ..textsafe import quote_path
 from .columns import new_ids
-from .decode import DecodeError, TraceDoc, decode, decode_events
+from .decode import TraceDoc, decode, decode_events
 from .memory_table import memory_table
 from .model import Frames
-from .pieces import (PIECE_BYTES, BadCut, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks,
+from .pieces import (PIECE_BYTES, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks,
                      split_range, stream_pieces)
 from .progress import Progress
 from .tables import events_table, rank_processes
@@ -216,4 +216,4 @@ def _results(path: Path, futures: list) -> list[Piece]:
 
 
 __all__ = ["Piece", "piece_of", "events_of", "tables_of", "stream_range", "file_ranges", "buffer_ranges",
-           "PackedNames", "FIRST_PIECE_SHARE", "PARALLEL_DOC_BYTES", "DecodeError", "BadCut"]
+           "PackedNames", "FIRST_PIECE_SHARE", "PARALLEL_DOC_BYTES"]
