@@ -115,6 +115,13 @@ def make_naive(cfg, trainer: Trainer, n: int):
     return envs, states, obs
 
 
+def _act_autocast(trainer: Trainer, obs: torch.Tensor):
+    """The policy's batch-1 forward under the trainer's autocast, as its own rollout runs it
+    (with bf16 observations on CUDA, a forward outside autocast meets float32 weights)."""
+    with trainer._autocast():
+        return act(trainer.policy, obs)
+
+
 def naive_steps(act_fn: Callable, envs, states, obs, steps: int) -> None:
     for _ in range(steps):
         for i, env in enumerate(envs):
@@ -244,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if naive_on:
         base = trainers.get("eager") or Trainer(cfg)
         envs, states, obs = make_naive(cfg, base, n_naive)
-        naive_act = partial(act, base.policy)
+        naive_act = partial(_act_autocast, base)
         naive_steps(naive_act, envs, states, obs, 1)   # warm the batch-1 path
         sync(device)
 

@@ -66,8 +66,11 @@ def truncation_rows(truncated: torch.Tensor, k: int) -> torch.Tensor:
     `step`, so inside the compiled step. Rows picked beyond the truncated envs are carried along
     unchanged (their final observation equals their observation) and never read as final (GAE
     reads final values only where an episode was truncated).
+
+    A cast, not a bitcast: inductor in torch 2.11 cannot lower `view(torch.uint8)` of a bool
+    tensor (LoweringException, seen on an H200 on 2026-11-26), and topk takes no bool.
     """
-    return truncated.view(torch.uint8).topk(min(k, truncated.shape[0])).indices
+    return truncated.to(torch.uint8).topk(min(k, truncated.shape[0])).indices
 
 
 class EnvState(NamedTuple):
@@ -280,7 +283,7 @@ class GoodhartGridWorld:
                               device=self.device)
         spots = torch.cat((self.interior_flat.index_select(0, draws.view(-1)).view(n, -1),
                            cell.view(n, 1)), dim=1)
-        first = (flat.gather(1, spots) == cells[EMPTY]).view(torch.uint8).argmax(dim=1, keepdim=True)
+        first = (flat.gather(1, spots) == cells[EMPTY]).to(torch.uint8).argmax(dim=1, keepdim=True)
         spot = spots.gather(1, first)
         flat.scatter_(1, at, torch.where(ate.view(n, 1), cells[EMPTY], eaten))
         flat.scatter_(1, spot, torch.where(ate.view(n, 1), eaten, flat.gather(1, spot)))
