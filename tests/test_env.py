@@ -662,3 +662,17 @@ def test_step_and_reset_do_not_sync():
     # randint draws reset layouts from the bank, argmax places respawns: the env's ops were seen.
     assert "aten::randint" in names and "aten::argmax" in names, "the profiler saw the env's ops"
     assert not names & SYNC_OPS, f"host syncs in env.step: {sorted(names & SYNC_OPS)}"
+
+
+def test_no_dtype_bitcast_in_compiled_trainer_code():
+    """The GPU image's torch 2.11 inductor cannot lower `tensor.view(dtype)` of a bool tensor
+    (LoweringException on an H200, 2026-11-26; torch 2.13 lowers it, so no CPU run here shows it):
+    the trainer's compiled code casts with `.to(dtype)` instead."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "trainer"
+    bitcasts = [f"{p.name}:{n}" for p in sorted(root.glob("*.py"))
+                for n, line in enumerate(p.read_text().splitlines(), 1)
+                if re.search(r"\.view\(\s*(?:torch\.)?(?:u?int\d+|bool|float\d*|bfloat16)\b", line)
+                and not line.lstrip().startswith("#")]
+    assert bitcasts == []
