@@ -163,7 +163,8 @@ def test_h100_categories(h100):
 
 # ---- categories on real names ------------------------------------------------------------------
 
-# Every distinct GPU activity name of the six shared traces, as their loader reads them.
+# Every distinct GPU activity name of the six shared traces and of our trainer's H200 trace
+# (tests/data/gpu/h200_2026-11-26/full/clean), as their loader reads them.
 NAMES_FILE = DATA / "kernel_names.tsv"
 
 # (name prefix, category): every real name starting with the prefix must get the category.
@@ -194,6 +195,26 @@ REAL_PREFIXES = [
     ("void cudnn::detail::dgrad_engine<", "conv"),
     ("void cudnn::cnn::wgrad_alg0_engine<", "conv"),
     ("void cudnn::engines_precompiled::nchwToNhwcKernel<", "copy"),  # layout, around a conv
+    # Our trainer on an H200 (cuDNN 9, torch 2.11): cuDNN's layout transforms around its
+    # convolutions are copies (`tensorTransformGeneric` holds no sort), randperm's tie shuffle
+    # and top-k's gather are sorts, grad clipping's foreach norm a reduction.
+    ("void cudnn::engines_precompiled::nhwcToNchwKernel<", "copy"),
+    ("void transposeBlock_kernel<", "copy"),
+    ("void tensorTransformGeneric<", "copy"),
+    ("void convolve_common_engine_float_NHWC<", "conv"),
+    ("void cutlass__5x_cudnn::Kernel<cutlass__5x_cudnn::reduction::kernel::ReduceSplitK<", "conv"),
+    ("void cask_plugin__5x_cudnn::xmma__5x_cudnn::init_device_workspace_kernel<", "conv"),
+    ("sm90_xmma_wgrad_indexed_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", "conv"),
+    ("void (anonymous namespace)::randperm_handle_duplicate_keys_kernel<", "sort"),
+    ("void at::native::sbtopk::gatherTopK<", "sort"),
+    ("void at::native::radixSortKVInPlace<", "sort"),
+    ("void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<", "sort"),
+    ("void at::native::lpnorm_cleanup<", "reduction"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+     "namespace)::TensorListMetadata<1>, at::native::LpNormFunctor<", "reduction"),
+    ("nvjet_sm90_tst_", "gemm"),
+    ("triton_poi_fused__to_copy_convolution_relu_", "elementwise"),
+    ("triton_red_fused_convolution_backward_", "reduction"),
     ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::"
      "index_put_kernel_impl<", "scatter_gather"),
     ("void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<at::native::"
@@ -214,7 +235,13 @@ REAL_PREFIXES = [
     ("void at::native::elementwise_kernel<", "elementwise"),
     # arange writing its own index: elementwise, not an indexing op.
     ("void (anonymous namespace)::elementwise_kernel_with_index<", "elementwise"),
-    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<", "elementwise"),
+    # foreach kernels are elementwise, but for the foreach vector norm (LpNormFunctor, below)
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+     "namespace)::FusedOptimizerTensorListMetadata<", "elementwise"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+     "namespace)::TensorListMetadata<1>, at::native::(anonymous namespace)::BinaryOp", "elementwise"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+     "namespace)::TensorListMetadata<2>, ", "elementwise"),
     ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<", "copy"),
     ("void cub::DeviceRadixSortOnesweepKernel<", "sort"),
     ("Memcpy DtoH (Device -> Pageable)", "memcpy"),

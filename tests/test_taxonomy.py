@@ -52,6 +52,39 @@ NAMES = [
     ("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, "
      "false, true, (cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nchw2nhwc_params_t<float>"
      ", __nv_bfloat16 const*, __nv_bfloat16*)", "copy", "cudnn"),
+    # cuDNN's layout transforms around a convolution (an H200 trace of our trainer): copies, not a
+    # sort (`tenSORTransform`), and cuDNN's whether or not the trace links their launch.
+    ("void tensorTransformGeneric<__nv_bfloat16, __nv_bfloat16, float, true, false, false, "
+     "(cudnnKernelDataType_t)0>(cudnnTensorTransformStruct, tensorTransformParams, __nv_bfloat16 "
+     "const*, __nv_bfloat16*)", "copy", "cudnn"),
+    ("void transposeBlock_kernel<__nv_bfloat16, __nv_bfloat16, float, 32u, 8u>(int, int, int, "
+     "float, __nv_bfloat16 const*, __nv_bfloat16*)", "copy", "cudnn"),
+    # a plain transposeBlock_kernel of someone else's (HPCG) is a copy, not cuDNN's
+    ("transposeBlock_kernel(int, int, double*, int*, double*, int*, int)", "copy", "other"),
+    ("void convolve_common_engine_float_NHWC<__nv_bfloat16, __nv_bfloat16, 128, 5, 5, 3, 3, 3, "
+     "true, false, false, false, false>(int, int, int, __nv_bfloat16 const*)", "conv", "cudnn"),
+    # cuDNN 9's split-K reduction of an implicit-GEMM convolution: conv, not a cutlass GEMM
+    ("void cutlass__5x_cudnn::Kernel<cutlass__5x_cudnn::reduction::kernel::ReduceSplitK<"
+     "cutlass__5x_cudnn::MatrixShape<4, 256>, float> >(float)", "conv", "cudnn"),
+    # Sorts are words: randperm sorts random keys and shuffles the ties; top-k's gather.
+    ("void (anonymous namespace)::randperm_handle_duplicate_keys_kernel<long, at::native::"
+     "(anonymous namespace)::OpaqueType<8> >(long*, at::native::(anonymous namespace)::OpaqueType"
+     "<8>*, long, at::PhiloxCudaState)", "sort", "aten"),
+    ("void at::native::sbtopk::gatherTopK<unsigned char, unsigned int, 1, false>(int)", "sort",
+     "aten"),
+    ("void at::native::radixSortKVInPlace<-2, -1, 32, 4, unsigned char, long, unsigned int>(int)",
+     "sort", "aten"),
+    # Grad clipping's foreach vector norm is a reduction, not a normalization layer.
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+     "namespace)::TensorListMetadata<1>, at::native::LpNormFunctor<float, (at::native::NormType)1,"
+     " float, float>, float*, int>(int)", "reduction", "aten"),
+    ("void at::native::lpnorm_cleanup<float, (at::native::NormType)1, float, true, float>(float "
+     "const*, at::native::TensorListAddresses, int)", "reduction", "aten"),
+    # Words inside other words say nothing: a mempool is no pooling, reindexing no index op.
+    ("void mempool_trim_kernel<int>(int)", "other", "other"),
+    # FlashInfer's norm is a norm, not attention (`flash` inside `flashinfer`).
+    ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*)", "norm",
+     "flashinfer"),
     # Inductor: the prefix says the kind.
     ("triton_poi_fused_convolution_relu_0", "elementwise", "triton"),
     ("triton_red_fused_native_layer_norm_0", "norm", "triton"),
@@ -120,7 +153,7 @@ def test_launching_op_overrides_only_generic_names():
              "void at::native::vectorized_elementwise_kernel<4>(int)",
              "void at::native::vectorized_elementwise_kernel<4>(int)",
              "void (anonymous namespace)::softmax_warp_forward<float>(float*)",
-             "void pytorch_flash::flash_fwd_kernel<int>(int)", "void my_kernel<int>(int)"]
+             "void pytorch_flash::flash_fwd_kernel<int>(int)", "void other_kernel<int>(int)"]
     ops = ["aten::topk", "aten::convolution_backward", "aten::mm", "aten::native_batch_norm",
            "aten::cat", "aten::add", "aten::mm", "aten::mm", None]
     cat, lib = classify(names, ops=ops)
@@ -132,6 +165,19 @@ def test_launching_op_overrides_only_generic_names():
     # a kernel no library rule places, launched by an aten:: op, is PyTorch's own
     assert lib.tolist() == ["aten", "hipblaslt", "hipblaslt", "aten", "aten", "aten", "aten",
                             "flash_attention", "other"]
+
+
+def test_a_kernel_has_one_library_whether_or_not_its_launch_is_linked():
+    # The kernels still running when tracing began have no launch in the trace (no op): the same
+    # name launched by an aten:: op elsewhere is aten on every row, not aten here and other there.
+    names = ["void my_kernel<int>(int)", "void my_kernel<int>(int)", "void lone<int>(int)",
+             "void transposeBlock_kernel<__nv_bfloat16, __nv_bfloat16, float, 32u, 8u>(int)",
+             "void transposeBlock_kernel<__nv_bfloat16, __nv_bfloat16, float, 32u, 8u>(int)"]
+    ops = [None, "aten::topk", None, "aten::convolution_backward", None]
+    cat, lib = classify(names, ops=ops)
+    assert lib.tolist() == ["aten", "aten", "other", "cudnn", "cudnn"]
+    # the category still follows the op where the name says nothing (and stays without one)
+    assert cat.tolist() == ["other", "sort", "other", "copy", "copy"]
 
 
 def test_every_category_and_library_is_declared():

@@ -7,8 +7,9 @@ Two columns per GPU activity, DESIGN.md "kernel categories":
 
 Precedence, for the category of one activity:
 1. `gpu_memcpy` / `gpu_memset` events are `memcpy` / `memset` whatever their name.
-2. The name, by the first rule in CATEGORY_RULES whose pattern matches (case-insensitively, on the
-   demangled name with its return type removed).
+2. The name, by the first rule in CATEGORY_RULES whose pattern matches (on the demangled name
+   with its return type removed, camelCase humps split by `_`, lowered: `tensorTransformGeneric`
+   is `tensor_transform_generic`, so `(?<![a-z])` marks where a word starts).
 3. The launching op (GPU activity -> launch call by correlation -> the innermost cpu op holding it)
    overrides the name only where the name is generic and the op says more (OP_OVERRIDES): a name
    that says nothing (`other`) takes the op's category; a GEMM-shaped kernel launched by a
@@ -19,7 +20,9 @@ Precedence, for the category of one activity:
    a wrapper (`aten::linear`) or a fallback path and is weaker evidence than the kernel's name.
    Where the trace has no link (CUDA graph replays, GPU-only traces) the name decides alone.
 The library comes from the name (LIBRARY_RULES); a name no rule places that a PyTorch `aten::` op
-launched is `aten` (PyTorch's own kernels outside `at::native`, such as `softmax_warp_forward`).
+launched is `aten` (PyTorch's own kernels outside `at::native`, such as `softmax_warp_forward`), on
+all its rows: a kernel has one library, whether or not the trace links each launch to an op (the
+kernels still running when tracing began were launched before it, so nothing links them).
 Rules are applied once per distinct name and once per distinct op name; rows combine the two
 through their codes and one lookup table.
 """
@@ -37,10 +40,14 @@ import pandas as pd
 from ..trace.model import Trace
 
 # The category rules, in order: (category, pattern, unless). A name matches a rule when it matches
-# `pattern` and not `unless`. Patterns run on the whole demangled name, template arguments
-# included, which is deliberate: cuBLAS helpers such as `splitKreduce_kernel<...>`,
-# `dot_kernel<..., cublasDotParams>` or `epilogue::impl::globalKernel<..., cublasLtEpilogue_t>`
-# only say they belong to a GEMM there.
+# `pattern` and not `unless`. Patterns run on the name as words (`_words`: camelCase humps split
+# by `_`, lowered), so a short word that could sit inside another one is written after
+# `(?<![a-z])`, a word start: `sort` is a word in `DeviceRadixSort` and `radixSortKVInPlace`, not
+# in cuDNN's `tensorTransformGeneric`; `pool` not in a `mempool`. Words that other names run
+# together are written `_?` between their parts (`nchw_?to_?nhwc`, `cat_?array`). Patterns run on
+# the whole demangled name, template arguments included, which is deliberate: cuBLAS helpers such
+# as `splitKreduce_kernel<...>`, `dot_kernel<..., cublasDotParams>` or
+# `epilogue::impl::globalKernel<..., cublasLtEpilogue_t>` only say they belong to a GEMM there.
 #
 # Why each pattern is what it is:
 # - communication first: NCCL/RCCL names say what they do (`ncclDevKernel_AllReduce_*`), and vLLM's
@@ -61,19 +68,27 @@ from ..trace.model import Trace
 #   attention; MoE routing (`_combined_routing_*`, the token -> expert tables) and
 #   `_finalize_matmul_scatter` (the MoE combine after the expert GEMMs) are scatters, not GEMMs.
 # - attention: flash/fmha/sdpa/attention, `attn` (AOTriton's `attn_fwd`), `sage_fwd`/`sage_bwd`
-#   (SageAttention), vLLM's `kernel_unified_attention_*`.
+#   (SageAttention), vLLM's `kernel_unified_attention_*`; `flash` but not
+#   the `flashinfer::` namespace, whose norm, sampling and activation kernels are not attention.
 # - conv before gemm and copy: cuDNN's and MIOpen's convolutions are implicit GEMMs
 #   (`implicit_convolve_sgemm`, `sm80_xmma_fprop_implicit_gemm_*`, MIOpen's
 #   `igemm_fwd/bwd/wrw_gtc*`, CK's `kernel_batched_gemm_xdlops_bwd_weight`), named by algorithm
 #   (`fprop`, `dgrad`, `wgrad`, `winograd`, `im2col`, `scudnn`/`hcudnn` tiles, `cask_cudnn` set-up
-#   kernels). `conv` but not `convert`.
+#   kernels). `conv` but not `convert`. cuDNN 9's engines live in `*__5x_cudnn` namespaces
+#   (`cutlass__5x_cudnn::Kernel<...ReduceSplitK...>`, the split-K reduction of an implicit-GEMM
+#   convolution, which would read as a cutlass GEMM): PyTorch calls cuDNN for convolutions
+#   (cuDNN attention says `sdpa`, caught above).
 # - norm: `norm(?!al)` keeps random `normal_` kernels out; the `unless` keeps vector norms (grad
 #   clipping's `reduce_kernel<..., NormTwoOps>`, `linalg_vector_norm`) with the reductions;
 #   `bn_fw`/`bn_bw` are cuDNN's batch norm; `moments`/`GammaBeta` layer norm's statistics and
-#   weight-gradient kernels.
-# - sort: sort and top-k (`DeviceRadixSort*`, `_topk_forward`, `bitonicSort`).
+#   weight-gradient kernels; `lp_norm` is the foreach vector norm of grad clipping
+#   (`LpNormFunctor`, `lpnorm_cleanup` under `aten::_foreach_norm`), a reduction.
+# - sort: sort, top-k and randperm (`DeviceRadixSort*`, `_topk_forward`, `bitonicSort`,
+#   `gatherTopK`, `randperm_handle_duplicate_keys_kernel`: randperm sorts random keys, then
+#   shuffles the ties), each a word (`tensorTransform` holds no sort).
 # - copy (layout): transposes (MIOpen's `batched_transpose_*`, `transpose_NCHW2CNHW_*`, cuDNN's
-#   `nchwToNhwcKernel`/`nhwcToNchwKernel` around convolutions), concatenation
+#   `nchwToNhwcKernel`/`nhwcToNchwKernel`/`transposeBlock_kernel`/`tensorTransformGeneric`/
+#   `nchwAddPaddingKernel`/`convertTensor_kernel` around convolutions), concatenation
 #   (`CatArrayBatchedCopy*`), padding, permutes (fbgemm's `permute_2D_*`, `permute_pooled_embs`),
 #   MIOpen's sub-tensor copies/casts (`SubTensorOp*`).
 # - gemm: `(?<!fb)gemm` because fbgemm_gpu's kernels are not GEMMs; `gemv` for cuBLAS
@@ -82,12 +97,13 @@ from ..trace.model import Trace
 #   batched GEMMs on B200 (`bmm_E2m1_E2m1E2m1_Fp32_*`); `cutlass` for CUTLASS tiles (attention and
 #   convolutions with cutlass template arguments were taken above).
 # - scatter_gather: `(?<!with_)index` because `elementwise_kernel_with_index` is arange writing its
-#   own index; `index` covers index_select, index_put, `indexing_backward`; `embedding` adds the
+#   own index; `index` (a word: not `reindex`) covers index_select, index_put,
+#   `indexing_backward`; `embedding` adds the
 #   TorchRec/fbgemm lookups (`split_embedding_*`) but not rotary embeddings (elementwise);
 #   `indices` covers fbgemm's `bounds_check_indices`.
 # - reduction: reduce, softmax, scans (`DeviceScanKernel`, rocprim scans), arg-max/min, losses
 #   (`cunn_ClassNLLCriterion`), pooling (a windowed max/mean), `_sum_bitmatrix_rows` (MoE routing
-#   counts), fbgemm's `_get_FP8_qparam` (a row max).
+#   counts), fbgemm's `_get_FP8_qparam` (a row max), the foreach vector norm (`lp_norm`).
 # - elementwise: PyTorch's TensorIterator kernels (`elementwise_kernel`, `vectorized_*`,
 #   `unrolled_*`) and fused optimizers' foreach kernels (`multi_tensor_apply`); activations
 #   (`act_and_mul`, silu/gelu/relu/swiglu), rotary embeddings, (de)quantization, cuDNN's
@@ -105,20 +121,22 @@ CATEGORY_RULES: tuple[tuple[str, str, str | None], ...] = (
     ("elementwise", r"^triton_poi_", None),
     ("other", r"^triton__", None),
     ("scatter_gather", r"reshape_and_cache|store_kvcache|_routing_|finalize_matmul_scatter", None),
-    ("attention", r"flash|fmha|sdpa|attention|attn|sage_(?:fwd|bwd)", None),
-    ("conv", r"conv(?!ert)|fprop|dgrad|wgrad|winograd|im2col|[sh]cudnn|cask_cudnn"
+    ("attention", r"flash(?!_?infer)|fmha|sdpa|attention|attn|sage_(?:fwd|bwd)", None),
+    ("conv", r"conv(?!ert)|fprop|dgrad|wgrad|winograd|im2col|[sh]cudnn|cask_cudnn|_5x_cudnn"
              r"|^igemm_(?:fwd|bwd|wrw)|bwd_weight", None),
-    ("norm", r"norm(?!al)|bn_fw|bn_bw|moments|gammabeta",
-     r"normtwoops|normops|normoneops|normzeroops|norminfops|vector_norm"),
-    ("sort", r"sort|topk|top_k", None),
-    ("copy", r"transpose|nchwtonhwc|nhwctonchw|catarray|(?:constant|reflection|replication)_?pad"
-             r"|permute|subtensorop", None),
+    ("norm", r"norm(?!al)|bn_fw|bn_bw|moments|gamma_?beta",
+     r"norm_?(?:two_?|one_?|zero_?|inf_?)?ops|vector_norm|lp_?norm"),
+    ("sort", r"(?<![a-z])(?:sort|top_?k|randperm)|(?:radix|bitonic|merge)_?sort", None),
+    ("copy", r"transpose|nchw_?to_?(?:folded_?)?nhwc|nhwc_?to_?nchw|tensor_?transform"
+             r"|nchw_?add_?padding|convert_?tensor_kernel|cat_?array"
+             r"|(?:constant|reflection|replication)_?pad|permute|sub_?tensor_?op", None),
     ("gemm", r"(?<!fb)gemm|gemv|cublas|nvjet|xmma|^cijk_|matmul|^bmm_|cutlass", None),
-    ("scatter_gather", r"scatter|gather|(?<!with_)index|indices|(?<!rotary_)embedding", None),
-    ("reduction", r"reduce|softmax|scan|argmax|argmin|nllcriterion|loss|pool|bitmatrix|qparam",
-     None),
+    ("scatter_gather", r"(?<![a-z])(?:scatter|gather|indices)|(?<![a-z])(?<!with_)index"
+                       r"|(?<!rotary_)embedding", None),
+    ("reduction", r"reduce|soft_?max|(?<![a-z])scan|arg_?max|arg_?min|nllcriterion"
+                  r"|(?<![a-z])(?:loss|pool)|max_?pool|avg_?pool|bitmatrix|qparam|lp_?norm", None),
     ("elementwise", r"elementwise|multi_tensor_apply|act_and_mul|silu|gelu|relu|swiglu|rotary"
-                    r"|quantize|fp8rowwise|scalepackedtensor", None),
+                    r"|quantize|fp8rowwise|scale_?packed_?tensor", None),
 )
 CATEGORIES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "scatter_gather",
               "copy", "sort", "communication", "memcpy", "memset", "other")
@@ -129,8 +147,11 @@ CATEGORIES = ("gemm", "attention", "conv", "norm", "elementwise", "reduction", "
 # - flash_attention: Dao's flash attention as PyTorch vendors it (`pytorch_flash::flash_fwd_*`)
 #   or as `flash_attn`; it carries cutlass types, so it comes before cutlass.
 # - cudnn before cutlass and cublas: `cutlass__5x_cudnn::Kernel<...>` and `sm80_xmma_fprop_*`
-#   are cuDNN's engines; `implicit/explicit_convolve_sgemm`, winograd, bn_fw/bn_bw and the
-#   `nchwToNhwc` layout kernels are cuDNN's too.
+#   are cuDNN's engines; `implicit/explicit_convolve_sgemm`, `convolve_common_engine_*`, winograd,
+#   bn_fw/bn_bw and the layout kernels around its convolutions (`nchwToNhwc`, `nhwcToNchw`,
+#   `transposeBlock_kernel<...>`/`transposeWarp_kernel<...>` (templates: HPCG has a plain
+#   `transposeBlock_kernel` of its own), `genericTranspose_kernel`, `tensorTransformGeneric`,
+#   `nchwAddPadding`, `convertTensor_kernel`) are cuDNN's too.
 # - cublas: `cublas`/`cublasLt` namespaces and parameters, `nvjet_*` (cuBLAS 12 on Hopper), the
 #   arch-prefixed SASS GEMMs (`volta_sgemm_*`, `ampere_sgemm_*`, `sm90_xmma_gemm_*_cublas`), gemv
 #   and split-K helpers. (cuBLAS also ships `cutlass::Kernel2<cutlass_80_*>` tiles; their names
@@ -157,8 +178,9 @@ LIBRARY_RULES: tuple[tuple[str, str], ...] = (
     ("nccl", r"nccl|rccl"),
     ("triton", r"^triton_"),
     ("flash_attention", r"pytorch_flash|flash_fwd|flash_bwd|flash_attn|flash::"),
-    ("cudnn", r"cudnn|xmma_(?:fprop|dgrad|wgrad)|(?:implicit|explicit)_convolve|winograd|bn_fw|bn_bw"
-              r"|nchwtonhwc|nhwctonchw"),
+    ("cudnn", r"cudnn|xmma_(?:fprop|dgrad|wgrad)|(?:implicit|explicit)_convolve|convolve_common_engine"
+              r"|winograd|bn_fw|bn_bw|nchwto(?:folded)?nhwc|nhwctonchw|transpose(?:block|warp)_kernel<"
+              r"|generictranspose_kernel|tensortransform|nchwaddpadding|converttensor_kernel"),
     ("cublas", r"cublas|nvjet|gemv2t|gemvx|splitkreduce"
                r"|^(?:maxwell|pascal|volta|turing|ampere|hopper|blackwell|sm\d+)_\w*gemm"),
     ("hipblaslt", r"^cijk_|hipblaslt"),
@@ -187,13 +209,13 @@ OP_RULES: tuple[tuple[str, str], ...] = (
     ("norm", r"(?:layer|batch|group|instance|rms)_norm"),
     ("gemm", r"^aten::(?:mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm|_grouped_mm"
              r"|_scaled_grouped_mm|addmv|mv|dot|vdot|_int_mm|einsum)$"),
-    ("sort", r"^aten::(?:sort|topk|argsort|msort|kthvalue|median|nanmedian)$"),
+    ("sort", r"^aten::(?:sort|topk|argsort|msort|kthvalue|median|nanmedian|randperm)$"),
     ("copy", r"^aten::(?:cat|_cat|stack|constant_pad_nd|pad|reflection_pad\dd|replication_pad\dd)$"),
     ("scatter_gather", r"^aten::(?:index|index_select|index_put_|_index_put_impl_|gather|scatter"
                        r"|scatter_|scatter_add_|embedding|embedding_dense_backward|_embedding_bag"
                        r"|embedding_bag|take|masked_select|masked_scatter_)$"),
     ("reduction", r"^aten::(?:sum|mean|max|min|amax|amin|argmax|argmin|prod|var|std|var_mean"
-                  r"|linalg_vector_norm|_softmax|softmax|_log_softmax|log_softmax|cumsum"
+                  r"|linalg_vector_norm|_foreach_norm|_softmax|softmax|_log_softmax|log_softmax|cumsum"
                   r"|logsumexp|nll_loss\w*|max_pool\w*|avg_pool\w*|adaptive_\w*pool\w*)$"),
 )
 
@@ -208,6 +230,15 @@ OP_OVERRIDES: dict[str, tuple[str, ...]] = {
     "reduction": ("norm",),
 }
 
+# The layout transposes a convolution library runs around a convolution when the tensors' memory
+# format is not the one its kernels want (NCHW tensors into NHWC kernels and back): cuDNN's
+# `nchwToNhwc`/`nhwcToNchw`/`nchwToFoldedNhwc`, `transposeBlock_kernel`/`transposeWarp_kernel`,
+# `genericTranspose_kernel`, `tensorTransformGeneric`; MIOpen's `batched_transpose_*`,
+# `transpose_NCHW2CNHW_*`/`transpose_CNHW2NCHW_*`. On the words of a name, as CATEGORY_RULES.
+LAYOUT_TRANSPOSE = (r"nchw_?to_?(?:folded_?)?nhwc|nhwc_?to_?nchw|transpose_?(?:block|warp)_kernel"
+                    r"|generic_?transpose_kernel|tensor_?transform|batched_transpose_"
+                    r"|transpose_(?:nchw|cnhw)")
+
 # Demangled names often open with a return type (`void `, `std::enable_if<...>::type `), which
 # would hide a `^` anchor; the rules look at the name with that prefix removed.
 _RETURN_TYPE = r"^(?:void|std::enable_if<.*?>::type)\s+"
@@ -218,6 +249,8 @@ _CATEGORY_RES = tuple((c, re.compile(p.lower()), re.compile(u.lower()) if u else
 _LIBRARY_RES = tuple((lib, re.compile(p)) for lib, p in LIBRARY_RULES)
 _OP_RES = tuple((c, re.compile(p)) for c, p in OP_RULES)
 _RETURN_TYPE_RE = re.compile(_RETURN_TYPE)
+_HUMP_RE = re.compile(r"(?<=[a-z])(?=[A-Z])")  # a camelCase hump: lower then upper case
+_LAYOUT_TRANSPOSE_RE = re.compile(LAYOUT_TRANSPOSE)
 _CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
 _LIB_INDEX = {lib: i for i, lib in enumerate(LIBRARIES)}
 _NO_OP = len(CATEGORIES)  # op code: no op, or an op that says nothing
@@ -244,7 +277,29 @@ def _classify_name(name: str) -> tuple[str, str]:
     """One name's (category, library): a pure function of the name, so remembered for the next
     trace in this process (the ranks of a job, both sides of a diff share most kernel names)."""
     text = _RETURN_TYPE_RE.sub("", name, count=1).lower()
-    return _first(text, _CATEGORY_RES) or "other", _first(text, _LIBRARY_RES) or "other"
+    return _first(_words(name), _CATEGORY_RES) or "other", _first(text, _LIBRARY_RES) or "other"
+
+
+def _words(name: str) -> str:
+    """The name as the category rules read it: return type removed, camelCase humps split by
+    `_`, lowered (`void tensorTransformGeneric<...>` -> `tensor_transform_generic<...>`)."""
+    start = _RETURN_TYPE_RE.match(name.lower())
+    return _HUMP_RE.sub("_", name[start.end():] if start else name).lower()
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _is_layout_transpose(name: str) -> bool:
+    return bool(_LAYOUT_TRANSPOSE_RE.search(_words(name)))
+
+
+def layout_transposes(names: Iterable[str]) -> np.ndarray:
+    """Whether each name is a convolution library's layout transpose (LAYOUT_TRANSPOSE)."""
+    return np.array([_is_layout_transpose(str(n)) for n in names], dtype=bool)
+
+
+def op_categories(ops: Iterable[str]) -> list[str | None]:
+    """The category each op name says (OP_RULES; None: the op says nothing)."""
+    return [_op_category(str(o).lower()) for o in ops]
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -289,7 +344,11 @@ def classify_codes(names, cats=None, ops=None) -> tuple[np.ndarray, np.ndarray]:
                            for t in op_text] + [_NO_OP], dtype=np.int64)
         aten = np.array([t.startswith("aten::") for t in op_text] + [False])
         cat = _COMBINE[cat, op_cat[op_codes]]
-        lib = np.where((lib == _LIB_INDEX["other"]) & aten[op_codes], _LIB_INDEX["aten"], lib)
+        # a name no library rule places is aten on all its rows once an aten:: op launched one
+        by_aten = np.zeros(len(uniques) + 1, dtype=bool)
+        by_aten[codes[aten[op_codes] & (lib == _LIB_INDEX["other"])]] = True
+        by_aten[-1] = False  # code -1: no name
+        lib = np.where((lib == _LIB_INDEX["other"]) & by_aten[codes], _LIB_INDEX["aten"], lib)
     if cats is not None:
         event_codes, event_cats = _codes(cats)
         for event_cat, category in (("gpu_memcpy", "memcpy"), ("gpu_memset", "memset")):
