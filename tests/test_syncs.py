@@ -204,7 +204,7 @@ def test_summary_and_json(tmp_path):
     assert summary.total == 4
     assert summary.by_kind == {**{k: 0 for k in KINDS}, "item": 3, "device_sync": 1}
     assert summary.sites.iloc[0].to_dict() == {"kind": "item", "site": "aten::item", "count": 3,
-                                               "total_us": 150.0}
+                                               "total_us": 150.0, "background": False}
     doc = summary.to_json()
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc
     assert set(doc) == {"total", "by_kind", "sites", "per_iteration"}
@@ -216,7 +216,7 @@ def test_summary_and_json(tmp_path):
 def test_empty_trace(tmp_path):
     points = sync_points(load_events(tmp_path, [op("aten::add", 0, 5)]))
     assert points.empty and list(points.columns) == ["rank", "pid", "tid", "ts", "dur", "kind",
-                                                     "site", "iteration", "row"]
+                                                     "site", "iteration", "row", "background"]
     assert sync_summary(points).to_json() == {"total": 0, "by_kind": {k: 0 for k in KINDS},
                                               "sites": [], "per_iteration": []}
 

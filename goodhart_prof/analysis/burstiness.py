@@ -51,7 +51,7 @@ class DeviceBurstiness:
     gap_start: np.ndarray = field(repr=False)  # the gaps as arrays; gap_table is built from them
     gap_end: np.ndarray = field(repr=False)
     gap_cls: np.ndarray = field(repr=False)  # codes into GAP_CLASSES
-    idle_causes: list = field(default_factory=list)  # idle.py: [{cause, idle_us, share, frame[, kind, context]}]
+    idle_causes: list = field(default_factory=list)  # idle.py: [{cause, idle_us, share, frame[, kind, context][, compiled]}]
 
     @property
     def gap_dur(self) -> np.ndarray:
@@ -70,7 +70,8 @@ class DeviceBurstiness:
                 "burstiness_B": _num(self.burstiness_B), "gaps": _plain(self.gaps),
                 "idle_causes": [{"cause": c["cause"], "idle_us": _num(c["idle_us"]),
                                  "share": _num(c["share"]), "frame": c["frame"],
-                                 **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {})}
+                                 **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {}),
+                                 **({"compiled": c["compiled"]} if "compiled" in c else {})}
                                 for c in self.idle_causes]}
 
 

@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, in_categories
+from .compiled import BACKWARD, display_name, frame_label, graph_codes, graph_label, graph_sources
 from .intervals import exact_sums, segment_searchsorted, tuple_codes
 from .links import LAUNCH_CATS
 from .tree import STEP, frame_forest, host_tree
@@ -131,8 +132,26 @@ def device_idle_causes(trace: Trace, gaps: DeviceGaps) -> list[list[dict]]:
     traced = np.flatnonzero(thread >= 0)
     if len(traced):
         _traced_sums(trace, tree, gaps, thread, traced, sums)
-    return [_summarise(sums[d], float(gaps.total[d])) if gaps.total[d] > 0 else []
+    return [_compiled(trace, _summarise(sums[d], float(gaps.total[d]))) if gaps.total[d] > 0 else []
             for d in range(n_dev)]
+
+
+def _compiled(trace: Trace, causes: list[dict]) -> list[dict]:
+    """The causes in code torch.compile generated, said readably (module docstring): a graph
+    annotation as `compiled graph <hash> (inductor code)` with `compiled` (the annotation's
+    name and where it is called from: compiled.graph_sources) and, as its frame, the user's
+    function that was compiled; a frame or context in a generated file by compiled.frame_label."""
+    for c in causes:
+        label = graph_label(c["cause"])
+        if label is not None:
+            src = graph_sources(trace).get(c["cause"], {})
+            c["compiled"] = {"graph": c["cause"], **{k: src.get(k) for k in ("function", "region", "phase")}}
+            c["cause"], c["frame"] = label, src.get("function")
+        else:
+            c["cause"], c["frame"] = frame_label(c["cause"]), frame_label(c["frame"])
+        if c.get("context"):
+            c["context"] = frame_label(display_name(c["context"]))
+    return causes
 
 
 def gap_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
@@ -285,6 +304,8 @@ def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
     innermost frame), else n_names + n_frame_names (untraced); frame a frame name code (the
     innermost frame, where it lies inside the cause's node or there is none) or n_frame_names."""
     node = tree.enclosing_in(thread, s, e)
+    outer = _graph_outer(tree)[np.maximum(node, 0)]  # inside a compiled graph: the graph
+    node = np.where((node >= 0) & (outer >= 0), outer, node)
     has_node = node >= 0
     has_node[has_node] = ~_step_names(tree)[tree.name[node[has_node]]]
     n_names = len(tree.names)
@@ -364,6 +385,18 @@ def _segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             cause, frame = _piece_keys(trace, tree, owner[:-1], s, np.where(owner[1:] == owner[:-1], e, s))
             cached = (np.r_[cause, 0], np.r_[frame, 0], np.r_[e - s, 0.0])
         tree.__dict__["_segments"] = cached
+    return cached
+
+
+def _graph_outer(tree) -> np.ndarray:
+    """Per node, the outermost compiled-graph annotation among it and its ancestors (-1: none),
+    once per tree."""
+    cached = tree.__dict__.get("_graph_outer")
+    if cached is None:
+        codes = graph_codes(tree)
+        cached = (tree.outermost(codes[tree.name]) if codes.any()
+                  else np.full(max(len(tree), 1), -1, dtype=np.int64))
+        tree.__dict__["_graph_outer"] = cached
     return cached
 
 
@@ -466,7 +499,13 @@ def _summarise(sums: dict, total: float) -> list[dict]:
 
 def cause_label(c: dict) -> str:
     """A cause as the reports say it: a runtime call with the op it was called from
-    (`cudaFree (called from aten::convolution_backward)`), else the cause itself."""
+    (`cudaFree (called from aten::convolution_backward)`), a compiled graph with the phase it
+    runs in (`compiled graph f4qcacf6 (inductor code, in env_step)`; a backward graph: `in
+    autograd backward`), else the cause itself."""
+    src = c.get("compiled")
+    if src:
+        where = src.get("phase") or ("autograd backward" if src.get("region") == BACKWARD else None)
+        return graph_label(src["graph"], where) or c["cause"]
     if c.get("context"):
         return f"{c['cause']} (called from {c['context']})"
     return c["cause"]

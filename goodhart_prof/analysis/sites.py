@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, name_codes
+from .compiled import is_inductor_file
 from .hostops import TORCH_ANNOTATION
 from .line_sites import Placer
 from .tree import FrameForest, frame_forest, host_tree
@@ -227,7 +228,7 @@ def is_user_path(path: str) -> bool:
     p = path.replace("\\", "/")
     if "site-packages/" in p or "dist-packages/" in p or re.search(r"/lib/python\d", p):
         return False
-    if "/torch/" in p:
+    if "/torch/" in p or is_inductor_file(p):  # torch's, or code inductor generated
         return False
     if p.startswith("/"):
         return True

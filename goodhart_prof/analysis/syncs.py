@@ -67,7 +67,7 @@ _RUNTIME = {
 _CUDA_SYNC = {"Stream Sync": "stream_sync", "Event Sync": "event_sync", "Context Sync": "device_sync"}
 _DTOH = ("DtoH", "CopyDeviceToHost")
 _HTOD_PAGEABLE = "Memcpy HtoD (Pageable"
-COLUMNS = ["rank", "pid", "tid", "ts", "dur", "kind", "site", "iteration", "row"]
+COLUMNS = ["rank", "pid", "tid", "ts", "dur", "kind", "site", "iteration", "row", "background"]
 
 
 def sync_points(trace: Trace) -> pd.DataFrame:
@@ -92,7 +92,24 @@ def sync_points(trace: Trace) -> pd.DataFrame:
     points = points.sort_values(["rank", "ts"], kind="stable").reset_index(drop=True)
     points["site"] = sites(trace, points)
     points["iteration"] = iterations(trace, points["rank"].to_numpy(), points["ts"].to_numpy())
-    return points[COLUMNS].astype({"row": np.int64, "iteration": np.int64})
+    points["background"] = background(trace, points)
+    return points[COLUMNS].astype({"row": np.int64, "iteration": np.int64, "background": bool})
+
+
+def background(trace: Trace, points: pd.DataFrame) -> np.ndarray:
+    """Per point: whether it waits on a background thread (module docstring): a host thread that
+    launched no GPU activity in the trace, on a rank where the launching threads are known (some
+    GPU activity there has its launch call in the trace)."""
+    links = gpu_launches(trace)
+    known = links[links["launch_row"].to_numpy() >= 0]
+    out = np.zeros(len(points), dtype=bool)
+    if known.empty or points.empty:
+        return out
+    launchers = pd.MultiIndex.from_frame(known[["rank", "pid", "tid"]].drop_duplicates().astype(np.int64))
+    here = pd.MultiIndex.from_arrays([points[c].to_numpy(np.int64) for c in ("rank", "pid", "tid")])
+    hosted = points["pid"].to_numpy() >= 0
+    on_launch_rank = points["rank"].isin(pd.unique(known["rank"].to_numpy())).to_numpy()
+    return hosted & on_launch_rank & ~here.isin(launchers)
 
 
 def device_ranks(trace: Trace) -> set[int]:
@@ -137,7 +154,7 @@ def _empty() -> pd.DataFrame:
                          "tid": pd.Series(dtype=np.int64), "ts": pd.Series(dtype=float),
                          "dur": pd.Series(dtype=float), "kind": pd.Series(dtype=object),
                          "site": pd.Series(dtype=object), "iteration": pd.Series(dtype=np.int64),
-                         "row": pd.Series(dtype=np.int64)})
+                         "row": pd.Series(dtype=np.int64), "background": pd.Series(dtype=bool)})
 
 
 def _by_name(ev: pd.DataFrame, table: dict[str, Any], cats: tuple[str, ...]) -> pd.DataFrame:
@@ -255,7 +272,7 @@ def _innermost_op(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
 class SyncSummary:
     total: int
     by_kind: dict[str, int]
-    sites: pd.DataFrame = field(repr=False)          # kind, site, count, total_us
+    sites: pd.DataFrame = field(repr=False)          # kind, site, count, total_us, background
     per_iteration: pd.DataFrame = field(repr=False)  # iteration, kind, count
 
     def to_json(self) -> dict[str, Any]:
@@ -269,11 +286,16 @@ class SyncSummary:
             "total": int(self.total),
             "by_kind": {k: int(v) for k, v in self.by_kind.items()},
             "sites": [{"kind": str(k), "site": str(s), "count": int(c), "total_us": float(t),
-                       "where": site_fields(str(s))}
-                      for k, s, c, t in self.sites[["kind", "site", "count", "total_us"]]
+                       "where": site_fields(str(s)), "background": bool(b)}
+                      for k, s, c, t, b in self.sites[["kind", "site", "count", "total_us", "background"]]
                       .itertuples(index=False)],
             "per_iteration": per_it,
         }
+
+
+def _background_of(points: pd.DataFrame) -> np.ndarray:
+    """The points' `background` column (False where a table has none: host reads, old tables)."""
+    return points["background"].to_numpy(bool) if "background" in points else np.zeros(len(points), bool)
 
 
 def sync_summary(points: pd.DataFrame) -> SyncSummary:
@@ -284,12 +306,18 @@ def sync_summary(points: pd.DataFrame) -> SyncSummary:
         return SyncSummary(0, by_kind, pd.DataFrame({"kind": pd.Series(dtype=object),
                                                      "site": pd.Series(dtype=object),
                                                      "count": pd.Series(dtype=np.int64),
-                                                     "total_us": pd.Series(dtype=float)}),
+                                                     "total_us": pd.Series(dtype=float),
+                                                     "background": pd.Series(dtype=bool)}),
                            pd.DataFrame({"iteration": pd.Series(dtype=np.int64),
                                          "kind": pd.Series(dtype=object),
                                          "count": pd.Series(dtype=np.int64)}))
     by_kind.update({str(k): int(c) for k, c in points["kind"].value_counts(sort=False).items()})
-    sites = group_totals(points, ["kind", "site"]).sort_values(
+    sites = group_totals(points, ["kind", "site"])
+    # a site is on a background thread when every one of its points is (its waits hold up nothing)
+    fg = group_totals(points[~_background_of(points)], ["kind", "site"])
+    sites["background"] = ~pd.MultiIndex.from_frame(sites[["kind", "site"]]).isin(
+        pd.MultiIndex.from_frame(fg[["kind", "site"]])) if not fg.empty else True
+    sites = sites.sort_values(
         ["count", "total_us", "kind", "site"], ascending=[False, False, True, True],
         kind="stable").reset_index(drop=True)
     per_it = (group_totals(points, ["iteration", "kind"])[["iteration", "kind", "count"]]

@@ -126,10 +126,18 @@ def _by_site(console: Console, summary, top: int, label: str, time_label: str, n
     """A sync summary (sync points or host reads): total per kind, then the top sites."""
     kinds = ", ".join(f"{k} {v}" for k, v in summary.by_kind.items() if v)
     console.print(f"{label}: {summary.total} ({kinds}){note}")
-    table = make_table("by site", "site", "kind", "count", time_label, right=(2, 3))
-    for r in summary.sites.head(top).itertuples():
-        table.add_row(short(r.site, 110), r.kind, f"{r.count:,}", duration(r.total_us))
+    shown = summary.sites.head(top)
+    side = "background" in shown and bool(shown["background"].any())
+    heads = ["site", "kind"] + (["thread"] if side else []) + ["count", time_label]
+    table = make_table("by site", *heads, right=(len(heads) - 2, len(heads) - 1))
+    for r in shown.itertuples():
+        table.add_row(short(r.site, 110), r.kind, *(["background" if r.background else ""] if side else []),
+                      f"{r.count:,}", duration(r.total_us))
     console.print(table)
+    if side:
+        console.print("thread background: a host thread that launches no GPU work (in the trace), so its waits "
+                      "hold up no launch; no finding counts them as stalls of the training loop",
+                      highlight=False)
 
 
 def _burstiness(a, console: Console) -> None:

@@ -59,6 +59,20 @@ GENERIC_FIX = ("Find what the GPU waits for in the gap classes: host_wait means 
                "idle_causes names the host code the idle time lies in.")
 
 
+def compiled_fix(functions: list[str]) -> str:
+    """The fix for GPU idle time while the host runs code torch.compile generated (idle.py's
+    compiled-graph causes): launch overhead, which CUDA graphs remove."""
+    of = f" for {', '.join(functions)}" if functions else ""
+    return ("The GPU waits while the host runs the Python wrapper torch.compile (inductor) generated"
+            f"{of}: it allocates the outputs and launches the graph's kernels one at a time, and the "
+            "GPU runs out of work between launches. That is kernel-launch overhead of the compiled "
+            "code, not slow kernels. Replay it as a CUDA graph, which launches the whole graph at "
+            "once: torch.compile(mode=\"reduce-overhead\") (CUDA graph trees; needs static shapes), "
+            "or capture the step yourself with torch.cuda.graphs (torch.cuda.graph, "
+            "torch.cuda.make_graphed_callables). More work per launch (more envs or samples per "
+            "step) also helps.")
+
+
 PROFILER_SYNC = ("torch.profiler synchronizes the device itself where its window starts and stops "
                  "(prof.step(), stop()): that idle time is the profiler's, not the loop's. Trace more "
                  "active steps per window so it weighs less, and judge the steps inside it.")

@@ -1,6 +1,7 @@
 """Who caused a sync point: the user's code, torch itself, or gradient clipping.
 
-`sync_origin` adds two columns to the sync points, which the sync-family rules split them by:
+`sync_origin` adds two columns to the sync points, which the sync-family rules split them by
+(after leaving out those on a background thread, `foreground`: they hold up no launch):
 
 - `internal`: torch issued it, not the user's code. (1) Anything inside an
   `Optimizer.step#`/`Optimizer.zero_grad#` annotation (the optimizer's bookkeeping). (2) On a
@@ -40,7 +41,7 @@ _ANY_OPT_STEP = re.compile(r"Optimizer\.step#")
 
 def sync_origin(ctx: "Context") -> pd.DataFrame:
     """The sync points with `internal` and `grad_clip` (module docstring)."""
-    sp = ctx.points
+    sp = foreground(ctx.points)
     if sp.empty:
         return sp.assign(internal=np.zeros(0, dtype=bool), grad_clip=np.zeros(0, dtype=bool))
     trace = ctx.trace
@@ -63,6 +64,15 @@ def sync_origin(ctx: "Context") -> pd.DataFrame:
         steps = ev.iloc[rows_named(ev, _ANY_OPT_STEP, ("user_annotation", "cpu_op"))]  # cpu_op: 2021
         grad_clip[readback] = between(sp[readback], norms, steps)
     return sp.assign(internal=internal, grad_clip=grad_clip)
+
+
+def foreground(points: pd.DataFrame) -> pd.DataFrame:
+    """The sync points on threads that feed the GPU: those on a background thread (syncs.py, a
+    thread that launches no GPU work: a logger waiting on CUDA events) hold up no launch, so no
+    sync rule counts them as the training loop's stalls."""
+    if points.empty or "background" not in points:
+        return points
+    return points[~points["background"].to_numpy(bool)]
 
 
 def user_points(ctx: "Context", kind: str) -> pd.DataFrame:

@@ -1,7 +1,8 @@
 """Sync rules: per-iteration host read-backs, by what caused them.
 
 All four have one shape: count the user's sync points of a kind (rules/origin.py), divide by the
-traced iterations, fire at a rate. What they save is the host's time in those calls (`SYNC_SAVING`).
+traced iterations, fire at a rate. Sync points on a background thread (a thread that launches no
+GPU work, analysis/syncs.py) are never counted: they hold up no launch (origin.foreground). What they save is the host's time in those calls (`SYNC_SAVING`).
 
 When the top site is inside torch's own Python code (analysis/sites.py: `torch: torch/... (called
 at LINE)`), the read is torch's, made on behalf of the user's call: the finding names the torch
@@ -17,7 +18,7 @@ import pandas as pd
 
 from ..sites import torch_package
 from .base import Context, Finding, Need, Rule, Threshold, is_logging_site, on_host_only, top_sites
-from .origin import READBACK_KINDS, user_points
+from .origin import READBACK_KINDS, foreground, user_points
 from .savings import Saving
 
 SYNC_SAVING = Saving(
@@ -37,7 +38,7 @@ def _rate_finding(ctx: Context, rule: Rule, kinds: tuple[str, ...],
     Before splitting sync points by origin (which builds the host op structure), check that
     even all points of these kinds would reach the rate."""
     rate = rule.limit("per_iteration")
-    sp = ctx.points
+    sp = foreground(ctx.points)
     count = int(sp["kind"].isin(kinds).sum()) if not sp.empty else 0
     if count / ctx.iterations < rate:
         return None

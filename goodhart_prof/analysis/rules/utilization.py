@@ -2,13 +2,15 @@
 dominated by scatter/gather kernels."""
 from __future__ import annotations
 
+import re
 
 import numpy as np
 
-from ..idle import OTHER
+from ..compiled import BACKWARD, graph_label
+from ..idle import OTHER, cause_label
 from ..capture import capture_count, captured_us
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
-from .idle_advice import GENERIC_FIX, idle_fix, short_cause, with_frame
+from .idle_advice import GENERIC_FIX, compiled_fix, idle_fix, short_cause, with_frame
 from .savings import Saving
 
 
@@ -92,6 +94,7 @@ def _low_utilization(ctx: Context) -> Finding | None:
     row = a.gpu.iloc[i:i + 1]
     gaps = b.gaps or {}
     causes = [c for c in b.idle_causes if c["cause"] != OTHER]
+    causes = _compiled_first(causes)
     top = causes[0] if causes and causes[0]["share"] >= LOW_UTILIZATION.limit("cause_share") else None
     in_steps = bool(np.isfinite(row["step_utilization"].to_numpy(float)[0]))
     where = "its steps" if in_steps else "its span"
@@ -99,6 +102,10 @@ def _low_utilization(ctx: Context) -> Finding | None:
     if top is not None:
         title = (f"GPU idle {100 * (1 - util):.0f}%{' of its steps' if in_steps else ''}: the host is in "
                  f"{_said(top)} ({100 * top['share']:.0f}% of idle time)")
+        if "group" in top:
+            title = (f"GPU idle {100 * (1 - util):.0f}%{' of its steps' if in_steps else ''}: the host "
+                     f"launches torch.compile'd code kernel by kernel ({100 * top['share']:.0f}% of idle "
+                     f"time, in {', '.join(top['group']['functions'])})")
     idle_us = float(idle[i])
     explained = top["idle_us"] if top is not None else idle_us
     return Finding(
@@ -111,14 +118,15 @@ def _low_utilization(ctx: Context) -> Finding | None:
          "low_window_fraction": round(low, 4), "idle_us": round(idle_us, 3),
          "gaps": {k: gaps.get(k) for k in ("count", "p50_us", "p99_us", "max_us", "total_us")},
          "gap_classes": gaps.get("by_class"),
-         "idle_causes": [{"cause": c["cause"], "idle_us": round(c["idle_us"], 3),
+         "idle_causes": [{"cause": cause_label(c), "idle_us": round(c["idle_us"], 3),
                           "share": round(c["share"], 4), "frame": c.get("frame"),
                           **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {})}
-                         for c in b.idle_causes[:3]]},
-        with_frame(idle_fix(top["cause"], top.get("frame"), top.get("kind"), top.get("context")), top.get("frame")) if top
-        else GENERIC_FIX,
+                         for c in b.idle_causes[:3]],
+         **({"compiled_code": top["group"]} if top is not None and "group" in top else {})},
+        _fix(top),
         est_saving_us=ctx.per_iteration(explained, [b.rank]),
-        saving_note=(f"the GPU's idle time while the host is in {_said(top)}, per "
+        saving_note=(_compiled_note(ctx) if top is not None and "group" in top else
+                     f"the GPU's idle time while the host is in {_said(top)}, per "
                      "iteration" if top is not None else
                      "the GPU's whole idle time per iteration (no single cause: an upper bound)"))
 
@@ -151,8 +159,57 @@ def _judged(gpu, column: str) -> np.ndarray:
     return np.where(np.isfinite(steps), steps, gpu[column].to_numpy(float))
 
 
+def _compiled_first(causes: list[dict]) -> list[dict]:
+    """The causes with those in compiled graphs (idle.py: code torch.compile generated) made one,
+    first where together they hold more idle time than any other cause: one remedy (CUDA graphs)
+    removes them all."""
+    graphs = [c for c in causes if c.get("compiled")]
+    rest = [c for c in causes if not c.get("compiled")]
+    if not graphs or (rest and sum(c["share"] for c in graphs) < rest[0]["share"]):
+        return causes
+    functions = list(dict.fromkeys(_function(c) for c in graphs))
+    us, share = sum(c["idle_us"] for c in graphs), sum(c["share"] for c in graphs)
+    said = f"torch.compile'd code ({', '.join(functions)})"
+    group = {"graphs": [graph_label(c["compiled"]["graph"]) for c in graphs], "functions": functions,
+             "idle_us": round(us, 3), "share": round(share, 4)}
+    return [{"cause": said, "idle_us": us, "share": share, "frame": None, "group": group}] + rest
+
+
+def _function(cause: dict) -> str:
+    """The user's function a compiled graph runs (`act_all (trainer/train.py)`), else where it
+    runs: its phase, or the autograd backward."""
+    src = cause["compiled"]
+    m = re.match(r"^(?P<file>.+)\(\d+\): (?P<fn>.+)$", str(src.get("function") or ""))
+    if m:
+        return f"{m['fn']} ({m['file']})"
+    if src.get("phase"):
+        return f"the code in {src['phase']}"
+    return "a backward graph" if src.get("region") == BACKWARD else cause["cause"]
+
+
+def _compiled_note(ctx: Context) -> str:
+    note = ("the GPU's idle time while the host runs the code inductor generated for the compiled "
+            "graphs, per iteration: what a CUDA graph replay removes")
+    if len(ctx.trace.frames):
+        note += ("; recorded with Python stacks (with_stack), whose tracer slows that Python "
+                 "wrapper, it is an upper bound")
+    return note
+
+
+def _fix(top: dict | None) -> str:
+    """The fix of the leading cause (compiled code: CUDA graphs), else the generic advice."""
+    if top is None:
+        return GENERIC_FIX
+    if "group" in top:
+        return compiled_fix(top["group"]["functions"])
+    return with_frame(idle_fix(top["cause"], top.get("frame"), top.get("kind"), top.get("context")),
+                      top.get("frame"))
+
+
 def _said(cause: dict) -> str:
     """A cause as a title says it; a runtime call with the op it was called from."""
+    if "group" in cause:
+        return cause["cause"]
     said = short_cause(cause["cause"])
     return f"{said} (called from {short_cause(cause['context'])})" if cause.get("context") else said
 
