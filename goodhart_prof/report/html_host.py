@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..analysis.compiled import display_name
 from ..analysis.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from .common import short, short_tail
 from .html_common import LAYOUT as _LAYOUT
@@ -108,7 +109,7 @@ def phase_figure(a, top: int = TOP_PHASES):
     annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False,
                                                              kind="stable").head(top)
     rows = pd.concat([iterations, annotations], ignore_index=True)
-    labels = [_label(short(n, 60)) for n in rows["name"].astype(str)]
+    labels = [_label(short(display_name(n), 60)) for n in rows["name"].astype(str)]
     labels = unique(labels)
     multi = "ranks" in rows and bool((rows["ranks"] > 1).any())
     who = (rows["median_rank"], rows["max_rank"]) if multi else (rows["count"] * 0,) * 2

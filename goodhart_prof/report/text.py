@@ -12,6 +12,7 @@ from ..analysis.memory import device_label
 from ..analysis.rules.savings import overlap
 from ..analysis.recorder import record_full_advice
 from ..analysis.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
+from ..analysis.compiled import display_name
 from ..analysis.idle import cause_label
 from .setup_text import STEP_BOUNDS_NOTE, iterations_line, setup_line
 from .text_comm import communication_section, ranks_section
@@ -210,7 +211,7 @@ def _phases(a, console: Console, top: int) -> None:
     iterations = ph[ph["kind"] == "iteration"]
     for frame in (iterations, annotations):
         for r in frame.itertuples():
-            cells = [short(r.name, 60)] + ([f"{r.ranks:,}"] if multi else []) \
+            cells = [short(display_name(r.name), 60)] + ([f"{r.ranks:,}"] if multi else []) \
                 + [f"{r.count:,}", duration(r.cpu_us)] \
                 + ([f"{duration(r.cpu_max_us)} ({r.max_rank})"] if multi else []) \
                 + ([duration(r.gpu_us)] if gpu else []) + [f"{int(r.syncs):,}" if has_syncs else "-"]
