@@ -63,6 +63,49 @@ def test_thousands_of_tiny_gemms_point_to_batching(tmp_path):
     assert f.evidence["faster_path"] == "batch_gemms" and "bmm" in f.fix
 
 
+TRANSPOSE = "void transposeBlock_kernel<__nv_bfloat16, __nv_bfloat16, float, 32u, 8u>(int)"
+NCHW_TO_NHWC = "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16>(int)"
+FPROP = "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x64x32"
+
+
+def _conv_step(tmp_path, transpose_op):
+    """Per convolution: cuDNN's transpose (300 us, launched by `transpose_op`), an NCHW->NHWC
+    transform (50 us, by the convolution) and the convolution (200 us); one unlinked transpose
+    (launched before tracing began) and one a permute launched (100 us each)."""
+    events = [ann("ProfilerStep#1", 0, 100_000)]
+    corr = 0
+    for i in range(3):
+        for name, op_name in ((TRANSPOSE, transpose_op), (NCHW_TO_NHWC, "aten::cudnn_convolution"),
+                              (FPROP, "aten::cudnn_convolution")):
+            corr += 1
+            events += _launch(name, 1000 + 500 * corr, corr, op_name)
+    dur = {TRANSPOSE: 300, NCHW_TO_NHWC: 50, FPROP: 200}
+    events = [dict(e, dur=dur[e["name"]]) if e.get("cat") == "kernel" else e for e in events]
+    events.append(kernel(TRANSPOSE, 10, 100, 900))  # no launch in the trace
+    corr += 1
+    events += _launch(TRANSPOSE, 1000 + 500 * corr, corr, "aten::permute")  # 100 us, not a conv's
+    return load_events(tmp_path, events)
+
+
+def test_layout_transposes_around_convolutions_point_to_channels_last(tmp_path):
+    f = dominant(_conv_step(tmp_path, "aten::convolution_backward"))
+    assert f.evidence["kernel"] == TRANSPOSE and f.evidence["library"] == "cudnn"
+    assert f.evidence["faster_path"] == "channels_last" and f.severity == "medium"
+    # all layout transposes of the convolutions (3 x 300 + 3 x 50 + the unlinked 100 us), not the
+    # permute's, over all GPU time (3 x 550 + 2 x 100 us)
+    assert f.evidence["layout_transposes"] == {"share": round(1150 / 1850, 4), "count": 7,
+                                               "kernels": 2}
+    assert "channels_last" in f.fix and "model.to(memory_format=torch.channels_last)" in f.fix
+    assert "cuDNN converts the NCHW tensors to NHWC" in f.fix and "62.2% of GPU time" in f.fix
+    assert f.est_saving_us is None and "not in the trace" in f.saving_note
+
+
+def test_a_transpose_no_convolution_launched_is_not_a_layout_cause(tmp_path):
+    f = dominant(_conv_step(tmp_path, "aten::copy_"))
+    assert f.evidence["kernel"] == TRANSPOSE and f.evidence["faster_path"] is None
+    assert "layout_transposes" not in f.evidence and "channels_last" not in f.fix
+
+
 def test_an_op_can_dominate_without_one_kernel_doing_so(tmp_path):
     events = [ann("ProfilerStep#1", 0, 100_000)]
     names = [f"Cijk_Alik_Bljk_BBS_BH_MT{i}" for i in range(4)]

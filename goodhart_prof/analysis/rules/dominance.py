@@ -1,9 +1,7 @@
 """Dominance rules: one kernel, or one launching op, takes much of the GPU time. The finding names
 the op that launched it (GPU activity -> launch call -> innermost cpu op, analysis/kernels.py
-`launching_ops`) and, where a known faster path exists, which one."""
+`launching_ops`) and, where a known faster path exists, which one (rules/dominance_advice.py)."""
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pandas as pd
@@ -12,20 +10,12 @@ from ...trace.model import in_categories
 from ...trace.names import kernel_name
 from ..kernels import gpu_with_category
 from .base import Context, Finding, Need, Rule, Threshold
-from .precision import amp_advice, compute_capabilities
+from .dominance_advice import faster_path
 from .savings import Saving
 
 # Categories that never count as dominant work: a collective's duration includes the wait for the
 # slowest rank (and overlaps compute), and copies have rules of their own (copies.py).
 _NOT_WORK = ("communication", "memcpy", "memset")
-# fp32 GEMMs by name: cuBLAS/MAGMA `sgemm`, TF32 and f32 xmma tiles, Tensile's single-precision
-# `Cijk_*_S_B_*`/`*_SB_*`; not names that also carry a 16-bit type (`bf16bf16_bf16f32_f32` tiles
-# accumulate in fp32 on bf16 inputs).
-_FP32_GEMM = re.compile(r"sgemm|tf32|f32f32_f32|^cijk_\w*?_s_?b_")
-_HALF = re.compile(r"bf16|f16|half|hgemm|fp8|e4m3|e5m2|fp4|e2m1|int8")
-_SOFTMAX = re.compile(r"softmax", re.I)
-# Ops of eager attention (Q K^T and P V): a softmax beside them is the middle of attention.
-_EAGER_ATTENTION_OPS = ("aten::bmm", "aten::baddbmm", "aten::matmul")
 
 
 def _dominant_kernel(ctx: Context) -> Finding | None:
@@ -61,21 +51,20 @@ def _dominant_kernel(ctx: Context) -> Finding | None:
     if subject == "op":
         evidence["op"] = str(work["op"].cat.categories[by_op.index[0]])
         evidence["op_kernels"] = int(len(mine))
-    fix, path, saved = _faster_path(ctx, g, kern, mine)
-    evidence["faster_path"] = path
+    advice = faster_path(ctx, DOMINANT_KERNEL, g, kern, mine)
+    evidence["faster_path"] = advice.path
+    evidence.update(advice.evidence or {})
     who = evidence.get("op") or (launchers[0]["op"] if launchers else None)
     by = f" (launched by {who})" if who else " (launching op not in the trace: a CUDA graph " \
                                             "replay or a GPU-only trace)"
     what = f"{evidence['op']}'s kernels" if subject == "op" else f"one kernel, {kernel_name(top, 60)},"
     return Finding(
-        "dominant_kernel", "medium" if path else "low",
+        "dominant_kernel", "medium" if advice.path else "low",
         f"{what} take{'s' if subject == 'kernel' else ''} {share:.0%} of GPU time{by}",
-        evidence, fix, **DOMINANT_KERNEL.estimated(
-            None if saved is None
-            else ctx.per_iteration(saved, ctx.trace.gpu.loc[mine.index, "rank"].unique()),
-            "batching saves launches and tail effects the trace cannot price" if path else
-            "no faster path is known for this work: the finding says where the time goes, not "
-            "how much a change would save"))
+        evidence, advice.fix, **DOMINANT_KERNEL.estimated(
+            None if advice.saved_us is None
+            else ctx.per_iteration(advice.saved_us, ctx.trace.gpu.loc[mine.index, "rank"].unique()),
+            advice.why_none))
 
 
 def _sums_by_code(codes: np.ndarray, dur: np.ndarray) -> pd.Series:
@@ -101,41 +90,6 @@ def _top_ops(kern: pd.DataFrame, total: float, top: int = 3) -> list[dict]:
     return [{"op": str(o), "share": round(float(s) / total, 4)} for o, s in sums.items()]
 
 
-def _faster_path(ctx: Context, g: pd.DataFrame, kern: pd.DataFrame,
-                 mine: pd.DataFrame) -> tuple[str, str | None, float | None]:
-    """The fix text, the name of the faster path (None: none known, just named) and the GPU
-    time it would save over the trace (DOMINANT_KERNEL's saving; None without a path)."""
-    name = str(kern["name"].iloc[0])
-    if _SOFTMAX.search(name) and g["op"].isin(_EAGER_ATTENTION_OPS).any():
-        return ("A standalone softmax between batched matmuls is eager attention: use the fused "
-                "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient "
-                "kernels), which never writes the attention matrix to memory.", "sdpa",
-                float(kern["dur"].sum()))
-    gemm = mine[(mine["category"] == "gemm").to_numpy()]
-    if not gemm.empty:
-        names = pd.Series(gemm["name"].astype(str).unique())
-        fp32 = names.str.lower().map(lambda n: bool(_FP32_GEMM.search(n)) and not _HALF.search(n))
-        if fp32.any():
-            slow = gemm[gemm["name"].astype(str).isin(set(names[fp32.to_numpy()]))]
-            caps = compute_capabilities(ctx)
-            text = ("These GEMMs run in fp32. " + amp_advice(caps) if caps else
-                    "These GEMMs run in fp32: run the model under torch.autocast(dtype="
-                    "torch.bfloat16) (float16 on GPUs without bf16), or at least allow TF32 "
-                    "(torch.set_float32_matmul_precision('high')).")
-            if caps and min(caps)[0] >= 8:
-                text += " At least allow TF32 (torch.set_float32_matmul_precision('high'))."
-            return (text, "bf16_autocast",
-                    float(slow["dur"].sum()) / 2)
-        per_it = len(gemm) / ctx.iterations
-        if (per_it >= DOMINANT_KERNEL.limit("many_gemms")
-                and float(gemm["dur"].median()) < DOMINANT_KERNEL.limit("tiny_gemm_us")):
-            return ("Thousands of tiny GEMMs: batch them (torch.bmm over stacked operands, a "
-                    "grouped GEMM such as torch._grouped_mm, or torch.compile to fuse them).",
-                    "batch_gemms", None)
-    return ("Most GPU time goes to this work: it is where optimization pays off (look at its "
-            "shapes and dtype, or whether it needs to run this often).", None, None)
-
-
 DOMINANT_KERNEL = Rule(
     "dominant_kernel", "dominance", _dominant_kernel, needs=(Need.GPU,),
     thresholds={
@@ -150,6 +104,7 @@ DOMINANT_KERNEL = Rule(
                   "time; fp32 GEMMs -> half their time; others none",
                   "fused attention never writes or reads the attention matrix, the softmax's whole "
                   "cost; 16-bit GEMMs run at least twice as fast; batching tiny GEMMs saves launches "
-                  "the trace cannot price"))
+                  "the trace cannot price; channels_last removes the layout transposes, but what "
+                  "the convolutions then cost is not in the trace"))
 
 RULES = (DOMINANT_KERNEL,)
