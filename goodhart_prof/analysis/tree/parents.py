@@ -155,9 +155,10 @@ def climb(start: np.ndarray, reach: np.ndarray, end: np.ndarray, parent: np.ndar
     none). With holder parents that node is the latest one at or before start reaching that far:
     a parent is the latest earlier node reaching further than its child."""
     cur = start.copy()
-    while True:
-        short = np.flatnonzero(cur >= 0)
-        short = short[end[cur[short]] < reach[short]]
-        if not len(short):
-            return cur
-        cur[short] = parent[cur[short]]
+    live = np.flatnonzero(cur >= 0)  # only the starts still climbing: most stop at once
+    while len(live):
+        live = live[end[cur[live]] < reach[live]]
+        up = parent[cur[live]]
+        cur[live] = up
+        live = live[up >= 0]
+    return cur
