@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..intervals import segment_searchsorted, tuple_codes
+from ..intervals import SEGMENT_LOOP_LIMIT, segment_searchsorted, tuple_codes
 
 
 class ThreadSpans:
@@ -43,7 +43,19 @@ class ThreadSpans:
     def latest_starting(self, ts: np.ndarray, thread: np.ndarray, q: np.ndarray) -> np.ndarray:
         """For each query time q on thread `thread` (-1: none), the last row of that thread with
         ts <= q (-1: none or no thread); `ts` sorted within each thread."""
+        q = np.asarray(q, dtype=float)
         out = np.full(len(q), -1, dtype=np.int64)
+        runs = np.flatnonzero(thread[1:] != thread[:-1]) + 1 if len(q) else None
+        if runs is not None and len(runs) < SEGMENT_LOOP_LIMIT:
+            # queries in runs of one thread (a thread's cut times, its gaps): one C searchsorted
+            # per run, no per-query bounds
+            for a, b in zip([0] + runs.tolist(), runs.tolist() + [len(q)]):
+                t = int(thread[a])
+                if t >= 0:
+                    lo = int(self.lo[t])
+                    pos = np.searchsorted(ts[lo:int(self.hi[t])], q[a:b], side="right")
+                    out[a:b] = np.where(pos > 0, pos + (lo - 1), -1)
+            return out
         ok = np.flatnonzero(thread >= 0)
         if len(ok):
             lo, hi = self.lo[thread[ok]], self.hi[thread[ok]]
