@@ -8,11 +8,19 @@ scores every label:
 
 - expected and fired: true positive;  expected, silent: false negative (missed)
 - must_not and fired: false positive; must_not, silent: true negative
+- the rule said it could not judge the trace (`not_judged`, with its reason): NJ, whatever the
+  label. A rule that never ran is not a correct silence, nor a miss: NJ pairs are counted apart
+  (split by label: an `expected` NJ is a trace the rule should have been able to judge).
 
-precision = TP / (TP + FP), recall = TP / (TP + FN), over all labelled (trace, rule) pairs. Labels
-the analyzer is known to get wrong (the file's `known_faults`, each with why and whose fix it
-needs) count as they come out and are marked `known`. The last line printed is one JSON object
-(`--json-out FILE` writes it too).
+precision = TP / (TP + FP), recall = TP / (TP + FN), over the judged pairs only. Labels the
+analyzer is known to get wrong (the file's `known_faults`, each with why and whose fix it needs)
+count as they come out and are marked `known`.
+
+Held out: the traces listed under the labels file's `held_out` were labelled (and the labels
+committed) before the analyzer was run on them, and no rule was changed because of them; they are
+scored on their own as well, since the other labels are the ones the rules were fixed against
+(a fit, not a generalisation). The last line printed is one JSON object (`--json-out FILE` writes
+it too).
 """
 from __future__ import annotations
 
@@ -41,6 +49,11 @@ def known_faults() -> dict[str, dict[str, str]]:
     return json.loads(LABELS.read_text()).get("known_faults", {})
 
 
+def held_out() -> dict[str, str]:
+    """trace -> how it was kept apart (the commit of its labels, before any analyzer run on it)."""
+    return json.loads(LABELS.read_text()).get("held_out", {})
+
+
 def resolve(rel: str) -> Path | None:
     for base in (LOCAL, SHARED):  # the repository's copies first
         if (base / rel).exists():
@@ -62,8 +75,9 @@ def score(traces: dict[str, dict[str, list[str]]]) -> dict:
         silent = {n.rule: n.reason for n in a.not_judged}
         for rule, (label, reason) in labels.items():
             hit = rule in fired
-            verdict = {("expected", True): "TP", ("expected", False): "FN",
-                       ("must_not", True): "FP", ("must_not", False): "TN"}[(label, hit)]
+            verdict = "NJ" if rule in silent and not hit else \
+                {("expected", True): "TP", ("expected", False): "FN",
+                 ("must_not", True): "FP", ("must_not", False): "TN"}[(label, hit)]
             rows.append({"trace": rel, "rule": rule, "label": label, "verdict": verdict,
                          "reason": reason, "title": fired[rule].title if hit else None,
                          "not_judged": silent.get(rule), "known": known.get(rel, {}).get(rule)})
@@ -71,13 +85,32 @@ def score(traces: dict[str, dict[str, list[str]]]) -> dict:
         rows.extend({"trace": rel, "rule": r, "label": None, "verdict": "unlabelled",
                      "reason": None, "title": fired[r].title, "not_judged": None, "known": None}
                     for r in unlabelled)
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("TP", "FP", "FN", "TN", "unlabelled")}
+    out = {"rows": rows, "missing": missing, "traces": len(traces) - len(missing),
+           "labels": sum(r["label"] is not None for r in rows), **_totals(rows)}
+    kept_apart = set(held_out())
+    out["held_out"] = {"traces": sorted(kept_apart & set(traces) - set(missing)),
+                       **_totals([r for r in rows if r["trace"] in kept_apart])}
+    return out
+
+
+def _totals(rows: list[dict]) -> dict:
+    """Counts per verdict, the not-judged pairs by label, and precision and recall over the
+    judged pairs (None where nothing was there to count)."""
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("TP", "FP", "FN", "TN", "NJ", "unlabelled")}
     tp, fp, fn = counts["TP"], counts["FP"], counts["FN"]
-    return {"rows": rows, "missing": missing, "counts": counts,
-            "traces": len(traces) - len(missing),
-            "labels": sum(r["label"] is not None for r in rows),
+    return {"counts": counts,
+            "judged": tp + fp + fn + counts["TN"],
+            "not_judged": {label: sum(r["verdict"] == "NJ" and r["label"] == label for r in rows)
+                           for label in ("expected", "must_not")},
             "precision": tp / (tp + fp) if tp + fp else None,
             "recall": tp / (tp + fn) if tp + fn else None}
+
+
+def _line(name: str, totals: dict) -> str:
+    nj = totals["not_judged"]
+    return (f"{name}: precision {totals['precision']}  recall {totals['recall']}  over "
+            f"{totals['judged']} judged pairs ({ {k: totals['counts'][k] for k in ('TP', 'FP', 'FN', 'TN')} }); "
+            f"not judged apart: {nj['expected']} expected, {nj['must_not']} must_not")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,10 +124,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{verdict:10} {row['trace']:52} {row['rule']:24} {note}"[:200])
     for rel in result["missing"]:
         print(f"missing    {rel}")
-    c = result["counts"]
-    print(f"precision {result['precision']}  recall {result['recall']}  over {result['traces']} "
-          f"traces, {result['labels']} labelled pairs  ({c})")
-    summary = {k: result[k] for k in ("traces", "labels", "counts", "precision", "recall", "missing")}
+    print(_line(f"all {result['traces']} traces, {result['labels']} labelled pairs", result))
+    kept = result["held_out"]
+    print(_line(f"held out ({len(kept['traces'])} traces labelled before the analyzer ran on them)", kept)
+          if kept["traces"] else "held out: no trace kept apart yet (findings_labels.json `held_out`)")
+    summary = {k: result[k] for k in ("traces", "labels", "counts", "judged", "not_judged", "precision",
+                                      "recall", "missing")}
+    summary["held_out"] = kept
     if args.json_out:
         args.json_out.write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_findings import LOCAL, SHARED, known_faults, labelled_traces, resolve, score  # noqa: E402
+from bench_findings import (LOCAL, SHARED, _totals, held_out, known_faults, labelled_traces,  # noqa: E402
+                            resolve, score)
 
 TRACES = labelled_traces()
 KNOWN = known_faults()
@@ -32,8 +33,10 @@ def test_labelled_findings_are_right(rel):
             pytest.skip(f"{rel}: too large for tests/data and ../shared/traces is absent")
         pytest.fail(f"{rel}: not in tests/data or ../shared/traces")
     result = score({rel: TRACES[rel]})
-    wrong = [f"{r['rule']}: {r['verdict']} ({r['label']}: {r['reason']}; got {r['title']!r})"
-             for r in result["rows"] if r["verdict"] in ("FP", "FN")]
+    # a rule that must fire may not excuse itself as not judged (NJ is counted apart by the
+    # benchmark, so here it is a miss); a must_not rule that could not judge is not a fault
+    wrong = [f"{r['rule']}: {r['verdict']} ({r['label']}: {r['reason']}; got {r['title'] or r['not_judged']!r})"
+             for r in result["rows"] if r["verdict"] in ("FP", "FN") or (r["verdict"], r["label"]) == ("NJ", "expected")]
     assert wrong == []
 
 
@@ -54,3 +57,21 @@ def test_known_faults_are_the_only_faults():
     result = score(present)
     wrong = {(r["trace"], r["rule"]): r["verdict"] for r in result["rows"] if r["verdict"] in ("FP", "FN")}
     assert wrong == {(rel, rule): why[:2] for rel in present for rule, why in KNOWN[rel].items()}
+
+
+def test_not_judged_pairs_are_counted_apart():
+    """A rule that never ran is neither a correct silence nor a hit: precision and recall come
+    from the judged pairs only (hand-made rows: 2 TP, 1 FP, 1 FN, 3 TN, and 4 NJ of which 1 expected)."""
+    rows = ([{"verdict": "TP", "label": "expected"}] * 2 + [{"verdict": "FP", "label": "must_not"}]
+            + [{"verdict": "FN", "label": "expected"}] + [{"verdict": "TN", "label": "must_not"}] * 3
+            + [{"verdict": "NJ", "label": "expected"}] + [{"verdict": "NJ", "label": "must_not"}] * 3)
+    t = _totals(rows)
+    assert t["judged"] == 7 and t["counts"]["NJ"] == 4
+    assert t["not_judged"] == {"expected": 1, "must_not": 3}
+    assert t["precision"] == 2 / 3 and t["recall"] == 2 / 3
+
+
+def test_held_out_traces_are_labelled_ones():
+    """Every held-out trace is a labelled trace, and says how it was kept apart."""
+    for rel, how in held_out().items():
+        assert rel in TRACES and len(how.split()) >= 3, rel
