@@ -104,6 +104,7 @@ def test_ab_compare(kernel_env):
     a, b = goodhart_prof.analyze(ab / "clean_1"), goodhart_prof.analyze(ab / "item_logging")
     c = compare(a, b, read_run(ab / "clean_1"), read_run(ab / "item_logging"))
     assert texts[0].splitlines()[0] == c.iterations_line
+    assert texts[0].splitlines()[2] == f"Machine speed: {c.speed_check}" and c.speed_check.startswith("held: ")
     head = texts[1].splitlines()
     worse = c.worse.iloc[0]
     assert head[:3] == ["What got better: nothing", "What got worse: 1",
@@ -114,3 +115,19 @@ def test_ab_compare(kernel_env):
     item = next(f for f in b.findings if f.rule == "item_logging")
     assert "item_logging" in texts[5] and "rollout > env_step > aten::item" in texts[5]
     assert saving_text(item) in texts[5] and item.severity == "low"  # microseconds on a CPU: low
+
+
+def test_ab_compare_without_run_records_says_speed_was_not_checked(kernel_env, tmp_path, monkeypatch):
+    """Two bare traces (no run.json, no metrics.jsonl): no profiler cost on either side, so the
+    drift check cannot run, and the notebook must say so instead of claiming the machine held."""
+    import shutil
+    ab = ROOT / "tests/data/ours/ab"
+    for side, run in (("A", "clean_1"), ("B", "item_logging")):
+        bare = tmp_path / side
+        bare.mkdir()
+        shutil.copy(ab / run / "rank-0.pt.trace.json.gz", bare / "rank-0.pt.trace.json.gz")
+        monkeypatch.setenv(f"GOODHART_TRACE_{side}", str(bare / "rank-0.pt.trace.json.gz"))
+    texts = execute("03_ab_compare.ipynb")
+    lines = texts[0].splitlines()
+    assert lines[2].startswith("Machine speed: not checked: A and B have no run record")
+    assert "held" not in lines[2].split(":", 2)[2].split("assume")[0]

@@ -53,7 +53,7 @@ from ..trace.run import RunRecord
 from .noise import Noise, noise
 from .syncs import KINDS
 from .verdicts import count_table, headline, iterations_line, spread_table, \
-    drift_statement, time_statement, with_host_time
+    drift_statement, speed_check, time_statement, with_host_time
 
 PRESENCE = {"both": "both", "left_only": "a_only", "right_only": "b_only"}
 # Relative change below which two floats are the same figure (sums taken in different orders).
@@ -97,6 +97,7 @@ class Comparison:
     noise_b: Noise | None = None
     time_statement: str | None = None  # "nothing can be concluded about time: ..." (a side < 3)
     iterations_line: str = ""          # "A: 6 iterations (1 warm-up excluded); B: 6 iterations"
+    speed_check: str = ""              # verdicts.speed_check: "held: ...", "changed: ...", "not checked: ..."
 
     @property
     def better(self) -> pd.DataFrame:
@@ -132,6 +133,7 @@ def compare(a: Analysis, b: Analysis, run_a: RunRecord | None = None,
     return Comparison(
         a=a, b=b, summary=summary, spread=spread, counts=counts, noise_a=na, noise_b=nb,
         time_statement=time_statement(na, nb) or drift, iterations_line=iterations_line(na, nb),
+        speed_check=speed_check(na, nb),
         categories=_by_size(categories, "total_us", ["category"]),
         kernels=_by_size(kernels, "total_us", ["name"]),
         sync_kinds=sync_kinds.set_index("kind").reindex(list(KINDS)).reset_index(),

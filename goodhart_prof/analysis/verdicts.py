@@ -8,7 +8,7 @@ docs/DESIGN.md "Noise" and the module docstring of `analysis/compare.py`.
   interval (`spread.median_interval`). Verdict `better`/`worse` only when both sides have 3 or
   more values and the intervals do not overlap; `within noise` when they overlap; `not judged`
   when a side has fewer than 3 values. Better: a lower median time, a higher env-steps/s.
-- **Machine drift** (`drift_statement`): each run's traced iterations against its untraced ones
+- **Machine drift** (`drift_statement`; `speed_check` says what the check found, every time): each run's traced iterations against its untraced ones
   (metrics.jsonl), `noise.profiler_cost`; when the two runs' ratios do not overlap, the machine's
   speed changed under one of them and every time verdict is `not judged`, with that sentence.
 - **Counts** (`count_table`: sync points per kind, CPU-only host reads per kind, GPU kernels):
@@ -49,6 +49,27 @@ def drift_statement(na: Noise, nb: Noise) -> str | None:
             f"ones in A and {cb.median:.2f}x ({cb.low:.2f}-{cb.high:.2f}x) in B, where one profiler "
             "costs the same in both; repeat both runs back to back on a quiet machine (on a shared "
             "CPU, OMP_NUM_THREADS=1); counts are still compared")
+
+
+def speed_check(na: Noise, nb: Noise) -> str:
+    """What the machine-drift check found, said every time: `held` (both runs' profiler costs
+    overlap), `changed` (they do not: every time verdict is withheld, `drift_statement`), or `not
+    checked` and why (a side without a run record holding enough traced and untraced iterations:
+    its time verdicts then rest on the assumption that the machine kept its speed)."""
+    ca, cb = na.profiler_cost, nb.profiler_cost
+    lacking = [side for side, cost in (("A", ca), ("B", cb)) if cost is None]
+    if lacking:
+        who = " and ".join(lacking)
+        return (f"not checked: {who} {'has' if len(lacking) == 1 else 'have'} no run record with "
+                f"{MIN_ITERATIONS}+ traced and {MIN_ITERATIONS}+ untraced iterations (the run's "
+                "metrics.jsonl beside the trace), so whether the machine kept its speed between and "
+                "during the runs is unknown; the time verdicts assume it did")
+    drift = drift_statement(na, nb)
+    if drift is not None:
+        return "changed: " + drift
+    return (f"held: the traced iterations took {ca.median:.2f}x ({ca.low:.2f}-{ca.high:.2f}x) the "
+            f"untraced ones in A and {cb.median:.2f}x ({cb.low:.2f}-{cb.high:.2f}x) in B, within each "
+            "other's spread")
 
 
 def spread_table(na: Noise, nb: Noise, withheld: bool = False) -> pd.DataFrame:

@@ -112,7 +112,8 @@ def page(c, top: int = 15) -> str:
     noise = c.within_noise
     noise_line = (f"<p><b>within noise</b> (intervals overlap): "
                   f"{html.escape(', '.join(str(i) for i in noise['item']))}</p>" if len(noise) else "")
-    statement = f"<p><b>Time</b>: {html.escape(c.time_statement)}</p>" if c.time_statement else ""
+    statement = f"<p><b>Machine speed</b>: {html.escape(c.speed_check)}</p>" + (
+        f"<p><b>Time</b>: {html.escape(c.time_statement)}</p>" if c.time_statement else "")
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>goodhart-prof diff</title>
 <style>body{{font-family:sans-serif;margin:24px}}
@@ -138,6 +139,6 @@ def write_html(c, path: str | Path, force: bool = False, top: int = 15) -> Path:
     """Write the page; refuses to replace an existing file unless force. Returns the path."""
     path = refuse_overwrite(path, force)
     text = page(c, top)
-    with writing(path, ".html") as tmp:
+    with writing(path, ".html", exclusive=not force) as tmp:  # see fileio.publish_new
         tmp.write_text(text, encoding="utf-8")
     return path

@@ -11,7 +11,9 @@ Noise (additive to v1): `iterations` {`a`, `b`: {`counted` (iterations compared)
 `profiler_cost` (null, or {`n`, `median`, `low`, `high`, `confidence`}: the run's traced / untraced
 iteration time, `analysis/noise.py`)}, `line` (the sentence the text report prints)};
 `time_statement` (null, or "nothing can be concluded about time: ..." when a side has fewer than
-3 counted iterations or the two profiler costs do not overlap: the machine changed speed); `spread` [ {`kind`,
+3 counted iterations or the two profiler costs do not overlap: the machine changed speed);
+`speed_check` (what the machine-drift check found, always present: "held: ...", "changed: ..." or
+"not checked: ..." with why); `spread` [ {`kind`,
 `item`, `metric`, `n_a`, `a` (median), `low_a`, `high_a`, `n_b`, `b`, `low_b`, `high_b`, `delta`,
 `ratio`, `verdict` (`better`, `worse`, `within noise`, `not judged`), `impact_us`} ] (every time
 figure); `counts` [ {`kind` (`sync`, `host_read`, `kernels`), `item`, `site`, `a`, `b`, `delta`,
@@ -60,6 +62,7 @@ def to_document(c, top: int | None = None) -> dict[str, Any]:
         "headline": {"better": _all(head(c.better)), "worse": _all(head(c.worse))},
         "iterations": {"a": _iterations(c.noise_a), "b": _iterations(c.noise_b), "line": c.iterations_line},
         "time_statement": c.time_statement,
+        "speed_check": c.speed_check,
         "spread": _all(c.spread),
         "counts": _all(c.counts),
         "within_noise": [{"kind": str(k), "item": str(i)}

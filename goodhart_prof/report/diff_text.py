@@ -116,8 +116,9 @@ def _interval(metric: str, low, high) -> str:
 
 
 def _headline(c, console: Console, top: int) -> None:
+    console.print()
+    console.print(f"[bold]Machine speed[/bold]: {c.speed_check}", highlight=False)
     if c.time_statement:
-        console.print()
         console.print(f"[bold]Time[/bold]: {c.time_statement}", highlight=False)
     for verdict, frame, style in (("better", c.better, BETTER_STYLE), ("worse", c.worse, WORSE_STYLE)):
         console.print()
