@@ -2,7 +2,13 @@
 
 Every file the tool writes goes through `atomic_path` (the low level: OSError as it comes) or
 `writing` (the same, with a failure turned into the one-line `WriteError`, `PATH: cannot write:
-REASON`, exit 2: what a command shows its user). The temporary file is
+REASON`, exit 2: what a command shows its user). With `exclusive` (an output the user named, written
+without --force) the final name is created, never replaced: the temporary is hard-linked to it
+(`os.link` fails when the name exists, atomically) and then unlinked, so of N concurrent writers
+exactly one succeeds and the others get `OutputExists` (`PATH: already exists (use --force to
+replace it)`) and leave nothing behind. Where the filesystem has no hard links, the name is taken
+with `O_CREAT | O_EXCL` (still exactly one winner) and the temporary renamed over the empty file
+it made: a reader may then see an empty file for a moment, never a half-written one. The temporary file is
 `.<name>.<pid>.<random>.tmp<suffix>` beside the target, held under an exclusive `flock` while it
 is written; a writer killed before its rename (SIGKILL, a crash) leaves it behind, and the next
 write of the same final file removes such stale temporaries: those whose writer process is gone
@@ -27,6 +33,14 @@ from typing import Any, Iterator
 
 from .errors import UserError
 from .textsafe import quote_path
+
+
+class OutputExists(UserError):
+    """The output the user named exists and --force was not given: one line, exit 2."""
+
+    def __init__(self, path: str | os.PathLike):
+        super().__init__(f"{quote_path(path)}: already exists (use --force to replace it)")
+        self.path = Path(path)
 
 
 class WriteError(UserError):
@@ -56,8 +70,9 @@ def make_parent(final: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path, suffix: str = "") -> Iterator[Path]:
-    """Yield a temporary path beside `final`; rename it over `final` only if the body succeeds.
+def atomic_path(final: Path, suffix: str = "", exclusive: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside `final`; rename it over `final` only if the body succeeds
+    (with `exclusive`: create `final` from it, OutputExists when the name is taken).
 
     Stale temporaries of `final` (module docstring) are removed first; the new one is locked
     until it is renamed or removed."""
@@ -71,19 +86,51 @@ def atomic_path(final: Path, suffix: str = "") -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: never blocks
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         yield Path(tmp)
-        os.replace(tmp, final)
+        if exclusive:
+            publish_new(Path(tmp), final)
+        else:
+            os.replace(tmp, final)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         os.close(fd)  # releases the lock (after the unlink: a cleaner never sees it free)
 
 
-@contextlib.contextmanager
-def writing(final: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
-    """`atomic_path` for an output a command writes: any OSError (disk full, read-only folder,
-    a parent that is a file) becomes `WriteError` naming `final`; the old file is untouched."""
+# errnos of a filesystem (or a policy, e.g. protected_hardlinks) that refuses hard links
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV,
+             errno.EACCES}
+
+
+def publish_new(tmp: Path, final: Path) -> None:
+    """Give the finished temporary `tmp` the name `final`, which must not exist: OutputExists
+    when it does (another writer won, or a file appeared since the command checked)."""
     try:
-        with atomic_path(Path(final), suffix) as tmp:
+        os.link(tmp, final, follow_symlinks=False)
+        return  # the caller unlinks tmp
+    except FileExistsError:
+        raise OutputExists(final) from None
+    except OSError as exc:
+        if exc.errno not in _NO_LINKS:
+            raise
+    try:  # no hard links here: take the name with O_EXCL, then rename over our own empty file
+        os.close(os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except FileExistsError:
+        raise OutputExists(final) from None
+    try:
+        os.replace(tmp, final)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(final)  # the empty file we made, not anyone's output
+        raise
+
+
+@contextlib.contextmanager
+def writing(final: str | os.PathLike, suffix: str = "", exclusive: bool = False) -> Iterator[Path]:
+    """`atomic_path` for an output a command writes: any OSError (disk full, read-only folder,
+    a parent that is a file) becomes `WriteError` naming `final`; the old file is untouched.
+    `exclusive`: see atomic_path (an existing `final` gives OutputExists)."""
+    try:
+        with atomic_path(Path(final), suffix, exclusive) as tmp:
             yield tmp
     except OSError as exc:
         raise write_error(final, exc) from None

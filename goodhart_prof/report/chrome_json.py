@@ -58,7 +58,7 @@ def write_chrome_json(analysis, path: str | os.PathLike, force: bool = False) ->
         data = msgspec.json.encode(_merged(trace, added, export))
     if out.name.endswith(".gz"):
         data = _gzip(data)
-    with writing(out) as tmp:
+    with writing(out, exclusive=not force) as tmp:
         tmp.write_bytes(data)
     return summary
 

@@ -72,7 +72,7 @@ def write_html(analysis, path: str | Path, force: bool = False) -> Path:
 
     path = refuse_overwrite(path, force)
     page = render_html(analysis)
-    with writing(path) as tmp:
+    with writing(path, exclusive=not force) as tmp:  # never replaces a file made since the check
         tmp.write_text(page, encoding="utf-8")
     return path
 

@@ -103,7 +103,7 @@ def write_perfetto(analysis, path: str | os.PathLike, force: bool = False) -> Ex
     """Write `analysis` (its trace plus our additions) as a native Perfetto trace to `path`."""
     out = check_output(path, force)
     plan = _Plan(analysis)
-    with writing(out) as tmp:
+    with writing(out, exclusive=not force) as tmp:
         with open(tmp, "wb") as fh:
             for chunk in plan.chunks():
                 fh.write(chunk)
