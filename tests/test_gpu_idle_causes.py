@@ -93,9 +93,9 @@ def test_full_low_utilization_advises_cuda_graphs(full):
     # the saving is the grouped idle time per iteration (3 steps), flagged as an upper bound
     assert f.est_saving_us == pytest.approx(254_429.444 / 3, abs=1e-2)
     assert "upper bound" in f.saving_note and "with_stack" in f.saving_note
-    assert [c["cause"] for c in f.evidence["idle_causes"][:2]] == [
-        "compiled graph fi36ptu7 (inductor code, in policy_act)",
-        "compiled graph f4qcacf6 (inductor code, in env_step)"]
+    assert [(c["cause"], c["frame"]) for c in f.evidence["idle_causes"][:2]] == [
+        ("compiled graph fi36ptu7 (inductor code)", "trainer/train.py(136): act_all"),
+        ("compiled graph f4qcacf6 (inductor code)", "trainer/env.py(247): step")]
 
 
 def test_lite_idle_causes_without_stacks(lite):
@@ -183,3 +183,24 @@ def test_background_thread_definition(tmp_path):
         path.write_text(json.dumps({"traceEvents": events(with_launch)}))
         pts = analyze(load(path, progress=False)).sync_points
         assert list(pts.sort_values("ts")["background"]) == expected
+
+
+def test_a_graph_owns_its_own_ops_but_not_a_custom_op_inside_it(tmp_path):
+    """Inside a graph annotation, aten ops and triton launches are the graph's (one cause); a
+    custom op the graph calls (and what runs inside it) keeps its own cause, as before."""
+    graph = "## Call CompiledFxGraph abcdefgh12345 ##"
+    events = [
+        X(graph, "user_annotation", 0, 100), X("aten::mm", "cpu_op", 10, 20),
+        X("mylib::custom", "cpu_op", 40, 40), X("aten::empty", "cpu_op", 50, 10),
+        X("cudaLaunchKernel", "cuda_runtime", 1, 1, correlation=1),
+        X("cudaLaunchKernel", "cuda_runtime", 90, 2, correlation=2),
+        X("k1", "kernel", 2, 3, pid=0, tid=7, device=0, stream=7, correlation=1),
+        X("k2", "kernel", 95, 5, pid=0, tid=7, device=0, stream=7, correlation=2)]
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    (b,) = analyze(load(path, progress=False)).burstiness
+    got = {c["cause"]: c["idle_us"] for c in b.idle_causes}
+    assert got == {"compiled graph abcdefgh (inductor code)": pytest.approx(50.0),
+                   "mylib::custom": pytest.approx(30.0), "aten::empty": pytest.approx(10.0)}
+    (graph_cause,) = [c for c in b.idle_causes if c.get("compiled")]
+    assert graph_cause["compiled"] == {"graph": graph, "function": None, "region": None, "phase": None}

@@ -35,6 +35,9 @@ from .tree import frame_forest, host_tree
 GRAPH = re.compile(r"^## Call CompiledFxGraph (?P<hash>\w+) ##$")
 REGION = re.compile(r"^Torch-Compiled Region: \d+/\d+$")
 BACKWARD = "CompiledFunctionBackward"
+# the ops a generated wrapper calls itself: aten ops (extern kernels: aten::addmm, cuDNN
+# convolutions; random_) and triton kernels, recorded as cpu ops by their kernel's name
+OWN_OPS = re.compile(r"^(?:aten::|prims::|triton_)")
 # inductor's cache layout: <cache dir>/<h[1:3]>/<h>.py with h = "c" + a base32 hash
 _FILE = re.compile(r"(?:^|[/\\])(?P<dir>[a-z0-9]{2})[/\\](?P<base>c(?P=dir)[a-z0-9]{20,})\.py$")
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
@@ -75,6 +78,16 @@ def graph_codes(tree) -> np.ndarray:
     if cached is None:
         names = pd.Series(tree.names, dtype=object).astype(str)
         cached = tree.__dict__["_graph_codes"] = names.str.match(GRAPH.pattern).to_numpy(bool)
+    return cached
+
+
+def inductor_codes(tree) -> np.ndarray:
+    """Per name code of the tree: whether it is a call the generated wrapper makes itself (`OWN_OPS`:
+    an aten op, inductor's extern kernels among them, or a triton kernel's launch); once per tree."""
+    cached = tree.__dict__.get("_inductor_codes")
+    if cached is None:
+        names = pd.Series(tree.names, dtype=object).astype(str)
+        cached = tree.__dict__["_inductor_codes"] = names.str.match(OWN_OPS.pattern).to_numpy(bool)
     return cached
 
 

@@ -51,7 +51,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, in_categories
-from .compiled import BACKWARD, display_name, frame_label, graph_codes, graph_label, graph_sources
+from .compiled import (BACKWARD, display_name, frame_label, graph_codes, graph_label, graph_sources,
+                       inductor_codes)
 from .intervals import exact_sums, segment_searchsorted, tuple_codes
 from .links import LAUNCH_CATS
 from .tree import STEP, frame_forest, host_tree
@@ -389,13 +390,21 @@ def _segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _graph_outer(tree) -> np.ndarray:
-    """Per node, the outermost compiled-graph annotation among it and its ancestors (-1: none),
-    once per tree."""
+    """Per node, the compiled graph it is part of (module docstring): the outermost graph
+    annotation among it and its ancestors, where every node from it up to that graph is the
+    graph's own code (compiled.inductor_codes); -1 otherwise, once per tree."""
     cached = tree.__dict__.get("_graph_outer")
     if cached is None:
         codes = graph_codes(tree)
-        cached = (tree.outermost(codes[tree.name]) if codes.any()
-                  else np.full(max(len(tree), 1), -1, dtype=np.int64))
+        if not codes.any():
+            cached = np.full(max(len(tree), 1), -1, dtype=np.int64)
+        else:
+            outer = tree.outermost(codes[tree.name])
+            foreign = ~(codes | inductor_codes(tree))[tree.name]
+            # the nearest node among it and its ancestors that is not the graph's own code
+            near = np.where(foreign, np.arange(len(tree)), tree.nearest(foreign))
+            inside = (near >= 0) & (outer[np.maximum(near, 0)] >= 0)  # below the graph: keep it
+            cached = np.where(inside, -1, outer)
         tree.__dict__["_graph_outer"] = cached
     return cached
 

@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from ..compiled import BACKWARD, graph_label
-from ..idle import OTHER, cause_label
+from ..idle import OTHER
 from ..capture import capture_count, captured_us
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .idle_advice import GENERIC_FIX, compiled_fix, idle_fix, short_cause, with_frame
@@ -118,7 +118,7 @@ def _low_utilization(ctx: Context) -> Finding | None:
          "low_window_fraction": round(low, 4), "idle_us": round(idle_us, 3),
          "gaps": {k: gaps.get(k) for k in ("count", "p50_us", "p99_us", "max_us", "total_us")},
          "gap_classes": gaps.get("by_class"),
-         "idle_causes": [{"cause": cause_label(c), "idle_us": round(c["idle_us"], 3),
+         "idle_causes": [{"cause": c["cause"], "idle_us": round(c["idle_us"], 3),
                           "share": round(c["share"], 4), "frame": c.get("frame"),
                           **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {})}
                          for c in b.idle_causes[:3]],
