@@ -155,10 +155,13 @@ def climb(start: np.ndarray, reach: np.ndarray, end: np.ndarray, parent: np.ndar
     none). With holder parents that node is the latest one at or before start reaching that far:
     a parent is the latest earlier node reaching further than its child."""
     cur = start.copy()
-    live = np.flatnonzero(cur >= 0)  # only the starts still climbing: most stop at once
+    if not len(end):
+        return cur
+    # only the starts still climbing are followed (most stop at once); end[-1] is masked off
+    live = np.flatnonzero((cur >= 0) & (end[cur] < reach))
     while len(live):
-        live = live[end[cur[live]] < reach[live]]
         up = parent[cur[live]]
         cur[live] = up
         live = live[up >= 0]
+        live = live[end[cur[live]] < reach[live]]
     return cur

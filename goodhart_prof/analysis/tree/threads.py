@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..intervals import SEGMENT_LOOP_LIMIT, segment_searchsorted, tuple_codes
+from ..intervals import SEGMENT_LOOP_LIMIT, searchsorted_many, segment_searchsorted, tuple_codes
 
 
 class ThreadSpans:
@@ -53,7 +53,7 @@ class ThreadSpans:
                 t = int(thread[a])
                 if t >= 0:
                     lo = int(self.lo[t])
-                    pos = np.searchsorted(ts[lo:int(self.hi[t])], q[a:b], side="right")
+                    pos = searchsorted_many(ts[lo:int(self.hi[t])], q[a:b], side="right")
                     out[a:b] = np.where(pos > 0, pos + (lo - 1), -1)
             return out
         ok = np.flatnonzero(thread >= 0)
