@@ -1,5 +1,5 @@
 """Property-based: damaged real traces either load (and the analysis and reports run) or fail with
-the documented one-line TraceError (tests/trace_mutations.py). Bounded: ~25 s in all; the long
+the documented one-line TraceError (tests/trace_mutations.py). Bounded: 120 examples (51 s on the shared 2-core machine, 2026-11-26); the long
 run is scripts/fuzz_loader.py."""
 from __future__ import annotations
 
