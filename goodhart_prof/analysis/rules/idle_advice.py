@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from ..compiled import BACKWARD, graph_label
 from ..idle import UNTRACED
 
 
@@ -121,3 +122,41 @@ def short_cause(cause: str) -> str:
     if m:
         return f"{m.group(1)}.{m.group(2)}"
     return cause if len(cause) <= 60 else cause[:57] + "..."
+
+
+def compiled_first(causes: list[dict]) -> list[dict]:
+    """The causes with those in compiled graphs (idle.py: code torch.compile generated) made one,
+    first where together they hold more idle time than any other cause: one remedy (CUDA graphs)
+    removes them all."""
+    graphs = [c for c in causes if c.get("compiled")]
+    rest = [c for c in causes if not c.get("compiled")]
+    if not graphs or (rest and sum(c["share"] for c in graphs) < rest[0]["share"]):
+        return causes
+    functions = list(dict.fromkeys(_function(c) for c in graphs))
+    us, share = sum(c["idle_us"] for c in graphs), sum(c["share"] for c in graphs)
+    said = f"torch.compile'd code ({', '.join(functions)})"
+    group = {"graphs": [graph_label(c["compiled"]["graph"]) for c in graphs], "functions": functions,
+             "idle_us": round(us, 3), "share": round(share, 4)}
+    return [{"cause": said, "idle_us": us, "share": share, "frame": None, "group": group}] + rest
+
+
+def _function(cause: dict) -> str:
+    """The user's function a compiled graph runs (`act_all (trainer/train.py)`), else where it
+    runs: its phase, or the autograd backward."""
+    src = cause["compiled"]
+    m = re.match(r"^(?P<file>.+)\(\d+\): (?P<fn>.+)$", str(src.get("function") or ""))
+    if m:
+        return f"{m['fn']} ({m['file']})"
+    if src.get("phase"):
+        return f"the code in {src['phase']}"
+    return "a backward graph" if src.get("region") == BACKWARD else cause["cause"]
+
+
+def compiled_note(with_stacks: bool) -> str:
+    """low_utilization's saving note when compiled code is the cause."""
+    note = ("the GPU's idle time while the host runs the code inductor generated for the compiled "
+            "graphs, per iteration: what a CUDA graph replay removes")
+    if with_stacks:
+        note += ("; recorded with Python stacks (with_stack), whose tracer slows that Python "
+                 "wrapper, it is an upper bound")
+    return note
