@@ -56,7 +56,10 @@ def sync_sites_figure(a, top: int = TOP_SITES):
     sites = a.syncs.sites
     go = _go()
     sites = sites.head(top).reset_index(drop=True)
-    labels = [_label(f"{i + 1}. {short_tail(s, 70)}") for i, s in enumerate(sites["site"].astype(str))]
+    background = sites["background"].to_numpy(bool) if "background" in sites else [False] * len(sites)
+    # a site on a thread that launches no GPU work (analysis/syncs.py) holds up no launch
+    labels = [_label(f"{i + 1}. {short_tail(s, 70)}{' (background thread)' if bg else ''}")
+              for i, (s, bg) in enumerate(zip(sites["site"].astype(str), background))]
     fig = go.Figure()
     for kind in kinds(sites["kind"]):
         sel = (sites["kind"].astype(str) == kind).to_numpy()
