@@ -82,9 +82,11 @@ NAMES = [
      "const*, at::native::TensorListAddresses, int)", "reduction", "aten"),
     # Words inside other words say nothing: a mempool is no pooling, reindexing no index op.
     ("void mempool_trim_kernel<int>(int)", "other", "other"),
-    # FlashInfer's norm is a norm, not attention (`flash` inside `flashinfer`).
+    # FlashInfer's norm is a norm, not attention (`flash` inside `flashinfer`); SGLang's Triton
+    # kernel filling FlashInfer's KV page indices (its decode traces) gathers indices.
     ("void flashinfer::norm::RMSNormKernel<8u, __nv_bfloat16>(__nv_bfloat16*)", "norm",
      "flashinfer"),
+    ("create_flashinfer_kv_indices_triton", "scatter_gather", "triton"),
     # Inductor: the prefix says the kind.
     ("triton_poi_fused_convolution_relu_0", "elementwise", "triton"),
     ("triton_red_fused_native_layer_norm_0", "norm", "triton"),
