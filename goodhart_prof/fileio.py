@@ -136,8 +136,9 @@ def writing(final: str | os.PathLike, suffix: str = "", exclusive: bool = False)
         raise write_error(final, exc) from None
 
 
-# After `.<name>`: `.<pid>.<random>.tmp` and the writer's suffix (`.gz`, `.md`, `.html`, or none).
-_TEMP = re.compile(r"\.(?P<pid>\d+)\.[a-z0-9_]+\.tmp(?:\.[A-Za-z0-9]+)?")
+# After `.<name>`: `.<pid>.<random>.tmp` and the writer's suffix (`.gz`, `.md`, `.html`, or none);
+# the trace writer's JSON beside its gzip is `.tmp.json`, and Kineto's own temporary of it `.tmp.json.tmp`.
+_TEMP = re.compile(r"\.(?P<pid>\d+)\.[a-z0-9_]+\.tmp(?:\.[A-Za-z0-9]+){0,2}")
 
 
 def remove_stale_temporaries(final: Path) -> list[Path]:

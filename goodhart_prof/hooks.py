@@ -13,6 +13,10 @@ the final name. The glibc heap guard (heap_guard.py) runs around the window only
 from __future__ import annotations
 
 import contextlib
+import errno
+import gzip
+import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -184,6 +188,53 @@ def make_hooks(settings: ProfSettings, rank: int = 0, device_type: str = "cpu"):
 
 # -- trace files ----------------------------------------------------------------------------
 def write_profiler_trace(prof: profile, path: Path) -> None:
-    # export_chrome_trace gzips when the name ends in .gz, so the temp name keeps that suffix.
-    with writing(path, suffix=".gz") as tmp:
-        prof.export_chrome_trace(str(tmp))
+    """The trace as gzipped JSON at `path`, or WriteError (`PATH: cannot write: ...`, exit 2).
+
+    Both temporaries are beside `path`, never in TMPDIR (torch's own .gz export writes its JSON to
+    a TMPDIR file first). Kineto writes the JSON from C++ and reports no failed write, so what it
+    wrote is checked (a JSON object, whole: a full disk or `ulimit -f` cuts it short; Kineto's own
+    temporary, `<json>.tmp`, is removed when it fails to rename it); the gzip is
+    written here, where a failed write raises, and its trailer checked against the JSON's size."""
+    with writing(path, suffix=".gz") as gz_tmp:
+        json_tmp = gz_tmp.with_name(gz_tmp.name[:-len(".gz")] + ".json")
+        try:
+            prof.export_chrome_trace(str(json_tmp))  # not .gz: written as it is, beside
+            size = check_json_written(json_tmp)
+            with open(json_tmp, "rb") as fin, gzip.open(gz_tmp, "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+            check_gzip_written(gz_tmp, size)
+        finally:
+            json_tmp.unlink(missing_ok=True)
+            Path(f"{json_tmp}.tmp").unlink(missing_ok=True)  # Kineto's own, left when it failed
+
+
+def check_json_written(path: Path) -> int:
+    """The size of the JSON document at `path`; OSError when it is missing (Kineto did not get
+    to rename its `.tmp`), empty, or does not end its object (a write that stopped short)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        partial = Path(f"{path}.tmp")
+        written = f"{partial.stat().st_size:,} bytes written" if partial.exists() else "nothing written"
+        raise OSError(errno.EIO, f"the profiler's JSON stops short ({written}; disk full or a "
+                                 f"file size limit?)") from None
+    with open(path, "rb") as fh:
+        head = fh.read(64).lstrip()
+        fh.seek(max(0, size - 64))
+        tail = fh.read().rstrip()
+    if not head.startswith(b"{") or not tail.endswith(b"}"):
+        raise OSError(errno.EIO, f"the profiler's JSON stops short ({size:,} bytes written; "
+                                 f"disk full or a file size limit?)")
+    return size
+
+
+def check_gzip_written(path: Path, size: int) -> None:
+    """OSError unless the gzip at `path` ends with the trailer of `size` bytes of input."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() < 18:
+            raise OSError(errno.EIO, "the gzip stops short")
+        fh.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(fh.read(4), "little")
+    if isize != size % 2**32:
+        raise OSError(errno.EIO, f"the gzip holds {isize:,} bytes of the {size:,} written")
