@@ -3,17 +3,20 @@ trainer recorded on an NVIDIA H200 (torch 2.11, torch.compile without CUDA graph
 tests/data/gpu/h200_2026-11-26/{full,lite}/clean (recorded at commit 7c38a10)."""
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compiled import display_name, frame_label, graph_label, is_inductor_file
 from goodhart_prof.analysis.idle import cause_label
 from goodhart_prof.analysis.rules.origin import foreground
 from goodhart_prof.analysis.sites import user_site
+from goodhart_prof.report.text import render
 from goodhart_prof.trace.load import load
 from tests.helpers import X
 
@@ -204,3 +207,13 @@ def test_a_graph_owns_its_own_ops_but_not_a_custom_op_inside_it(tmp_path):
                    "mylib::custom": pytest.approx(30.0), "aten::empty": pytest.approx(10.0)}
     (graph_cause,) = [c for c in b.idle_causes if c.get("compiled")]
     assert graph_cause["compiled"] == {"graph": graph, "function": None, "region": None, "phase": None}
+
+
+def test_text_report_shows_no_cache_path_or_raw_graph_name(full):
+    out = io.StringIO()
+    render(full, Console(width=140, file=out, color_system=None), 15)
+    text = out.getvalue()
+    assert "/tmp/goodhart-acceptance" not in text and "CompiledFxGraph" not in text
+    assert "compiled graph fi36ptu7 (inductor code, in policy_act)" in text  # why the GPU idles
+    assert "compiled graph fvq2zruw (inductor code)" in text  # the phase table's backward graph
+    assert "thread background: a host thread that launches no GPU work" in text

@@ -7,6 +7,7 @@ import html
 
 import pandas as pd
 
+from ..analysis.compiled import display_name
 from ..analysis.memory import HOST, device_label, timeline
 from ..analysis.recorder import record_full_advice
 from .common import bytes_text
@@ -69,7 +70,7 @@ def memory_table_html(a) -> str | None:
     out = _table("Memory per device (host: tensors in host memory, not the process's RSS)", heads, rows)
     sites = mem.sites.head(TOP_SITES)
     if len(sites):
-        site_rows = [[device_label(r.rank, r.device_type, r.device), r.phase, r.op, f"{r.per_iteration:,.1f}", bytes_text(r.median_bytes),
+        site_rows = [[device_label(r.rank, r.device_type, r.device), display_name(r.phase), r.op, f"{r.per_iteration:,.1f}", bytes_text(r.median_bytes),
                       bytes_text(r.live_bytes)] for r in sites.itertuples()]
         out += _table("Allocations inside iterations by phase and op",
                       ("device", "phase", "op", "per iteration", "median size", "still live at end"),

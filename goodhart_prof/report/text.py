@@ -269,7 +269,7 @@ def _memory(a, console: Console) -> None:
         top = make_table("Allocations by phase and op (inside iterations)", "device", "phase", "op",
                          "per iteration", "median size", "still live at end", right=(3, 4, 5))
         for r in sites.itertuples():
-            top.add_row(device_label(r.rank, r.device_type, r.device), short(r.phase, 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
+            top.add_row(device_label(r.rank, r.device_type, r.device), short(display_name(r.phase), 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
                         bytes_text(r.median_bytes), bytes_text(r.live_bytes))
         console.print(top)
 
