@@ -15,6 +15,9 @@ on the autograd engine's thread, with no user frame around it.
 - `GRAPH`: the annotation's name; `graph_label` says it readably (`compiled graph f4qcacf6
   (inductor code)`), `is_inductor_file` tells a generated file from user code, `frame_label`
   says such a frame readably (`inductor code cedsdeuk.py(1124): call`).
+- `graph_owner(tree)`: per host-tree node, the graph it is part of (the wrapper's own calls:
+  aten ops, triton launches; not a custom op inside the graph): idle.py gives such a node's idle
+  time to the graph, and `readable_causes` says those causes readably.
 - `graph_sources(trace)`: per graph annotation name, where it is called from: `function` (the
   nearest enclosing Python frame that is user code: not torch's, not a generated file; None
   without stacks or on the autograd thread), `region` (the nearest enclosing `Torch-Compiled
@@ -89,6 +92,45 @@ def inductor_codes(tree) -> np.ndarray:
         names = pd.Series(tree.names, dtype=object).astype(str)
         cached = tree.__dict__["_inductor_codes"] = names.str.match(OWN_OPS.pattern).to_numpy(bool)
     return cached
+
+
+def graph_owner(tree) -> np.ndarray:
+    """Per node of the host tree, the compiled graph it is part of: the outermost graph annotation
+    among it and its ancestors, where every node from it up to that graph is the wrapper's own
+    call (`inductor_codes`); -1 otherwise (a custom op inside a graph, and what it runs, is not
+    the graph's), once per tree."""
+    cached = tree.__dict__.get("_graph_outer")
+    if cached is None:
+        codes = graph_codes(tree)
+        if not codes.any():
+            cached = np.full(max(len(tree), 1), -1, dtype=np.int64)
+        else:
+            outer = tree.outermost(codes[tree.name])
+            foreign = ~(codes | inductor_codes(tree))[tree.name]
+            # the nearest node among it and its ancestors that is not the graph's own code
+            near = np.where(foreign, np.arange(len(tree)), tree.nearest(foreign))
+            inside = (near >= 0) & (outer[np.maximum(near, 0)] >= 0)  # below the graph: keep it
+            cached = np.where(inside, -1, outer)
+        tree.__dict__["_graph_outer"] = cached
+    return cached
+
+
+def readable_causes(trace: Trace, causes: list[dict]) -> list[dict]:
+    """Idle causes (analysis/idle.py) in code torch.compile generated, said readably: a graph
+    annotation as `compiled graph <hash> (inductor code)` with `compiled` (the annotation's
+    name and where it is called from: compiled.graph_sources) and, as its frame, the user's
+    function that was compiled; a frame or context in a generated file by compiled.frame_label."""
+    for c in causes:
+        label = graph_label(c["cause"])
+        if label is not None:
+            src = graph_sources(trace).get(c["cause"], {})
+            c["compiled"] = {"graph": c["cause"], **{k: src.get(k) for k in ("function", "region", "phase")}}
+            c["cause"], c["frame"] = label, src.get("function")
+        else:
+            c["cause"], c["frame"] = frame_label(c["cause"]), frame_label(c["frame"])
+        if c.get("context"):
+            c["context"] = frame_label(display_name(c["context"]))
+    return causes
 
 
 def graph_sources(trace: Trace) -> dict[str, dict]:

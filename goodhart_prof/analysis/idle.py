@@ -25,6 +25,13 @@ Definitions (DESIGN.md, burstiness):
   hipModuleLoad*) and `launch` (a kernel launch of at least `LONG_LAUNCH_US`: a first launch
   loading code). Nested calls count as the outermost. Such a cause carries `kind` and `context`
   (the op or frame holding most of its time; None where nothing was open).
+- a piece inside a compiled graph (`## Call CompiledFxGraph <hash> ##`, analysis/compiled.py)
+  whose nodes up to the graph are all the generated wrapper's own calls (aten ops, triton
+  launches) goes to the graph: the host is running code inductor generated, launching its
+  kernels one by one. The cause then reads `compiled graph <hash> (inductor code)`, carries
+  `compiled` {graph, function, region, phase} (compiled.graph_sources) and has the user's compiled
+  function as its `frame`; a frame or context in a generated file reads `inductor code
+  <file>.py(N): fn` (compiled.readable_causes), never the cache path.
 - `idle_causes` sums the pieces per cause, largest first: `cause`, `idle_us`, `share` (of the
   device's idle time, the sum of its gaps, so shares add up to 1), and `frame`: the innermost
   Python frame that held most of that cause's idle time (the code inside the annotation or op;
@@ -51,8 +58,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, in_categories
-from .compiled import (BACKWARD, display_name, frame_label, graph_codes, graph_label, graph_sources,
-                       inductor_codes)
+from .compiled import BACKWARD, graph_label, graph_owner, readable_causes
 from .intervals import exact_sums, segment_searchsorted, tuple_codes
 from .links import LAUNCH_CATS
 from .tree import STEP, frame_forest, host_tree
@@ -133,26 +139,8 @@ def device_idle_causes(trace: Trace, gaps: DeviceGaps) -> list[list[dict]]:
     traced = np.flatnonzero(thread >= 0)
     if len(traced):
         _traced_sums(trace, tree, gaps, thread, traced, sums)
-    return [_compiled(trace, _summarise(sums[d], float(gaps.total[d]))) if gaps.total[d] > 0 else []
+    return [readable_causes(trace, _summarise(sums[d], float(gaps.total[d]))) if gaps.total[d] > 0 else []
             for d in range(n_dev)]
-
-
-def _compiled(trace: Trace, causes: list[dict]) -> list[dict]:
-    """The causes in code torch.compile generated, said readably (module docstring): a graph
-    annotation as `compiled graph <hash> (inductor code)` with `compiled` (the annotation's
-    name and where it is called from: compiled.graph_sources) and, as its frame, the user's
-    function that was compiled; a frame or context in a generated file by compiled.frame_label."""
-    for c in causes:
-        label = graph_label(c["cause"])
-        if label is not None:
-            src = graph_sources(trace).get(c["cause"], {})
-            c["compiled"] = {"graph": c["cause"], **{k: src.get(k) for k in ("function", "region", "phase")}}
-            c["cause"], c["frame"] = label, src.get("function")
-        else:
-            c["cause"], c["frame"] = frame_label(c["cause"]), frame_label(c["frame"])
-        if c.get("context"):
-            c["context"] = frame_label(display_name(c["context"]))
-    return causes
 
 
 def gap_threads(trace: Trace, gaps: DeviceGaps) -> np.ndarray:
@@ -305,7 +293,7 @@ def _piece_keys(trace, tree, thread, s, e) -> tuple[np.ndarray, np.ndarray]:
     innermost frame), else n_names + n_frame_names (untraced); frame a frame name code (the
     innermost frame, where it lies inside the cause's node or there is none) or n_frame_names."""
     node = tree.enclosing_in(thread, s, e)
-    outer = _graph_outer(tree)[np.maximum(node, 0)]  # inside a compiled graph: the graph
+    outer = graph_owner(tree)[np.maximum(node, 0)]  # inside a compiled graph: the graph
     node = np.where((node >= 0) & (outer >= 0), outer, node)
     has_node = node >= 0
     has_node[has_node] = ~_step_names(tree)[tree.name[node[has_node]]]
@@ -386,26 +374,6 @@ def _segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             cause, frame = _piece_keys(trace, tree, owner[:-1], s, np.where(owner[1:] == owner[:-1], e, s))
             cached = (np.r_[cause, 0], np.r_[frame, 0], np.r_[e - s, 0.0])
         tree.__dict__["_segments"] = cached
-    return cached
-
-
-def _graph_outer(tree) -> np.ndarray:
-    """Per node, the compiled graph it is part of (module docstring): the outermost graph
-    annotation among it and its ancestors, where every node from it up to that graph is the
-    graph's own code (compiled.inductor_codes); -1 otherwise, once per tree."""
-    cached = tree.__dict__.get("_graph_outer")
-    if cached is None:
-        codes = graph_codes(tree)
-        if not codes.any():
-            cached = np.full(max(len(tree), 1), -1, dtype=np.int64)
-        else:
-            outer = tree.outermost(codes[tree.name])
-            foreign = ~(codes | inductor_codes(tree))[tree.name]
-            # the nearest node among it and its ancestors that is not the graph's own code
-            near = np.where(foreign, np.arange(len(tree)), tree.nearest(foreign))
-            inside = (near >= 0) & (outer[np.maximum(near, 0)] >= 0)  # below the graph: keep it
-            cached = np.where(inside, -1, outer)
-        tree.__dict__["_graph_outer"] = cached
     return cached
 
 

@@ -7,7 +7,8 @@ establishes it (`file.py:line fn`; analysis/line_sites.py), else naming the func
 user frame holds it) the chain of enclosing annotations and ops on the thread from the host call
 tree (analysis/tree/), outermost first, ending with the event itself, without the
 `ProfilerStep#N` element so that sites add up across iterations. An event seen only on the device (no host call in the trace) is
-`NAME (no host call)`.
+`NAME (no host call)`. Code inductor generated (a file in its cache, analysis/compiled.py) is never
+user code, though its path is absolute: a site walks out of it to the user's compiled function.
 
 Torch's own events: an event inside an `Optimizer.step#`/`Optimizer.zero_grad#` annotation is
 the optimizer's doing, not a line the user wrote. With stacks, the innermost user frame around
