@@ -34,19 +34,50 @@ def merge_rank_traces(rank_files: Mapping[int, Path], out: Path) -> dict[str, An
         rank_events = remap_rank(docs[r]["traceEvents"], r, shift_us)
         counts[r] = len(rank_events)
         events.extend(rank_events)
+    header, kept = merged_header(docs)
     merged = {
         "schemaVersion": 1,
         "displayTimeUnit": "ms",
+        **header,
         "baseTimeNanoseconds": base,
-        "deviceProperties": docs[ranks[0]].get("deviceProperties", []) if ranks else [],
         "goodhartProf": {"merged_ranks": ranks,
-                         "sources": {str(r): Path(rank_files[r]).name for r in ranks},
-                         "distributedInfo": {str(r): docs[r].get("distributedInfo") for r in ranks}},
+                         "sources": {str(r): Path(rank_files[r]).name for r in ranks}, **kept},
         "traceEvents": events,
     }
     with writing(out) as tmp:
         tmp.write_bytes(msgspec.json.encode(merged))
     return {"ranks": ranks, "events": counts}
+
+
+def merged_header(docs: Mapping[int, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the ranks' headers say, for one merged document (this writer's and the Chrome JSON
+    export's): (top-level fields, per-rank fields for `goodhartProf`).
+
+    The loader reads a header once per file, for every rank in it, so the top level holds what
+    the ranks share: `deviceProperties` (rank order's first non-empty list), `distributedInfo`
+    less `rank` (world_size, backend: the fields every rank states alike; the ranks themselves
+    are the `rank <r>` process names) and `baseTimeNanoseconds` where all ranks have one base.
+    `goodhartProf` keeps each rank's `distributedInfo` and `baseTimeNanoseconds`, and each
+    rank's `deviceProperties` where the ranks' lists differ (the loader then uses the top
+    level's for all: a limitation of one header per file)."""
+    ranks = sorted(docs)
+    props = {r: docs[r].get("deviceProperties") or [] for r in ranks}
+    first = next((p for p in props.values() if p), [])
+    infos = {r: docs[r].get("distributedInfo") for r in ranks}
+    stated = [i for i in infos.values() if isinstance(i, dict)]
+    shared = {k: v for k, v in stated[0].items() if k != "rank" and all(i.get(k) == v for i in stated)
+              } if stated and len(stated) == len(ranks) else {}
+    bases = {r: docs[r].get("baseTimeNanoseconds") for r in ranks}
+    header: dict[str, Any] = {"deviceProperties": first}
+    if shared:
+        header["distributedInfo"] = shared
+    if ranks and len(set(map(str, bases.values()))) == 1 and bases[ranks[0]] is not None:
+        header["baseTimeNanoseconds"] = bases[ranks[0]]
+    kept: dict[str, Any] = {"distributedInfo": {str(r): infos[r] for r in ranks},
+                            "baseTimeNanoseconds": {str(r): bases[r] for r in ranks}}
+    if any(p and p != first for p in props.values()):
+        kept["deviceProperties"] = {str(r): props[r] for r in ranks}
+    return header, kept
 
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy",

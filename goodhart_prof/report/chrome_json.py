@@ -16,7 +16,9 @@ export gives the same complete events, and the same analysis):
 Times stay on our trace clock (microseconds, as in the input). A folder of per-rank traces becomes
 one merged document in the layout of `merged_trace.json` (DESIGN.md: every event of rank r gets
 `pid = r`, GPU streams tid `1_000_000_000 + 1000 d + s`), without shifting timestamps (the loader
-does not shift them either) and without the per-file `distributedInfo`/`baseTimeNanoseconds`.
+does not shift them either), its header what the ranks' headers share (`merge.merged_header`:
+`deviceProperties`, `distributedInfo` less the rank, one common `baseTimeNanoseconds`) and each
+rank's own in `goodhartProf`: reloading it gives the same analysis (tests/test_r32_export_reload.py).
 Limitation: events are matched to their threads by numeric ids; in traces whose pids/tids are
 non-numeric strings the added events of those threads carry the loader's negative stand-in ids.
 """
@@ -30,7 +32,7 @@ import msgspec
 import pandas as pd
 
 from ..fileio import writing
-from ..merge import remap_rank
+from ..merge import merged_header, remap_rank
 from ..trace.raw import RawTraceError, raw_document, read_document
 from ..trace.model import GPU_ACTIVITY_CATS, Trace, merged_gpu_tid
 from .export_common import ExportError, ExportSummary, check_output, linked_launches, utilization_samples
@@ -118,7 +120,7 @@ def _merged(trace: Trace, added: list[dict[str, Any]], export: dict[str, Any]) -
     """Several per-rank files as one document in the merged_trace.json layout, timestamps as
     loaded (not shifted)."""
     events: list[dict[str, Any]] = []
-    sources = {}
+    sources, docs = {}, {}
     for i, path in enumerate(trace.paths):
         doc = _document(path)
         info = doc.get("distributedInfo")
@@ -127,9 +129,11 @@ def _merged(trace: Trace, added: list[dict[str, Any]], export: dict[str, Any]) -
         if len(trace.file_ranks) == len(trace.paths) and trace.file_ranks[i] is not None:
             rank = trace.file_ranks[i]  # as loaded: distributedInfo, else the file name
         sources[str(rank)] = Path(path).name
-        events.extend(remap_rank(doc["traceEvents"], rank, 0.0))
-    return {"schemaVersion": 1, "displayTimeUnit": "ms", "traceEvents": events + added,
-            "goodhartProf": {"merged_ranks": sorted(trace.ranks), "sources": sources,
+        events.extend(remap_rank(doc.pop("traceEvents"), rank, 0.0))
+        docs[rank] = doc  # its header
+    header, kept = merged_header(docs)
+    return {"schemaVersion": 1, "displayTimeUnit": "ms", **header, "traceEvents": events + added,
+            "goodhartProf": {"merged_ranks": sorted(trace.ranks), "sources": sources, **kept,
                              "export": export}}
 
 
