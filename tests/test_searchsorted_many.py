@@ -7,7 +7,7 @@ import numpy as np
 
 from goodhart_prof.analysis import intervals
 from goodhart_prof.analysis.intervals import searchsorted_many
-from goodhart_prof.analysis.tree.parents import climb, holder_parents
+from goodhart_prof.analysis.tree.parents import climb, holder_parents, start_order
 from goodhart_prof.analysis.tree.threads import ThreadSpans
 
 
@@ -68,3 +68,21 @@ def test_climb_equals_walking_up_each_query():
     got = climb(start, reach, end, parent)
     np.testing.assert_array_equal(got, want)
     assert (got >= 0).sum() > 1000 and (got != start).sum() > 1000
+
+
+def test_start_order_by_thread_equals_lexsort():
+    """start_order with threads: rows grouped by thread and sorted by start within it (ties of
+    equal starts, across threads too) give np.lexsort((-dur, ts, thread)); rows that are not
+    take the lexsort itself."""
+    rng = np.random.default_rng(2)
+    thread = np.sort(rng.integers(0, 6, 4000))
+    ts = np.concatenate([np.sort(rng.integers(0, 300, n)).astype(float) for n in np.bincount(thread)])
+    dur = rng.integers(0, 5, 4000).astype(float)
+    want = np.lexsort((-dur, ts, thread))
+    got = start_order(ts, dur, thread)
+    np.testing.assert_array_equal(got, want)
+    assert (got != np.arange(4000)).sum() > 500  # ties were reordered
+    shuffled = rng.permutation(4000)
+    np.testing.assert_array_equal(start_order(ts[shuffled], dur[shuffled], thread[shuffled]),
+                                  np.lexsort((-dur[shuffled], ts[shuffled], thread[shuffled])))
+    np.testing.assert_array_equal(start_order(ts[:300], dur[:300]), np.lexsort((-dur[:300], ts[:300])))

@@ -245,7 +245,7 @@ def _all_threads(groups: dict, col: dict):
     pos = np.concatenate([groups[k] for k in keys])
     thread = np.repeat(np.arange(len(keys)), sizes)
     # start order per thread (start, longer first on ties; stable): start_order's result
-    pos = pos[np.lexsort((-col["dur"][pos], col["ts"][pos], thread))]
+    pos = pos[start_order(col["ts"][pos], col["dur"][pos], thread)]
     n = len(pos)
     values = np.concatenate((col["ts"][pos], col["end"][pos]))
     owner = np.concatenate((thread, thread))
@@ -281,7 +281,11 @@ class FrameForest:
         known = np.flatnonzero((py_id >= 0) & (py_parent >= 0))
         if len(known):
             thread = np.repeat(np.arange(len(self.spans)), self.spans.hi - self.spans.lo)
-            by_id = np.lexsort((py_id, thread))  # within each thread by id (ties: start order)
+            # within each thread by id (ties: start order); ids usually rise with the starts
+            if ((np.diff(py_id) >= 0) | (np.diff(thread) > 0)).all():
+                by_id = np.arange(len(py_id))
+            else:
+                by_id = np.lexsort((py_id, thread))
             ids = py_id[by_id]
             lo, hi = self.spans.lo[thread[known]], self.spans.hi[thread[known]]
             j = np.minimum(segment_searchsorted(ids, lo, hi, py_parent[known]), hi - 1)
