@@ -16,6 +16,7 @@ import contextlib
 import errno
 import gzip
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -79,6 +80,9 @@ class ProfilerHooks:
     starting at iteration 0, or a resume that starts at `first` or inside the window. Then the
     profiler starts cold in the first iteration it sees (the start-up cost lands there, as before)
     and the window is recorded from that iteration on, labels still equal to the iterations.
+    Except where the window began before this process and its trace is already on disk (a resume
+    inside the window of a run that finished it): that trace is kept, and nothing is recorded
+    (a part of the window would replace the whole of it).
     """
 
     enabled = True
@@ -88,6 +92,7 @@ class ProfilerHooks:
         self.trace_path = Path(settings.output_dir) / trace_name(rank)
         self._prof: profile | None = None  # exists from the warm-up (or cold start) to the close
         self._recording = False            # start_trace called: events are being recorded
+        self._kept = False                 # the window began earlier and its trace is kept
         self._guard = PROCESS_GUARD if settings.heap_guard else None
 
     def phase(self, name: str) -> contextlib.AbstractContextManager:
@@ -98,11 +103,14 @@ class ProfilerHooks:
         first, last = self.settings.first, self.settings.last
         if it == self.settings.warmup_iteration and self._prof is None:
             self._prof = self._open()  # warm-up: prepared, recording nothing
-        elif first <= it <= last and not self._recording:
-            if self._prof is None:  # no warm-up iteration ran: cold start
-                self._prof = self._open()
-            self._prof.start_trace()
-            self._recording = True
+        elif first <= it <= last and not self._recording and not self._kept:
+            if self._prof is None and it > first and self.trace_path.exists():
+                self._kept = True  # a resume inside a finished window: its trace stands
+            else:
+                if self._prof is None:  # no warm-up iteration ran: cold start
+                    self._prof = self._open()
+                self._prof.start_trace()
+                self._recording = True
         step = record_function(f"ProfilerStep#{it}") if self._recording else _NULL
         try:
             with step:
@@ -206,6 +214,23 @@ def write_profiler_trace(prof: profile, path: Path) -> None:
         finally:
             json_tmp.unlink(missing_ok=True)
             Path(f"{json_tmp}.tmp").unlink(missing_ok=True)  # Kineto's own, left when it failed
+
+
+_STEP = re.compile(rb'"name"\s*:\s*"ProfilerStep#(\d{1,19})"')
+
+
+def traced_iterations(path: Path) -> list[int]:
+    """The iterations a trace file holds (its `ProfilerStep#N` labels), read in bounded steps
+    without a JSON parser (the trainer needs none): what run.json says of a trace it kept."""
+    found: set[int] = set()
+    opener = gzip.open if str(path).endswith(".gz") else open
+    tail = b""
+    with opener(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            block = tail + chunk
+            found.update(int(m.group(1)) for m in _STEP.finditer(block))
+            tail = block[-64:]  # a label cut between two reads is found in the next block
+    return sorted(found)
 
 
 def check_json_written(path: Path) -> int:

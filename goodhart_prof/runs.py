@@ -226,12 +226,13 @@ def resolve(arg: str, root: Path) -> Path:
 def resume_folder(root: Path, name: str | None) -> Path:
     """The run `--resume` continues: the one --name names, else the newest run folder under
     root with a checkpoint (by the checkpoint's modification time: an interrupted run has no
-    complete record, and a killed one no run.json at all)."""
+    complete record, and a killed one no run.json at all). A run that finished is refused
+    (`refuse_finished`): resuming it would train again and replace its traces."""
     if name is not None:
         folder = Path(root) / check_name(name)
         if not folder.is_dir():
             raise UserError(f"{quote_path(folder)}: no run named {name!r} to resume")
-        return check_free(folder)
+        return check_free(refuse_finished(folder))
     found = []
     for folder in run_folders(root):
         try:
@@ -241,7 +242,36 @@ def resume_folder(root: Path, name: str | None) -> Path:
     if not found:
         raise UserError(f"{quote_path(root)}: no run with a checkpoint to resume (write them with "
                         f"--checkpoint-every N, or name the run with --name)")
-    return check_free(max(found)[2])
+    return check_free(refuse_finished(max(found)[2]))
+
+
+RUN_JSON_LIMIT = 64 << 20  # a run.json is a few KB; a bigger one is not ours (read as unknown)
+
+
+def finished_record(folder: Path) -> dict[str, Any] | None:
+    """The run.json of `folder` when it says the run finished (no `interrupted`, no
+    `failed_ranks`); None without one, for one that cannot be read, or for a run that stopped
+    early: that is the run `--resume` continues. Plain json, no msgspec: the trainer calls it."""
+    import json
+
+    path = Path(folder) / RUN_RECORD
+    try:
+        if path.stat().st_size > RUN_JSON_LIMIT:
+            return None
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or record.get("interrupted") is not None or record.get("failed_ranks"):
+        return None
+    return record
+
+
+def refuse_finished(folder: Path) -> Path:
+    """folder, unless its run finished: then one line (exit 2) before anything is touched."""
+    if finished_record(folder) is not None:
+        raise UserError(f"{quote_path(folder)}: this run finished (its run.json records no "
+                        f"interruption); --resume continues an interrupted run: start a new one")
+    return folder
 
 
 def check_free(folder: Path) -> Path:

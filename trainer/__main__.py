@@ -13,6 +13,7 @@ from goodhart_prof import run_options
 from goodhart_prof.errors import UserError, run_cli
 from goodhart_prof.fileio import take_folder_lock, write_error
 from goodhart_prof.hooks import ProfSettings, SettingsError
+from goodhart_prof.runs import refuse_finished
 
 from .config import Config, ConfigError, build_config, to_dict
 from .launch import (Interrupted, catch_signals, clear_earlier_outputs, default_signals,
@@ -49,6 +50,7 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
                         f"training iteration ({cfg.total_iterations - 1}); raise --total-iterations")
     hold_folders(Path(cfg.output_dir), Path(settings.output_dir))
     if resume:
+        refuse_finished(Path(cfg.output_dir))  # under the lock: a finished run is never trained again
         missing = [str(checkpoint_path(cfg.output_dir, r)) for r in range(nproc)
                    if not checkpoint_path(cfg.output_dir, r).is_file()]
         if missing:

@@ -26,7 +26,7 @@ import torch
 
 from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import write_json, writing
-from goodhart_prof.hooks import ProfSettings, trace_name
+from goodhart_prof.hooks import ProfSettings, trace_name, traced_iterations
 from goodhart_prof.runs import CREATED
 from goodhart_prof.textsafe import quote_path
 
@@ -166,6 +166,8 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
     window_done = interrupted is None or min(settings.last, cfg.total_iterations - 1) < end
     traced = [i for i in range(settings.first, settings.last + 1)
               if settings.enabled and window_done and traces and first <= i < end]
+    if traces and first > settings.first:  # a resume after the window began: hooks.py kept its trace
+        traced = traced_iterations(traces[min(traces)])
     record = {
         "schema": RUN_SCHEMA,
         "created": time.strftime(CREATED),
