@@ -125,7 +125,9 @@ def _kernel_precision(trace: Trace) -> pd.DataFrame:
     # by name: once per distinct name, spread through the categorical codes
     name_codes = gpu["name"].cat.codes.to_numpy()[pick]
     distinct, inverse = np.unique(name_codes, return_inverse=True)
-    distinct_names = np.asarray(gpu["name"].cat.categories, dtype=object)[distinct].astype(str)
+    # str objects, one per distinct name, shared by the rows (no fixed-width copy per row)
+    distinct_names = np.array([str(n) for n in np.asarray(gpu["name"].cat.categories, dtype=object)[distinct]],
+                              dtype=object)
     names = distinct_names[inverse]
     name_dtype = np.array([kernel_name_dtype(n) for n in distinct_names], dtype=object)[inverse]
     ev = trace.events
@@ -139,7 +141,8 @@ def _kernel_precision(trace: Trace) -> pd.DataFrame:
     if has_op.any():
         at = ev.index.get_indexer(op_rows[has_op])
         names_of = np.asarray(ev["name"].cat.categories, dtype=object)  # not a string per row
-        op_name[has_op] = [str(n) for n in names_of[ev["name"].cat.codes.to_numpy()[at]]]
+        op_codes, op_inverse = np.unique(ev["name"].cat.codes.to_numpy()[at], return_inverse=True)
+        op_name[has_op] = np.array([str(n) for n in names_of[op_codes]], dtype=object)[op_inverse.ravel()]
         op_type[has_op] = _dtypes_of(ev["input_types"].iloc[at])
     from_op = op_type != "unknown"
     dtype = np.where(from_op, op_type, name_dtype)
