@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from .hardware import device_name, device_peak
+from .intervals import tuple_codes
 
 # op name -> formula kind. `mm` etc. take the shapes of their operands; `conv` the input, weight
 # and stride/padding/dilation/groups (positions per schema in CONV_ARGS); `conv_bwd`
@@ -293,8 +294,10 @@ def _signatures(trace: Trace, nodes: np.ndarray, rows: np.ndarray) -> pd.DataFra
     ev = trace.events
     cols = {c: ev[c].cat.codes.to_numpy()[rows] for c in ("name", "input_dims", "concrete_inputs",
                                                              "input_types")}
-    uniques, codes = np.unique(np.stack(list(cols.values()), axis=1), axis=0, return_inverse=True)
-    codes = codes.reshape(-1)
+    codes = tuple_codes(*cols.values())  # one code per distinct row (np.unique(axis=0) sorts rows)
+    first = np.full(int(codes.max()) + 1 if len(codes) else 0, len(codes), dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))
+    uniques = np.stack([c[first] for c in cols.values()], axis=1)
     cats = {c: ev[c].cat.categories for c in cols}
     work, dtypes = [], []
     for name, dims, concrete, types in uniques.tolist():
