@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -133,7 +132,7 @@ def test_full_logger_waits_are_on_a_background_thread(full):
     assert site["site"] == ("in function _run (trainer/logger.py, at line 82 when tracing began): "
                             "candidate lines 87, 88")
     assert bool(site["background"]) and int(site["count"]) == 8
-    # the training thread's own read (submit's copy) is not background
+    # the training thread's own read (submit's copy, line 72 at 7c38a10) is not background
     others = full.syncs.sites[~full.syncs.sites["background"]]
     assert list(others["site"].astype(str))[0] == "trainer/logger.py:72 submit"
     doc = full.syncs.to_json()["sites"]
@@ -153,19 +152,18 @@ def test_lite_logger_waits_are_on_a_background_thread(lite):
 
 def test_logger_candidate_lines_are_the_recorded_codes_waits():
     """Lines 87 and 88 are the two event waits of `_run` in the source the trace was recorded
-    from (run.json's git_revision), and the working tree's file is that one."""
+    from (run.json's git_revision), which is what the site reads, whatever the working tree's
+    trainer/logger.py holds now."""
+    from goodhart_prof.analysis.source_lines import recorded_source
     run = json.loads((H200 / "full" / "clean" / "run.json").read_text())
     assert run["git_revision"].startswith("7c38a10")
-    try:
-        recorded = subprocess.run(["git", "show", f"{run['git_revision']}:trainer/logger.py"], cwd=ROOT,
-                                  capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
+    source = recorded_source(ROOT / "trainer" / "logger.py", run["git_revision"])
+    if source is None:
         pytest.skip("no git history here")
-    lines = recorded.splitlines()
+    lines = source.decode().splitlines()
     assert lines[81].strip() == "item = self._queue.get()"  # where _run was when tracing began
     assert [lines[86].strip(), lines[87].strip()] == ["item.done_event.synchronize()",
                                                       "item.marker.synchronize()"]
-    assert (ROOT / "trainer" / "logger.py").read_text() == recorded
 
 
 def test_background_thread_definition(tmp_path):
@@ -217,3 +215,23 @@ def test_text_report_shows_no_cache_path_or_raw_graph_name(full):
     assert "compiled graph fi36ptu7 (inductor code, in policy_act)" in text  # why the GPU idles
     assert "compiled graph fvq2zruw (inductor code)" in text  # the phase table's backward graph
     assert "thread background: a host thread that launches no GPU work" in text
+
+
+def test_lines_are_read_at_the_recorded_revision(tmp_path):
+    """With run.json's git_revision, the source is read at that revision (a fresh clone gives
+    every file one mtime, so mtimes prove nothing, and the file may have changed since): at an
+    older revision of logger.py, `_run`'s waits are lines 81 and 82 there, and the site says so."""
+    from goodhart_prof.analysis.source_lines import recorded_source
+    logger = ROOT / "trainer" / "logger.py"
+    older = "819090fd0b00ea5632070ee2d1d857700285a9e3"  # logger.py before 7c38a10's version
+    run = json.loads((H200 / "full" / "clean" / "run.json").read_text())
+    if recorded_source(logger, older) is None:
+        pytest.skip("no git history here")
+    assert recorded_source(logger, "0" * 40) is None  # not a revision of this repository
+    folder = tmp_path / "clean"
+    folder.mkdir()
+    (folder / "rank-0.pt.trace.json.gz").write_bytes((H200 / "full" / "clean" / "rank-0.pt.trace.json.gz").read_bytes())
+    (folder / "run.json").write_text(json.dumps({**run, "git_revision": older}))
+    a = analyze(load(folder / "rank-0.pt.trace.json.gz", progress=False))
+    assert _logger_site(a)["site"] == ("in function _run (trainer/logger.py, at line 82 when tracing "
+                                       "began): candidate lines 81, 82")

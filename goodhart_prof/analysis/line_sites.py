@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from ..trace.model import Trace
+from ..trace.run import RUN_FILE, run_folder
+from ..trace.run_json import RunJsonError, read_run_json
 from .hostops import TORCH_ANNOTATION
 from .source_lines import STEP_SEGMENT, Body, SourceIndex
 from .tree import FrameForest, HostTree
@@ -111,13 +113,29 @@ def recorded_at(trace: Trace) -> float | None:
     return min(times) if times else None
 
 
+def recorded_revision(trace: Trace) -> str | None:
+    """The git revision the run that wrote the trace was at (its run.json's `git_revision`, 40 hex
+    digits; None when the trace is not part of a run or the run did not record one)."""
+    for p in trace.paths:
+        folder = run_folder(p)
+        if folder is None:
+            continue
+        try:
+            rev = read_run_json(folder / RUN_FILE).get("git_revision")
+        except RunJsonError:
+            continue  # the analysis says so where it reads the run; here it only loses the check
+        if isinstance(rev, str) and re.fullmatch(r"[0-9a-f]{40}", rev):
+            return rev
+    return None
+
+
 class Placer:
     """Line placement for the events of one trace (caches per frame, segment and class)."""
 
     def __init__(self, trace: Trace, tree: HostTree, forest: FrameForest):
         self.trace, self.tree, self.forest = trace, tree, forest
         self.index: SourceIndex = trace.derived(
-            "source_index", lambda t: SourceIndex(source_roots(t), recorded_at(t)))
+            "source_index", lambda t: SourceIndex(source_roots(t), recorded_at(t), recorded_revision(t)))
         self._events: dict[tuple, np.ndarray] = {}
         self._py: dict[int, tuple[int, int]] = {}
         self._around: dict[int, int] = {}
