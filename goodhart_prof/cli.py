@@ -9,7 +9,7 @@ import sys
 import click
 
 from . import __version__, run_options
-from .errors import UserError, run_cli, warn
+from .errors import UserError, out_of_memory, run_cli, warn
 from .textsafe import printable, quote_path
 from .settings import DEFAULT_MODE, DEFAULT_WINDOW, MODES, SettingsError, parse_iterations
 
@@ -123,12 +123,8 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, w
 
     Without PATH: the latest run (PROF_OUTPUT_DIR or traces, its `latest`).
     """
-    from .analysis import analyze as run_analysis
-    from .trace.load import load
-
     if html_file:
         from .report.common import refuse_overwrite
-        from .report.html import write_html
         refuse_overwrite(html_file, force)  # fail before the work, not after the report
     if hta:
         from .analysis.hta_bridge import require_hta
@@ -137,6 +133,17 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, w
         raise UserError("--workers and --scheduler exclude each other (the scheduler's cluster has its own workers)")
     if path is None:
         path = _latest("analyzing")
+    with out_of_memory(path):
+        _analyze(path, as_json, top, rank, device, hta, progress, html_file, force, workers,
+                 scheduler, strict)
+
+
+def _analyze(path, as_json, top, rank, device, hta, progress, html_file, force, workers, scheduler,
+             strict):
+    """`analyze` once its options are checked: load, analyse, report (out of memory: one line)."""
+    from .analysis import analyze as run_analysis
+    from .trace.load import load
+
     if workers is not None or scheduler is not None:
         from .trace.cluster import load_on_cluster
         trace = load_on_cluster(path, workers, scheduler, strict)
@@ -152,6 +159,7 @@ def analyze(path, as_json, top, rank, device, hta, progress, html_file, force, w
         trace = trace.select(rank, device)
     result = run_analysis(trace)
     if html_file:
+        from .report.html import write_html
         write_html(result, html_file, force)
         click.echo(f"wrote {quote_path(html_file)}", err=True)
     if as_json:
@@ -223,20 +231,24 @@ def diff(a, b, root, as_json, html_file, force, top):
         from .report.common import refuse_overwrite
         refuse_overwrite(html_file, force)  # fail before the work, not after it
     runs = read_run(a), read_run(b)  # a broken run.json fails before the analyses
-    comparison = compare(run_analysis(load(a)), run_analysis(load(b)), *runs)
-    if html_file:
-        from .report.diff_html import write_html
-        write_html(comparison, html_file, force=force, top=top)
-        click.echo(f"wrote {quote_path(html_file)}", err=True)
-    if as_json:
-        import json
-        from .report.diff_json import to_document
-        explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
-        click.echo(json.dumps(to_document(comparison, top if explicit_top else None), indent=1,
-                              allow_nan=False))
-        return
-    from .report.diff_text import render as render_diff
-    render_diff(comparison, _console(), top)
+    for run in runs:  # metrics.jsonl lines skipped (torn, out of range)
+        for warning in run.warnings if run is not None else []:
+            warn(warning)
+    with out_of_memory(a, b):
+        comparison = compare(run_analysis(load(a)), run_analysis(load(b)), *runs)
+        if html_file:
+            from .report.diff_html import write_html
+            write_html(comparison, html_file, force=force, top=top)
+            click.echo(f"wrote {quote_path(html_file)}", err=True)
+        if as_json:
+            import json
+            from .report.diff_json import to_document
+            explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
+            click.echo(json.dumps(to_document(comparison, top if explicit_top else None), indent=1,
+                                  allow_nan=False))
+            return
+        from .report.diff_text import render as render_diff
+        render_diff(comparison, _console(), top)
 
 
 @cli.group("log")
@@ -260,7 +272,8 @@ def log_add(path, change, log_file):
     from . import perflog
     if path is None:
         path = _latest("adding")
-    row = perflog.add(path, change, log_file)
+    with out_of_memory(path):
+        row = perflog.add(path, change, log_file)
     click.echo(printable(f"added to {log_file}: {perflog.describe(row)}"))
 
 

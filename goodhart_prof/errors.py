@@ -6,9 +6,13 @@ acts on the terminal. Name a path in a message with `textsafe.quote_path` to hav
 needs escapes."""
 from __future__ import annotations
 
+import os
+import resource
+import traceback
+
 import click
 
-from .textsafe import printable
+from .textsafe import printable, quote_path
 
 
 class UserError(click.ClickException):
@@ -22,6 +26,66 @@ class UserError(click.ClickException):
 
 class TraceError(UserError):
     """A trace input cannot be used; the message names the file and the problem."""
+
+
+class out_of_memory:  # noqa: N801 -- used as a context manager, like contextlib's
+    """`with out_of_memory(paths):` around a load and its analysis: a MemoryError inside becomes
+    the one-line TraceError `PATH (SIZE): out of memory loading or analysing it: it needed more
+    than ...` (the address-space limit, `ulimit -v`, or the memory available, and how far this
+    process got). Everything but the last figure is worked out on entry, and the failed work's
+    frames are cleared before the message is made, so the error path allocates little."""
+
+    def __init__(self, *paths) -> None:
+        self.paths = paths
+
+    def __enter__(self) -> "out_of_memory":
+        named = [f"{quote_path(p)} ({_size_mb(p)})" for p in self.paths]
+        self.prefix = " and ".join(named) + ": out of memory loading or analysing " + \
+            ("it" if len(named) == 1 else "them")
+        self.limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is None or not issubclass(kind, MemoryError):
+            return False
+        traceback.clear_frames(tb)  # the failed work's tables go now (the running frame stays)
+        del exc, tb
+        try:
+            message = f"{self.prefix}: {_needed(self.limit)}"
+        except (MemoryError, OSError, ValueError):
+            message = self.prefix
+        raise TraceError(message) from None
+
+
+def _size_mb(path) -> str:
+    """A file's size, or the total of a folder's files (not its subfolders), in MB."""
+    try:
+        if os.path.isdir(path):
+            size = sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+        else:
+            size = os.stat(path).st_size
+    except OSError:
+        return "size unknown"
+    return f"{size / 1e6:,.1f} MB"
+
+
+def _needed(limit: int) -> str:
+    """What memory the process had: the address-space limit and its peak, else what is free."""
+    if limit != resource.RLIM_INFINITY:
+        return (f"it needed more than the {limit / 1e6:,.0f} MB this process may use (ulimit -v; "
+                f"it had reached {_proc_mb('/proc/self/status', 'VmPeak:'):,.0f} MB)")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # KiB on Linux
+    return (f"it needed more than the {_proc_mb('/proc/meminfo', 'MemAvailable:'):,.0f} MB of memory "
+            f"available (this process had reached {peak_mb:,.0f} MB resident)")
+
+
+def _proc_mb(file: str, key: str) -> float:
+    """A `Key:   123 kB` figure (KiB) of a /proc file, in MB (ValueError where there is none)."""
+    with open(file, "rb") as fh:
+        for line in fh:
+            if line.startswith(key.encode()):
+                return int(line.split()[1]) * 1024 / 1e6
+    raise ValueError(key)
 
 
 def warn(message: str) -> None:
@@ -44,4 +108,12 @@ def run_cli(command: click.Command, prog_name: str, args: list[str] | None = Non
     except click.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)
+    except MemoryError as exc:  # where no `out_of_memory` names the input: still one line
+        traceback.clear_frames(exc.__traceback__)
+        try:
+            why = f" ({_needed(resource.getrlimit(resource.RLIMIT_AS)[0])})"
+        except (MemoryError, OSError, ValueError):
+            why = ""
+        click.echo(f"Error: out of memory{why}", err=True)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import UserError
+from .errors import UserError, warn
 from .fileio import atomic_path, make_parent, write_error
 from .trace.run import read_run
 from .textsafe import printable, quote_path
@@ -106,10 +106,15 @@ def env_steps_per_s(path: str | os.PathLike) -> float | None:
 
 
 def _run(path: str | os.PathLike):
+    """The run record of path (None: not part of a run); its skipped metrics.jsonl lines are
+    warned for here, once."""
     try:
-        return read_run(path)
+        run = read_run(path)
     except UserError as exc:
         raise PerfLogError(exc.message) from None
+    for warning in run.warnings if run is not None else []:
+        warn(warning)
+    return run
 
 
 def throughput(run) -> dict[str, Any]:
@@ -341,10 +346,10 @@ def read_rows(log: str | os.PathLike) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_bytes().splitlines():
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = json.loads(line.decode("utf-8"))
+        except (ValueError, RecursionError):  # not UTF-8 (a write torn inside a character), not JSON
             continue
         if isinstance(row, dict):
             rows.append(row)

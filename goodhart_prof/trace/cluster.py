@@ -10,7 +10,11 @@ warning naming it, or stops the load under `strict`: never a hang.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
+import re
+import resource
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +22,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..errors import UserError
-from .load import TraceError, finish, load_rank_file, trace_files
+from ..errors import UserError, warn
+from .file_ranks import trace_files
+from .load import TraceError, finish, load_rank_file
 from .model import Trace
 from ..textsafe import quote_path
 
@@ -44,23 +49,130 @@ def require_dask(option: str = "--workers"):
 def load_on_cluster(path: str | Path, workers: int | None = None, scheduler: str | None = None,
                     strict: bool = False, task: Callable = load_rank_file,
                     rank_timeout_s: float = RANK_TIMEOUT_S) -> Trace:
-    """Load PATH's rank files one per Dask task (`task(file, index)`, replaceable for tests)."""
-    distributed = require_dask("--scheduler" if scheduler else "--workers")
+    """Load PATH's rank files one per Dask task (`task(file, index)`, replaceable for tests).
+
+    `--workers N` starts no more workers than there are rank files and cores (`worker_count`,
+    said on stderr when it takes fewer), and only under an open-files limit they fit in
+    (`ensure_open_files`); a `--scheduler` address is checked before Dask sees it."""
+    if scheduler is not None:
+        check_scheduler(scheduler)
+    distributed = require_dask("--scheduler" if scheduler is not None else "--workers")
     started = time.perf_counter()
     path = Path(path)
-    files = trace_files(path)
+    listed: list[str] = []  # rank files that are no files (dangling links, ...): warned for
+    files = trace_files(path, strict, listed)
+    if scheduler is None:
+        workers, note = worker_count(workers, len(files), _cores())
+        if note:
+            warn(note)
+        ensure_open_files(workers)
     with _client(distributed, workers, scheduler) as client:
         outcomes = _gather(distributed, client, files, task, strict, rank_timeout_s)
-    return finish(path, files, outcomes, strict, started=started)  # load cost: the client's
+    return finish(path, files, outcomes, strict, listed, started=started)  # load cost: the client's
+
+
+SCHEDULER_PROTOCOLS = ("tcp", "tls", "ws", "wss", "ucx")
+SCHEDULER_EXAMPLE = "tcp://127.0.0.1:8786"
+_HOST_NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def check_scheduler(address: str) -> None:
+    """A one-line UserError unless `address` is PROTOCOL://HOST:PORT (or HOST:PORT, tcp) with a
+    protocol Dask speaks, a host name or IP address (IPv6 in brackets) and a port 1-65535.
+    Checked before Dask sees it: Dask answers a malformed one with a ValueError or TypeError."""
+    if not address:
+        raise UserError(f"--scheduler: the address is empty (expected e.g. {SCHEDULER_EXAMPLE})")
+    why = _address_problem(address)
+    if why:
+        raise UserError(f"--scheduler {address}: not a scheduler address: {why} "
+                        f"(expected e.g. {SCHEDULER_EXAMPLE})")
+
+
+def _address_problem(address: str) -> str | None:
+    protocol, sep, rest = address.partition("://")
+    if not sep:
+        protocol, rest = "tcp", address
+    elif protocol not in SCHEDULER_PROTOCOLS:
+        return f"protocol {protocol}:// is not one Dask speaks ({', '.join(SCHEDULER_PROTOCOLS)})"
+    if rest.startswith("["):
+        host, bracket, port = rest[1:].partition("]")
+        if not bracket:
+            return "an IPv6 host needs its closing ]"
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return f"host [{host}] is not an IPv6 address"
+        if not port.startswith(":"):
+            return "no port"
+        port = port[1:]
+    else:
+        host, colon, port = rest.rpartition(":")
+        if not colon:
+            return "no port"
+        if not host:
+            return "no host"
+        if not _HOST_NAME.fullmatch(host):
+            return f"host {host!r} is not a host name or IP address"
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"port {port} is not 1 to 65535" if port else "no port"
+    return None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def worker_count(requested: int | None, files: int, cores: int) -> tuple[int, str | None]:
+    """The local cluster's worker processes: the ones asked for, but no more than the rank files
+    (one task each) or the cores (each worker decodes on one); with the line that says so when
+    fewer than asked for. Never more, whatever was asked: each worker is a process."""
+    wanted = requested or 1
+    count = max(1, min(wanted, files, cores))
+    if count == wanted:
+        return count, None
+    return count, f"--workers {requested}: using {count} ({files} rank files, {cores} cores)"
+
+
+# Open files the main process holds for a LocalCluster of N workers (the scheduler's and nanny's
+# sockets and pipes): measured on dask/distributed 2026.8 as at most 33 + 10 per worker (1: 33,
+# 2: 42, 4: 64, 8: 103), with margin; under it Nannies fail to start, or workers fail with EMFILE.
+FILES_BASE, FILES_PER_WORKER = 32, 12
+
+
+def files_needed(workers: int) -> int:
+    return FILES_BASE + FILES_PER_WORKER * workers
+
+
+def ensure_open_files(workers: int) -> None:
+    """Raise the soft open-files limit towards the hard one when it is below what `workers`
+    need (the worker processes inherit it); a one-line UserError when even that is too low."""
+    needed = files_needed(workers)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = hard if hard != resource.RLIM_INFINITY else max(needed, 4096)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    except (ValueError, OSError):  # not allowed here: the check below says what is needed
+        pass
+    if soft < needed:
+        raise UserError(f"--workers {workers}: needs about {needed} open files, and the limit is "
+                        f"{soft} (ulimit -n; raise it, or use fewer workers)")
 
 
 @contextmanager
 def _client(distributed, workers: int | None, scheduler: str | None) -> Iterator:
-    if scheduler:
+    if scheduler is not None:
         try:
             client = distributed.Client(scheduler, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as exc:
             raise UserError(f"--scheduler {scheduler}: no Dask scheduler answered ({exc})") from None
+        except (ValueError, TypeError, ImportError) as exc:  # e.g. ucx:// without its package
+            raise UserError(f"--scheduler {scheduler}: Dask cannot use this address ({exc})") from None
         with client:
             yield client
         return

@@ -1,9 +1,12 @@
-"""Which rank each trace file holds: its distributedInfo, its process names (`rank <r>`, merged
-traces) or its file name, how conflicting evidence is settled (DESIGN.md `rank`), and the ranks of
-a folder's files, none claimed twice."""
+"""A folder's rank files, and which rank each trace file holds: its distributedInfo, its process
+names (`rank <r>`, merged traces) or its file name, how conflicting evidence is settled (DESIGN.md
+`rank`), and the ranks of a folder's files, none claimed twice."""
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +19,74 @@ if TYPE_CHECKING:
     from .load import FileResult
 
 MAX_RANK = 2**31 - 1
+NOT_TRACES = {"run.json"}
+MERGED = "merged_trace.json"  # a run folder's merge of its ranks: read only when they are not there
+SKIPPED = "(the other ranks are analysed; --strict stops instead)"
+
+
+def trace_files(path: Path, strict: bool = False, warnings: list[str] | None = None) -> list[Path]:
+    """The trace files a path stands for (a folder's per-rank traces win over its merged one).
+
+    A folder's entry named as a trace (*.json, *.json.gz) that is no regular file -- a dangling
+    or looping symbolic link, a FIFO, a folder -- is never dropped silently: it is skipped with a
+    warning appended to `warnings` (as an unreadable rank file is), or stops the load under
+    `strict`, or when the folder holds nothing else."""
+    try:
+        if path.is_file():
+            return [path]
+        if not path.exists():
+            raise TraceError(f"{quote_path(path)}: {_missing(path)}")
+        if not path.is_dir():  # a FIFO or a device would block or never end: refused
+            raise TraceError(f"{quote_path(path)}: not a file or folder")
+        found, unusable = [], []
+        for entry in sorted(path.iterdir()):
+            if entry.name in NOT_TRACES or not entry.name.endswith((".json", ".json.gz")):
+                continue
+            problem = _not_a_file(entry)
+            if problem:
+                unusable.append((entry, problem))
+            else:
+                found.append(entry)
+    except OSError as exc:  # an unreadable folder, a name too long, ...
+        raise TraceError(f"{quote_path(path)}: cannot read ({exc.strerror or exc})") from None
+    per_rank = [p for p in found if p.name != MERGED]
+    found = per_rank or found
+    if per_rank:  # a merged trace would not be read anyway
+        unusable = [(e, problem) for e, problem in unusable if e.name != MERGED]
+    if unusable and (strict or not found):
+        entry, problem = unusable[0]
+        raise TraceError(f"{quote_path(entry)}: {problem}")
+    if not found:
+        raise TraceError(f"{quote_path(path)}: folder holds no trace files (*.json, *.json.gz)")
+    if warnings is not None:
+        warnings += [f"skipped rank file {quote_path(e.name)}: {problem} {SKIPPED}" for e, problem in unusable]
+    return found
+
+
+def _not_a_file(entry: Path) -> str | None:
+    """Why a folder entry named as a trace cannot be loaded as one; None for a regular file."""
+    try:
+        mode = entry.stat().st_mode  # follows a symbolic link
+    except OSError as exc:
+        return _missing(entry) if exc.errno in (errno.ENOENT, errno.ELOOP) else \
+            f"cannot read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    return "a folder, not a trace file" if stat.S_ISDIR(mode) else "not a regular file"
+
+
+def _missing(path: Path) -> str:
+    """What a path that does not resolve is: a looping or dangling symbolic link, or nothing."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return "no such file or folder"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+    return f"a dangling symbolic link (to {quote_path(target)})"
 _FILE_NAME_RANK = re.compile(r"(?<![a-z])rank[-_]?(\d{1,9})(?!\d)", re.IGNORECASE)
 
 

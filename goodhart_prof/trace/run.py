@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..textsafe import quote_path
 from .run_json import read_run_json
 
 RUN_FILE = "run.json"
@@ -50,6 +51,7 @@ class RunRecord:
     window: tuple[int, int] | None  # traced iterations FIRST..LAST (None: profiling off)
     env_steps_per_s: float | None   # run.json's whole-run figure
     metrics: pd.DataFrame = field(repr=False)  # iteration, env_steps, iteration_s, env_steps_per_s
+    warnings: list[str] = field(default_factory=list)  # metrics.jsonl lines skipped (`_metrics`)
 
     @property
     def first_iteration(self) -> int | None:
@@ -104,7 +106,8 @@ def run_folder(path: str | os.PathLike) -> Path | None:
 def read_run(path: str | os.PathLike) -> RunRecord | None:
     """The RunRecord of the run path belongs to (None: not part of a run). A run.json that is
     not JSON, too big, too deep or has a field of the wrong type (trace/run_json.py) is a
-    one-line error naming it; a missing or torn metrics.jsonl line is skipped."""
+    one-line error naming it; a metrics.jsonl line that cannot be used is skipped with a warning
+    (`RunRecord.warnings`, for the caller to show)."""
     folder = run_folder(path)
     if folder is None:
         return None
@@ -114,32 +117,91 @@ def read_run(path: str | os.PathLike) -> RunRecord | None:
     window = (int(window[0]), int(window[1])) if _pair(window) else None
     world = record.get("world_size")
     rate = record.get("env_steps_per_s")
+    warnings: list[str] = []
     return RunRecord(folder=folder, world_size=int(world) if isinstance(world, int) and world > 0 else 1,
                      window=window,
-                     env_steps_per_s=float(rate) if _number(rate) else None,
-                     metrics=_metrics(folder / METRICS_FILE))
+                     env_steps_per_s=None if math.isnan(_float(rate)) else _float(rate),
+                     metrics=_metrics(folder / METRICS_FILE, warnings), warnings=warnings)
 
 
 def _pair(value) -> bool:
     return isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+MAX_ITERATION = 2**63 - 1  # iterations are int64 in the table
 
 
-def _metrics(path: Path) -> pd.DataFrame:
+def _metrics(path: Path, warnings: list[str]) -> pd.DataFrame:
+    """metrics.jsonl's rows. A torn last line (the run still writing it, or stopped while it did),
+    a line that is not a row (not UTF-8, not JSON, no integer `iteration`) and an iteration out of
+    the int64 range are skipped, each with a warning naming the file and the line; a value that is
+    not a finite number (or is beyond a float) is NaN."""
     rows = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a torn last line of an interrupted run
-            if isinstance(row, dict) and isinstance(row.get("iteration"), int):
-                rate = row.get("env_steps_per_s")
-                rows.append((row["iteration"], row.get("env_steps"), row.get("iteration_s"),
-                             float(rate) if _number(rate) else math.nan))
+    data = _read_metrics(path, warnings)
+    lines = data.split(b"\n")
+    torn = lines.pop() if lines else b""  # after the last newline: a line still being written
+    not_rows: list[int] = []
+    for number, line in enumerate(lines + ([torn] if torn.strip() else []), start=1):
+        row = _json_line(line)
+        if row is None and number > len(lines):
+            warnings.append(f"{quote_path(path)}: skipped line {number}, its last: torn (the run was "
+                            "still writing it, or was stopped)")
+            continue
+        if row is None:
+            if line.strip():
+                not_rows.append(number)
+            continue
+        it = row.get("iteration")
+        if not isinstance(it, int) or isinstance(it, bool):
+            not_rows.append(number)
+        elif not 0 <= it <= MAX_ITERATION:
+            warnings.append(f"{quote_path(path)}: skipped line {number}: iteration {_clip(it)} is out of "
+                            "range (0 to 2**63 - 1)")
+        else:
+            rows.append((it, _float(row.get("env_steps")), _float(row.get("iteration_s")),
+                         _float(row.get("env_steps_per_s"))))
+    if not_rows:
+        shown = ", ".join(map(str, not_rows[:5])) + (", ..." if len(not_rows) > 5 else "")
+        warnings.append(f"{quote_path(path)}: skipped {len(not_rows)} line(s) that are not metrics rows "
+                        f"(line{'s' if len(not_rows) > 1 else ''} {shown})")
     frame = pd.DataFrame(rows, columns=["iteration", "env_steps", "iteration_s", "env_steps_per_s"])
     frame = frame.drop_duplicates("iteration", keep="last").sort_values("iteration", kind="stable")
-    return frame.astype({"iteration": np.int64, "env_steps_per_s": float}).reset_index(drop=True)
+    return frame.astype({"iteration": np.int64, "env_steps": float, "iteration_s": float,
+                         "env_steps_per_s": float}).reset_index(drop=True)
+
+
+def _read_metrics(path: Path, warnings: list[str]) -> bytes:
+    """The file's bytes; b"" when there is none, or (with a warning) when it cannot be read."""
+    try:
+        if not path.is_file():
+            return b""
+        return path.read_bytes()
+    except OSError as exc:
+        warnings.append(f"{quote_path(path)}: not read ({exc.strerror or exc}); the run's "
+                        "per-iteration figures are left out")
+        return b""
+
+
+def _json_line(line: bytes) -> dict | None:
+    """One line's object; None for a line that is not UTF-8, not JSON, or not an object."""
+    try:
+        row = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def _float(value) -> float:
+    """A finite number as a float; NaN for anything else (text, a bool, an int beyond a float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return math.nan
+    try:
+        value = float(value)
+    except OverflowError:
+        return math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+def _clip(value) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else text[:21] + "..."

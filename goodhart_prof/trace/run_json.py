@@ -25,10 +25,13 @@ class RunJsonError(UserError):
     """A run.json that cannot be used: `PATH: problem`, exit 2."""
 
 
+Iteration = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]  # int64, as the tables hold them
+
+
 class _Profiling(msgspec.Struct):
     enabled: bool = False
     mode: str | None = None
-    iterations: tuple[int, int] | None = None
+    iterations: tuple[Iteration, Iteration] | None = None
 
 
 class _Checked(msgspec.Struct):
@@ -36,7 +39,7 @@ class _Checked(msgspec.Struct):
 
     schema: str | None = None
     created: str | None = None
-    world_size: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    world_size: Annotated[int, msgspec.Meta(ge=1, le=2**31 - 1)] | None = None  # a rank is an int32
     env_steps_per_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
     profiling: _Profiling | None = None
     interrupted: dict[str, Any] | None = None
