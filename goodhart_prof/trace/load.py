@@ -20,7 +20,7 @@ from ..errors import TraceError
 from . import times
 from .decode import AmbiguousDoc, DecodeError
 from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
-from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, world_size
+from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, trace_files, world_size
 from .memory_table import concat_memory, empty_memory
 from .model import Frames, LoadCost, Trace
 from . import ranges
@@ -33,7 +33,6 @@ from ..textsafe import quote_path
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 TRIM_EVENTS = 1_000_000  # a load this big gives its freed heap back once assembled (4 GB trace: 1.55 -> 0.93 GB RSS)
-NOT_TRACES = {"run.json"}
 
 
 @dataclass
@@ -52,26 +51,6 @@ class FileResult:
     memory: pd.DataFrame = field(default_factory=empty_memory)
     world_size: int | None = None    # from distributedInfo
     unfit: int = 0                   # of `skipped`: times that do not fit the trace (times.py)
-
-
-def trace_files(path: Path) -> list[Path]:
-    """The trace files a path stands for (a folder's per-rank traces win over its merged one)."""
-    try:
-        if path.is_file():
-            return [path]
-        if not path.exists():
-            raise TraceError(f"{quote_path(path)}: no such file or folder")
-        if not path.is_dir():  # a FIFO or a device would block or never end: refused
-            raise TraceError(f"{quote_path(path)}: not a file or folder")
-        found = sorted(p for p in path.iterdir() if p.is_file() and p.name not in NOT_TRACES
-                       and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
-    except OSError as exc:  # an unreadable folder, a name too long, ...
-        raise TraceError(f"{quote_path(path)}: cannot read ({exc.strerror or exc})") from None
-    per_rank = [p for p in found if p.name != "merged_trace.json"]
-    found = per_rank or found
-    if not found:
-        raise TraceError(f"{quote_path(path)}: folder holds no trace files (*.json, *.json.gz)")
-    return found
 
 
 def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[list[ranges.Piece] | None, Any]":
@@ -217,7 +196,8 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     ranks are loaded; with `strict` (or when no rank file loads) its error stops the load."""
     started = time.perf_counter()
     path = Path(path)
-    files = trace_files(path)
+    listed: list[str] = []  # rank files that are no files (dangling links, ...): warned for
+    files = trace_files(path, strict, listed)
     try:
         sizes = [f.stat().st_size for f in files]
     except OSError as exc:
@@ -230,7 +210,7 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     finally:
         if bar is not None:
             bar.close()
-    return finish(path, files, outcomes, strict, started=started)
+    return finish(path, files, outcomes, strict, listed, started=started)
 
 
 def load_rank_file(path: Path, default_rank: int) -> "FileResult | TraceError":
