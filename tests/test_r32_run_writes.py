@@ -23,6 +23,7 @@ def _limited(nbytes: int):
 
 
 def _run(tmp_path: Path, root: Path, preexec=None, *extra: str) -> subprocess.CompletedProcess:
+    """The tiny run (iterations 0-1, window 1) into root/r, TMPDIR an empty folder of its own."""
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY_CONFIG + "warmup = false\n")
     tmpdir = tmp_path / "tmpdir"
@@ -83,3 +84,17 @@ def test_a_killed_writers_trace_temporaries_are_removed(tmp_path):
         path.write_text("partial")
     assert sorted(remove_stale_temporaries(final)) == sorted(left)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_cut_short_is_one_line(tmp_path):
+    """torch.save reports a short write as a RuntimeError from its zip writer (a traceback, exit 1
+    before): it is the one-line `cannot write` of the checkpoint, exit 2, no checkpoint left."""
+    root = tmp_path / "traces"
+    res = _run(tmp_path, root, _limited(20 * 1024), "--checkpoint-every", "1")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    errors = [line for line in error_lines(res.stderr) if line.startswith("Error: ")]
+    checkpoint = root / "r" / "checkpoint-rank0.pt"
+    assert len(errors) == 1 and errors[0].startswith(
+        f"Error: {checkpoint}: cannot write: torch.save stopped short (disk full or a file size "
+        f"limit?)"), res.stderr
+    assert sorted(p.name for p in (root / "r").iterdir()) == ["metrics.jsonl"]

@@ -365,7 +365,11 @@ class Trainer:
 
     def save_checkpoint(self, path: Path) -> None:
         with writing(path) as tmp:
-            torch.save(self.snapshot(), tmp)
+            try:
+                torch.save(self.snapshot(), tmp)
+            except RuntimeError as exc:  # torch's zip writer says a short write so (ulimit -f, disk full)
+                raise OSError(f"torch.save stopped short (disk full or a file size limit?): "
+                              f"{str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}") from None
 
     def load_checkpoint(self, path: Path) -> None:
         snap = torch.load(path, map_location=self.device, weights_only=False)
