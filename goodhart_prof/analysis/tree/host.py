@@ -339,15 +339,17 @@ def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
     s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))
     if not len(s_rank) or not len(ts):
         return out
-    # (rank, ts) as one integer key (dense codes of the times), one searchsorted for all ranks
-    # (a pass over every ts per rank was quadratic: 20,000 ranks)
-    values, codes = np.unique(np.concatenate((s_ts, np.asarray(ts, dtype=float))), return_inverse=True)
-    codes = codes.ravel()
-    s_key = s_rank.astype(np.int64) * len(values) + codes[:len(s_ts)]
-    q_key = np.asarray(rank, dtype=np.int64) * len(values) + codes[len(s_ts):]
-    order = np.argsort(s_key, kind="stable")  # by rank, then start (ties: table order)
-    j = np.searchsorted(s_key[order], q_key, side="right") - 1
+    # the steps by rank, then start (ties: table order); each query searches its rank's steps,
+    # all ranks in one segment_searchsorted (a pass over every ts per rank was quadratic: 20,000
+    # ranks; a sort of all the query times cost more than the search)
+    order = np.lexsort((s_ts, s_rank))
+    s_rank_sorted = s_rank[order].astype(np.int64)
+    rank = np.asarray(rank, dtype=np.int64)
+    lo = np.searchsorted(s_rank_sorted, rank, side="left")
+    hi = np.searchsorted(s_rank_sorted, rank, side="right")
+    j = segment_searchsorted(np.asarray(s_ts, dtype=float)[order], lo, hi, np.asarray(ts, dtype=float),
+                             side="right") - 1
     at = order[np.maximum(j, 0)]
-    ok = (j >= 0) & (s_rank[at] == rank) & (ts <= s_end[at])
+    ok = (j >= lo) & (ts <= s_end[at])
     out[ok] = s_step[at[ok]]
     return out
