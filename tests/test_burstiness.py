@@ -143,12 +143,18 @@ def test_periodic_kernels_give_minus_one(tmp_path):
 
 
 def test_bursts_give_positive_b(tmp_path):
+    # worked by hand: kernels starting at 0, 1, ..., 9 and 30 leave ten intervals, nine of 1 us and
+    # one of 21 us: mean 30/10 = 3, mean square (9 + 441)/10 = 45, so sigma = sqrt(45 - 9) = 6 and
+    # B = (6 - 3) / (6 + 3) = 1/3
+    b = one(trace_of(tmp_path, *[kernel(s, 0.5) for s in [*range(10), 30]]))
+    assert b.burstiness_B == pytest.approx(1 / 3, abs=1e-12)
+    # four intervals of 1 us and one of 11 us (starts 0..4, 15): mean 3, mean square
+    # (4 + 121)/5 = 25, sigma 4, B = 1/7
+    b = one(trace_of(tmp_path, *[kernel(s, 0.5) for s in [*range(5), 15]]))
+    assert b.burstiness_B == pytest.approx(1 / 7, abs=1e-12)
+    # ten bursts of ten kernels: bursty, B well above the Poisson 0
     starts = [10_000 * burst + 2 * i for burst in range(10) for i in range(10)]
-    b = one(trace_of(tmp_path, *[kernel(s, 1) for s in starts]))
-    gaps = np.diff(starts)
-    mu, sigma = gaps.mean(), gaps.std()
-    assert b.burstiness_B == pytest.approx((sigma - mu) / (sigma + mu))
-    assert b.burstiness_B > 0.5
+    assert one(trace_of(tmp_path, *[kernel(s, 1) for s in starts])).burstiness_B > 0.5
 
 
 def test_poisson_starts_give_about_zero(tmp_path):

@@ -221,13 +221,19 @@ def test_log_compare_of_two_runs_of_one_configuration(tmp_path, capsys):
 
 
 def test_profiler_cost_of_a_run_by_its_own_clock():
-    run = read_run(AB / "clean_1")
-    rows = [json.loads(line) for line in (AB / "clean_1" / "metrics.jsonl").read_text().splitlines()]
-    traced = sorted(r["iteration_s"] for r in rows if 10 <= r["iteration"] <= 15)
-    untraced = sorted(r["iteration_s"] for r in rows if 1 <= r["iteration"] <= 8)
-    cost = profiler_cost(run)  # n <= 8: the intervals are [min, max]
-    assert cost.median == pytest.approx(np.median(traced) / np.median(untraced))
-    assert (cost.low, cost.high) == (pytest.approx(traced[0] / untraced[-1]), pytest.approx(traced[-1] / untraced[0]))
+    # worked by hand from clean_1/metrics.jsonl (iteration_s): traced iterations 10-15 (run.json's
+    # window) sorted 0.037096 0.047049 0.047548 0.049351 0.049940 0.059150, median
+    # (0.047548 + 0.049351) / 2 = 0.0484495; untraced 1-8 (0 is warm-up, 9 the profiler's) sorted
+    # 0.025856 0.026359 0.027835 0.028807 0.032235 0.033955 0.038256 0.039862, median
+    # (0.028807 + 0.032235) / 2 = 0.030521. Ratio 0.0484495 / 0.030521 = 1.58742. With 6 and 8
+    # values the 95% intervals are [min, max] (k = 2 covers only 1 - 2 * 7/64 = 78% and
+    # 1 - 2 * 9/256 = 93%), covering 1 - 2/64 = 96.875% and 1 - 2/256 = 99.22%: the cost's interval
+    # is [0.037096 / 0.039862, 0.059150 / 0.025856] = [0.93061, 2.28767] at 96.875% x 99.22% = 96.12%
+    cost = profiler_cost(read_run(AB / "clean_1"))
+    assert cost.n == 6
+    assert cost.median == pytest.approx(1.58742, abs=5e-6)
+    assert (cost.low, cost.high) == (pytest.approx(0.93061, abs=5e-6), pytest.approx(2.28767, abs=5e-6))
+    assert cost.confidence == pytest.approx(0.96118, abs=5e-6)
 
 
 def test_a_machine_that_changed_speed_withholds_every_time_verdict(tmp_path, clean_2, capsys):
