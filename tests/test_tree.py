@@ -1,13 +1,15 @@
 """The host call tree (analysis/tree.py): parents against their definition, columns on real traces."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
-import pandas as pd
 import pytest
 
 from goodhart_prof.analysis.tree import depths, holder_parents, host_tree, start_order
 from goodhart_prof.analysis.tree.parents import parents_and_depths
 from goodhart_prof.trace.load import load
+from helpers import X
 
 from pathlib import Path
 
@@ -100,8 +102,22 @@ def test_tree_columns_on_the_owlv2_trace():
     assert (tree.ts[found] <= tree.ts).all() and (tree.end[found] >= tree.end).all()
 
 
-def test_enclosing_an_instant_between_two_ops():
-    events = pd.DataFrame({"ts": [0.0, 10.0], "end": [5.0, 20.0]})
-    ts, end = events["ts"].to_numpy(), events["end"].to_numpy()
-    parent = holder_parents(ts, end)
-    np.testing.assert_array_equal(parent, [-1, -1])
+def test_enclosing_an_instant_between_two_ops(tmp_path):
+    # two sibling ops on one thread, [0, 5] and [10, 20], the second holding a child [12, 14]:
+    # neither is the other's parent, and an instant (ts == end) in the hole between them, at 7,
+    # is held by nothing; instants inside (3, 13, 17) and on the edges (5: [0, 5] ends at or after
+    # it; 10) are held by the innermost op there; another thread's instant at 3 by nothing
+    events = [X("aten::a", "cpu_op", 0, 5), X("aten::b", "cpu_op", 10, 10), X("aten::c", "cpu_op", 12, 2)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tree = host_tree(load(path, progress=False))
+    np.testing.assert_array_equal(holder_parents(np.array([0.0, 10.0]), np.array([5.0, 20.0])), [-1, -1])
+    at = np.array([7.0, 3.0, 5.0, 10.0, 13.0, 17.0, 3.0])
+    tid = np.array([100, 100, 100, 100, 100, 100, 101])
+    n = len(at)
+    found = tree.enclosing(np.full(n, tree.rank[0]), np.full(n, 100), tid, at, at)
+    node = {float(t): i for i, t in enumerate(tree.ts)}  # each op by its start
+    assert found.tolist() == [-1, node[0], node[0], node[10], node[12], node[10], -1]
+    # an interval reaching across the hole is held by nothing either
+    assert tree.enclosing(tree.rank[:1], np.array([100]), np.array([100]), np.array([4.0]),
+                          np.array([11.0])).tolist() == [-1]
