@@ -8,6 +8,7 @@ import pandas as pd
 from ..trace.model import Trace
 from .burstiness import DeviceBurstiness
 from .comm import Communication
+from .critical_path import CriticalPath
 from .memory import Memory
 from .efficiency import Efficiency
 from .rules.base import Finding, NotJudged
@@ -41,12 +42,14 @@ class Analysis:
     phases_by_rank: pd.DataFrame = field(default_factory=pd.DataFrame)  # phases.phases_by_rank
     host_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # hotops.hot_ops (all ops)
     timing: Stages = field(default_factory=Stages)  # what each analysis cost (timing.py)
+    critical_path: CriticalPath | None = None  # critical_path.critical_path (None: not computed)
 
 
 def analyze(trace: Trace) -> Analysis:
     from . import rules
     from .burstiness import burstiness
     from .comm import comm_kernels, communication, has_communication
+    from .critical_path import critical_path
     from .efficiency import efficiency
     from .gpu_time import gpu_time
     from .kernels import category_table, kernel_table, library_table
@@ -72,5 +75,6 @@ def analyze(trace: Trace) -> Analysis:
     result.ranks = st.run("ranks", lambda: rank_tables(trace, comm_kernels(trace)) if has_communication(trace)
                           else empty_ranks("the trace has no communication kernels"))
     result.communication = st.run("communication", communication, trace, result.ranks)
+    result.critical_path = st.run("critical_path", critical_path, trace)
     result.findings, result.not_judged = st.run("rules", rules.run, result)
     return result

@@ -80,6 +80,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "ranks": plain(a.ranks.to_json()) if a.ranks is not None else None,
         "memory": plain(a.memory.to_json()) if a.memory is not None else {},
         "efficiency": plain(_efficiency_json(a.efficiency)),
+        "critical_path": plain(a.critical_path.to_json()) if a.critical_path is not None else None,
         "iterations": plain(find_iterations(trace).to_json()),
         "setup": plain(setup(trace).to_json()),
         "findings": [plain(f.to_json()) for f in a.findings],

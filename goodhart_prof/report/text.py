@@ -16,6 +16,7 @@ from ..analysis.compiled import display_name
 from ..analysis.idle import cause_label
 from .setup_text import STEP_BOUNDS_NOTE, iterations_line, setup_line
 from .text_comm import communication_section, ranks_section
+from .text_critical_path import render_critical_path
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -42,6 +43,7 @@ def render(a, console: Console, top: int = 15) -> None:
     ranks_section(a, console)
     _memory(a, console)
     _efficiency(a, console, top)
+    render_critical_path(a, console)
     _findings(a, console)
 
 
