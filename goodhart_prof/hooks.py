@@ -200,7 +200,8 @@ def write_profiler_trace(prof: profile, path: Path) -> None:
 
     Both temporaries are beside `path`, never in TMPDIR (torch's own .gz export writes its JSON to
     a TMPDIR file first). Kineto writes the JSON from C++ and reports no failed write, so what it
-    wrote is checked (a JSON object, whole: a full disk or `ulimit -f` cuts it short; Kineto's own
+    wrote is checked (a JSON object, whole: a full disk or `ulimit -f` cuts it short, `short_write`
+    says which; Kineto's own
     temporary, `<json>.tmp`, is removed when it fails to rename it); the gzip is
     written here, where a failed write raises, and its trailer checked against the JSON's size."""
     with writing(path, suffix=".gz") as gz_tmp:
@@ -240,17 +241,33 @@ def check_json_written(path: Path) -> int:
         size = path.stat().st_size
     except FileNotFoundError:
         partial = Path(f"{path}.tmp")
-        written = f"{partial.stat().st_size:,} bytes written" if partial.exists() else "nothing written"
-        raise OSError(errno.EIO, f"the profiler's JSON stops short ({written}; disk full or a "
-                                 f"file size limit?)") from None
+        raise short_write(path, partial.stat().st_size if partial.exists() else 0) from None
     with open(path, "rb") as fh:
         head = fh.read(64).lstrip()
         fh.seek(max(0, size - 64))
         tail = fh.read().rstrip()
     if not head.startswith(b"{") or not tail.endswith(b"}"):
-        raise OSError(errno.EIO, f"the profiler's JSON stops short ({size:,} bytes written; "
-                                 f"disk full or a file size limit?)")
+        raise short_write(path, size)
     return size
+
+
+def short_write(path: Path, written: int) -> OSError:
+    """Why a write stopped at `written` bytes, where that can be established: the file size limit
+    (`ulimit -f`) reached, or a full disk (under 64 KiB free while the partial file is still on it);
+    else only that it stopped short. The system's own words, as every other write failure says."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft != resource.RLIM_INFINITY and written >= soft:
+        return OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+    try:
+        st = os.statvfs(path.parent)
+        free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+    except OSError:
+        free = None
+    if free is not None and free < 64 * 1024:
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return OSError(errno.EIO, f"the profiler's JSON stops short ({written:,} bytes written)")
 
 
 def check_gzip_written(path: Path, size: int) -> None:

@@ -41,8 +41,7 @@ def test_a_file_size_limit_while_the_trace_is_written_is_one_line(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     errors = [line for line in error_lines(res.stderr) if line.startswith("Error: ")]
     trace = root / "r" / "rank-0.pt.trace.json.gz"
-    assert errors == [f"Error: {trace}: cannot write: the profiler's JSON stops short ({LIMIT:,} "
-                      f"bytes written; disk full or a file size limit?)"], res.stderr
+    assert errors == [f"Error: {trace}: cannot write: File too large"], res.stderr
     left = sorted(p.name for p in (root / "r").iterdir())
     assert left == ["metrics.jsonl"], left  # no trace, no merged trace, no run.json, no temporary
     assert _traces_in(tmp_path / "tmpdir") == []  # nothing of the trace went to TMPDIR
@@ -98,3 +97,19 @@ def test_a_checkpoint_cut_short_is_one_line(tmp_path):
         f"Error: {checkpoint}: cannot write: torch.save stopped short (disk full or a file size "
         f"limit?)"), res.stderr
     assert sorted(p.name for p in (root / "r").iterdir()) == ["metrics.jsonl"]
+
+
+def test_a_short_json_without_a_known_cause_says_how_much_was_written(tmp_path):
+    import pytest
+
+    from goodhart_prof.hooks import check_json_written
+
+    cut = tmp_path / "t.json"
+    cut.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a"')
+    with pytest.raises(OSError, match=r"^\[Errno 5\] the profiler's JSON stops short \(40 bytes written\)$"):
+        check_json_written(cut)
+    with pytest.raises(OSError, match=r"stops short \(0 bytes written\)"):
+        check_json_written(tmp_path / "never_written.json")
+    whole = tmp_path / "w.json"
+    whole.write_bytes(b'{"traceEvents": []}\n')
+    assert check_json_written(whole) == 20
