@@ -68,20 +68,26 @@ class RankTables:
         self.corr = sub["correlation"].to_numpy()
         self.device = sub["device"].to_numpy()
         self.stream = sub["stream"].to_numpy()
-        pos = pd.Series(np.arange(len(at)), index=self.labels)
+        sorted_labels = bool((np.diff(self.labels) > 0).all())
+        index = None if sorted_labels else pd.Series(np.arange(len(at)), index=self.labels)
+
+        def pos(rows: np.ndarray) -> np.ndarray:  # rows of this rank -> positions
+            return np.searchsorted(self.labels, rows) if sorted_labels else index.reindex(rows).to_numpy()
         links = gpu_launches(trace)
         links = links[(links["rank"].to_numpy() == rank) & (links["launch_row"].to_numpy() >= 0)]
-        self.gpu_pos = pos.reindex(links["gpu_row"].to_numpy()).to_numpy()
-        self.launch_pos = pos.reindex(links["launch_row"].to_numpy()).to_numpy()
+        self.gpu_pos = pos(links["gpu_row"].to_numpy())
+        self.launch_pos = pos(links["launch_row"].to_numpy())
         self.queue_launch, self.queue_kernel = _queue_lengths(
             self.device[self.gpu_pos], self.stream[self.gpu_pos],
             self.ts[self.launch_pos], self.ts[self.gpu_pos])
         # the runtime call each cuda_sync event waited in (same correlation)
-        host_corr = np.flatnonzero(self.is_host & (self.corr >= 0))
-        by_corr = pd.Series(host_corr, index=self.corr[host_corr])
-        by_corr = by_corr[~by_corr.index.duplicated()]
         self.sync_pos = np.flatnonzero(self.is_sync & in_categories(names, ("Stream Sync", "Context Sync")))
-        self.sync_call = by_corr.reindex(self.corr[self.sync_pos]).fillna(-1).to_numpy(np.int64)
+        wanted = self.corr[self.sync_pos]
+        calls = np.flatnonzero(self.is_host & (self.corr >= 0) & np.isin(self.corr, wanted))
+        first_call = {}
+        for c, p in zip(self.corr[calls].tolist(), calls.tolist()):
+            first_call.setdefault(c, p)
+        self.sync_call = np.array([first_call.get(c, -1) for c in wanted.tolist()], dtype=np.int64)
 
 
 def _queue_lengths(device, stream, launch_ts, kernel_ts) -> tuple[np.ndarray, np.ndarray]:
