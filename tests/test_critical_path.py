@@ -64,6 +64,7 @@ def test_simple_add_matches_hta_output():
         expected, hta_length = hta_path(json.load(f)["traceEvents"])
     cp = critical_path(trace)
     assert cp.scope == "trace" and len(cp.iterations) == 1  # no ProfilerStep#N: the whole trace
+    assert cp.to_json()["iterations_found"] == 0 and cp.to_json()["shown_step"] == -1
     it = cp.iterations[0]
     assert path_events(trace, it) == expected  # the same 624 ops and kernels
     assert len(expected) == 624

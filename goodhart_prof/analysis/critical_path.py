@@ -122,7 +122,7 @@ def critical_path(trace: Trace, every: bool = False) -> CriticalPath:
     rank = int(trace.gpu["rank"].min())
     steps = find_iterations(trace).table
     steps = steps[steps["rank"].to_numpy() == rank]
-    total = 1
+    total = 0
     if len(steps):
         per = steps.groupby("step", sort=True).agg(ts=("ts", "min"), end=("end", "max"))
         windows = [(int(s), float(a), float(b)) for s, a, b in zip(per.index, per["ts"], per["end"])]
