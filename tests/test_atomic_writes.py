@@ -12,7 +12,7 @@ import torch
 from goodhart_prof import perflog
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare import compare
-from goodhart_prof.fileio import atomic_path, write_json
+from goodhart_prof.fileio import WriteError, atomic_path, write_json
 from goodhart_prof.hooks import write_profiler_trace
 from goodhart_prof.report import chrome_json, diff_html, html, perfetto
 from goodhart_prof.trace.load import load
@@ -69,8 +69,11 @@ def test_a_failed_write_leaves_the_old_file(analysis, tmp_path, writer):
     target.write_bytes(OLD)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(os, "replace", _fail_rename)
-        with pytest.raises(Exception, match="No space left on device"):
+        with pytest.raises(WriteError) as info:
             WRITERS[writer](analysis, target, tmp_path)
+    # the one-line user error (exit 2 on the command line), never the raw OSError
+    assert info.type is WriteError
+    assert str(info.value) == f"{target}: cannot write: No space left on device (simulated)"
     assert target.read_bytes() == OLD
     # The performance log keeps its lock file and appends its JSON twin first (documented).
     extra = {"PERFLOG.md.lock", "PERFLOG.jsonl"} if writer == "performance log" else set()
@@ -82,6 +85,20 @@ def test_a_failed_write_leaves_the_old_file(analysis, tmp_path, writer):
 
 def _fail_rename(src, dst):
     raise OSError(28, "No space left on device (simulated)", str(dst))
+
+
+def test_a_failed_write_is_one_error_line_and_exit_2(tmp_path, capsys):
+    from goodhart_prof.cli import main
+    target = tmp_path / "report.html"
+    target.write_bytes(OLD)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "replace", _fail_rename)
+        with pytest.raises(SystemExit) as info:
+            main(["analyze", str(MI250), "--html", str(target), "--force"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert info.value.code == 2
+    assert err == [f"Error: {target}: cannot write: No space left on device (simulated)"]
+    assert target.read_bytes() == OLD
 
 
 def test_atomic_path_keeps_the_target_until_the_body_succeeds(tmp_path):

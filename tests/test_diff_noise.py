@@ -22,6 +22,7 @@ from goodhart_prof.report.diff_html import page
 from goodhart_prof.report.diff_json import to_document
 from goodhart_prof.trace.load import load
 from goodhart_prof.trace.run import read_run
+from goodhart_prof.trace.run_json import RunJsonError
 
 AB = Path(__file__).parent / "data" / "ours" / "ab"
 TIME_KINDS = {"throughput", "iteration", "phase", "category", "kernel", "communication"}
@@ -134,7 +135,7 @@ def test_fewer_than_three_iterations_concludes_nothing_about_time(tmp_path, caps
 
 
 # -- the run record --------------------------------------------------------------------------------
-def test_throughput_iterations_of_a_run(tmp_path):
+def test_throughput_iterations_of_a_run(tmp_path, capsys):
     def write(window, total):
         (tmp_path / "run.json").write_text(json.dumps(
             {"world_size": 2, "env_steps_per_s": 1.0, "profiling": {"enabled": True, "iterations": window}}))
@@ -150,8 +151,16 @@ def test_throughput_iterations_of_a_run(tmp_path):
     t = write([2, 7], 14).throughput()
     assert t["iteration"].tolist() == [9, 10, 11, 12, 13]  # fewer than 3 before the window: after it
     (tmp_path / "run.json").write_text("{not json")
-    with pytest.raises(Exception, match="run.json"):
+    with pytest.raises(RunJsonError) as info:  # the one-line user error, not a raw JSON or OS error
         read_run(tmp_path)
+    assert info.type is RunJsonError
+    said = f"{tmp_path / 'run.json'}: not a readable run.json (not JSON: "
+    assert str(info.value).startswith(said) and "\n" not in str(info.value)
+    # the command line: exit 2, one `Error:` line naming the file, no traceback
+    (tmp_path / "rank-0.pt.trace.json.gz").write_bytes((AB / "clean_1" / "rank-0.pt.trace.json.gz").read_bytes())
+    code, _, err = run_main(["diff", str(tmp_path), str(AB / "clean_2")], capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"Error: {said}"), err
 
 
 # -- the fixtures: two runs of one configuration, and one with --inject item_logging --------------
