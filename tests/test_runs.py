@@ -168,7 +168,8 @@ def test_arguments_resolve_to_paths_then_run_names(tmp_path, monkeypatch):
 
 
 def test_resume_picks_the_named_run_or_the_newest_checkpoint(tmp_path):
-    old = make_run(tmp_path, "old", "2026-11-23T12:00:00+0000")
+    old = make_run(tmp_path, "old", "2026-11-23T12:00:00+0000",
+                   interrupted={"signal": "SIGINT", "at_iteration": 1})
     new = make_run(tmp_path, "new", None, record=False)  # killed: no run.json, a checkpoint
     make_run(tmp_path, "plain", "2026-11-23T13:00:00+0000")  # newest, but no checkpoint
     for folder, t in ((old, 1_000), (new, 2_000)):
@@ -180,6 +181,12 @@ def test_resume_picks_the_named_run_or_the_newest_checkpoint(tmp_path):
         runs.resume_folder(tmp_path, "gone")
     with pytest.raises(UserError, match="no run with a checkpoint to resume"):
         runs.resume_folder(tmp_path / "plain", None)
+    done = make_run(tmp_path, "done", "2026-11-23T14:00:00+0000")  # finished (issue 32 item 1)
+    (done / "checkpoint-rank0.pt").write_bytes(b"x")
+    with pytest.raises(UserError, match="this run finished"):
+        runs.resume_folder(tmp_path, "done")
+    with pytest.raises(UserError, match="this run finished"):
+        runs.resume_folder(tmp_path, None)  # the newest checkpoint is a finished run's: refused
 
 
 # -- end to end: run, run again, diff --------------------------------------------------------------
@@ -235,11 +242,15 @@ def test_run_twice_then_diff_compares_them_and_keeps_both(tmp_path):
     row = json.loads(log.with_suffix(".jsonl").read_text().splitlines()[-1])
     assert row["env_steps_per_s"] == record["env_steps_per_s"] and row["trace"] == str(b)
 
-    # --resume without --name continues the newest run with a checkpoint (A), in its folder.
+    # --resume without --name finds the newest run with a checkpoint (A); A finished, so it is
+    # refused and nothing of A is touched (issue 32 item 1: it used to train again over A's trace).
     resumed = run_cmd(["-m", "goodhart_prof.cli", "run", "--iterations", "2", "--config", str(cfg),
                        "--output-dir", str(root), "--no-progress", "--resume"], env=env)
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == 2, resumed.stderr
+    assert error_lines(resumed.stderr) == [f"Error: {a}: this run finished (its run.json records no "
+                                           f"interruption); --resume continues an interrupted run: "
+                                           f"start a new one"]
     assert sorted(p.name for p in root.iterdir()) == sorted([a.name, "after", "latest"])
-    assert os.readlink(root / "latest") == a.name
-    assert [json.loads(line)["iteration"] for line in (a / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
-    assert step_labels(read_trace(a / "rank-0.pt.trace.json.gz")["traceEvents"]) == ["ProfilerStep#2"]
+    assert os.readlink(root / "latest") == "after"
+    assert {p.name: p.read_bytes() for p in a.iterdir()} == kept
+    assert step_labels(read_trace(a / "rank-0.pt.trace.json.gz")["traceEvents"]) == ["ProfilerStep#1"]
