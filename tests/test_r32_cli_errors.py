@@ -196,6 +196,24 @@ def test_the_soft_open_files_limit_is_raised_to_the_hard_one():
     assert json.loads(res.stdout)["trace"]["ranks"] == list(range(8))
 
 
+@pytest.mark.parametrize("name, code, line", [("SIGINT", 130, "Aborted."),
+                                              ("SIGTERM", 143, "Aborted (SIGTERM).")])
+def test_a_signal_while_the_local_cluster_starts_stops_it_cleanly(name, code, line):
+    """Found by our own round (signals at random moments): a SIGINT while the LocalCluster was
+    starting left it half-started, and distributed's exit hook printed an AssertionError
+    traceback. Now the signal waits until the cluster is up, then closes it: one line."""
+    pytest.importorskip("distributed")
+    prelude = ("import os, signal, threading, distributed\n"
+               "start = distributed.LocalCluster.__init__\n"
+               "def starting(self, *a, **k):\n"  # the signal comes 0.3 s into the start
+               f"    threading.Timer(0.3, os.kill, (os.getpid(), signal.{name})).start()\n"
+               "    start(self, *a, **k)\n"
+               "distributed.LocalCluster.__init__ = starting")
+    res = _cli("analyze", str(DLRM), "--workers", "2", "--json", prelude=prelude)
+    assert res.returncode == code and "Traceback" not in res.stderr, res.stderr
+    assert error_lines(res.stderr) == [line] and res.stdout == ""
+
+
 # -- 13: out of memory -----------------------------------------------------------------------------
 def test_out_of_memory_while_analysing_is_one_line_naming_the_file():
     size = MI250.stat().st_size

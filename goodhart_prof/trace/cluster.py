@@ -15,11 +15,14 @@ import logging
 import os
 import re
 import resource
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+import click
 import numpy as np
 
 from ..errors import UserError, warn
@@ -177,12 +180,60 @@ def _client(distributed, workers: int | None, scheduler: str | None) -> Iterator
             yield client
         return
     import dask
-    with dask.config.set(LOCAL_CONFIG), \
+    with _stop_signals() as started, dask.config.set(LOCAL_CONFIG), \
             distributed.LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True,
                                      dashboard_address=None,
                                      silence_logs=logging.CRITICAL) as cluster, \
             distributed.Client(cluster) as client:
+        started()
         yield client
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextmanager
+def _stop_signals() -> Iterator[Callable[[], None]]:
+    """SIGINT, SIGTERM and SIGHUP while our LocalCluster lives: one that comes while it starts is
+    held until it is up (a cluster stopped half-started cannot be closed: distributed's exit hook
+    then prints an AssertionError traceback), then each stops the load through the `with` blocks,
+    which close the cluster and its worker processes: SIGINT as Ctrl-C does (`Aborted.`, exit
+    130), SIGTERM and SIGHUP with `Aborted (SIGTERM).` and exit 128 + N. The handlers the process
+    had are restored after. Yields the call that says the cluster is up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    held: list[int] = []
+    up = False
+
+    def stop(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        click.echo(f"Aborted ({signal.Signals(signum).name}).", err=True)
+        raise SystemExit(128 + signum)
+
+    def handler(signum, frame) -> None:
+        if not up:
+            held.append(signum)
+        else:
+            stop(signum)
+
+    def started() -> None:
+        nonlocal up
+        up = True
+        if held:
+            stop(held[0])
+
+    numbers = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    before = {n: signal.getsignal(n) for n in numbers}
+    for n in numbers:
+        if before[n] is not signal.SIG_IGN:  # a signal the user ignores (nohup) stays ignored
+            signal.signal(n, handler)
+    try:
+        yield started
+    finally:
+        for n, old in before.items():
+            signal.signal(n, old)
 
 
 def _gather(distributed, client, files: list[Path], task: Callable, strict: bool,
