@@ -39,10 +39,7 @@ def _gpu_launches(trace: Trace) -> pd.DataFrame:
     # position of each GPU row's (rank, correlation) among the launches: both as one integer
     # key (dense codes of the correlations seen, so no overflow), one searchsorted for all rows
     # (a search per rank was a pass over every GPU row per rank: 20,000 ranks, minutes)
-    values, codes = np.unique(np.concatenate((r_corr, g_corr)), return_inverse=True)
-    codes = codes.ravel()
-    r_key = r_rank.astype(np.int64) * len(values) + codes[:len(r_corr)]
-    g_key = g_rank.astype(np.int64) * len(values) + codes[len(r_corr):]
+    r_key, g_key = _join_keys(r_rank, r_corr, g_rank, g_corr)
     pos = np.searchsorted(r_key, g_key, side="left")
     inside = pos < len(rt_sorted)
     found = np.zeros(len(gpu_rows), dtype=bool)
@@ -62,3 +59,19 @@ def _gpu_launches(trace: Trace) -> pd.DataFrame:
         "launch_ts": from_launch(col["ts"], np.nan), "launch_end": from_launch(col["end"], np.nan),
         "pid": from_launch(col["pid"], -1).astype(np.int64),
         "tid": from_launch(col["tid"], -1).astype(np.int64)})
+
+
+def _join_keys(r_rank, r_corr, g_rank, g_corr) -> tuple[np.ndarray, np.ndarray]:
+    """(rank, correlation) of the launches and the GPU rows as integer keys in the order of the
+    pairs: rank x span + correlation + 1 when that fits an int64 (correlations from -1, none,
+    up), else with the correlations seen as dense codes (a sort of them all: no overflow)."""
+    ranks, corrs = np.concatenate((r_rank, g_rank)), np.concatenate((r_corr, g_corr))
+    if len(ranks) and ranks.min() >= 0 and corrs.min() >= -1:
+        span = int(corrs.max()) + 2
+        if (int(ranks.max()) + 1) * span < 2 ** 62:
+            return (r_rank.astype(np.int64) * span + (r_corr.astype(np.int64) + 1),
+                    g_rank.astype(np.int64) * span + (g_corr.astype(np.int64) + 1))
+    values, codes = np.unique(corrs, return_inverse=True)
+    codes = codes.ravel()
+    return (r_rank.astype(np.int64) * len(values) + codes[:len(r_corr)],
+            g_rank.astype(np.int64) * len(values) + codes[len(r_corr):])
