@@ -227,6 +227,19 @@ def test_out_of_memory_while_analysing_is_one_line_naming_the_file():
                            f"it: it needed more than the 3,221 MB this process may use (ulimit -v; ")
 
 
+@pytest.mark.parametrize("command", [["export", "-o", "OUT.json.gz"], ["log", "add", "--change", "x", "--log", "OUT.md"],
+                                     ["diff", str(MI250)]])
+def test_out_of_memory_in_every_command_that_analyses_names_the_input(command, tmp_path):
+    args = [part.replace("OUT", str(tmp_path / "out")) for part in command]
+    args = args[:2] + [str(MI250)] + args[2:] if command[0] == "log" else [args[0], str(MI250), *args[1:]]
+    res = _cli(*args, prelude="import goodhart_prof.analysis as a\n"
+                              "def oom(trace):\n    raise MemoryError\n"
+                              "a.analyze = oom")
+    line = _one_line_error(res)
+    assert line.startswith(f"Error: {MI250} (") and ": out of memory loading or analysing " in line, line
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_out_of_memory_for_real_in_the_loader_is_one_line(tmp_path):
     """A trace that cannot be read into the 30 MB of address space left: the real MemoryError.
     (Not much more: msgspec 0.22 dies of SIGSEGV when an allocation fails while it decodes.)"""
