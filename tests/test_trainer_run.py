@@ -139,6 +139,9 @@ def test_checkpoint_resume_is_bit_identical(tmp_path):
     base = ["-m", "trainer", "--config", str(cfg), "--checkpoint-every", "3", "--seed", "5"]
     assert run_cmd(base + ["--total-iterations", "6", "--output-dir", str(straight)]).returncode == 0
     assert run_cmd(base + ["--total-iterations", "3", "--output-dir", str(split)]).returncode == 0
+    # As a run killed after its checkpoint at 3 leaves it (no run.json): a finished run is not
+    # resumed (issue 32 item 1: resuming would train again over what it recorded).
+    (split / "run.json").unlink()
     # Resume with profiling on: ProfilerStep labels must still equal the training iteration.
     res = run_cmd(base + ["--total-iterations", "6", "--output-dir", str(split), "--resume"],
                   env=clean_env(PROF_ENABLED="1", PROF_ITERATIONS="4"))
