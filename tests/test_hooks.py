@@ -69,9 +69,10 @@ def test_window_labels_equal_iterations_and_phases(tmp_path):
     assert len(rollouts) == 3
 
 
-def _loop_seeing_warmups(monkeypatch, settings, iterations, slow_iteration=None):
+def _loop_seeing_warmups(monkeypatch, settings, iterations, slow_iteration=None, marks=None):
     """Run a traced loop; returns (trace path or None, iterations in which the profiler was
-    prepared). Iteration `slow_iteration` sleeps 50 ms and runs aten::relu, which no other does."""
+    prepared). Iteration `slow_iteration` sleeps 50 ms and runs aten::relu, which no other does;
+    `marks["slow_end_us"]` gets the wall clock (Unix us) at the end of its body."""
     prepared: list[int] = []
     current = [None]
     original = torch.profiler.profile.prepare_trace
@@ -91,23 +92,32 @@ def _loop_seeing_warmups(monkeypatch, settings, iterations, slow_iteration=None)
             if it == slow_iteration:
                 time.sleep(0.05)
                 x = torch.relu(x)
+                if marks is not None:
+                    marks["slow_end_us"] = time.time_ns() / 1000
     hooks.close()
     return (hooks.trace_path if hooks.trace_path.is_file() else None), prepared
 
 
 def test_warmup_iteration_is_recorded_nowhere(tmp_path, monkeypatch):
+    marks: dict = {}
     path, prepared = _loop_seeing_warmups(monkeypatch, ProfSettings(True, 4, 6, "lite", tmp_path),
-                                          range(9), slow_iteration=3)
+                                          range(9), slow_iteration=3, marks=marks)
     assert prepared == [3]  # the profiler was set up during the iteration before the window
-    events = read_trace(path)["traceEvents"]
+    doc = read_trace(path)
+    events = doc["traceEvents"]
     assert step_labels(events) == ["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
     start = min(e["ts"] for e in events if e.get("name") == "ProfilerStep#4")
     spans = [e for e in events if e.get("ph") == "X"]
     # Only the profiler's own span of the trace (cat "Trace") may open before ProfilerStep#4,
-    # and only by the moment between start_trace and the label: not by the warm-up's 50 ms.
+    # and only after the warm-up iteration's body ended (order, not a time limit: a loaded machine
+    # only widens the moment between start_trace and the label). Kineto's ts are Unix us less
+    # baseTimeNanoseconds; 1 ms of slack for its clock conversion, against the 50 ms sleep a trace
+    # started during the warm-up would hold.
     early = [e for e in spans if e["ts"] < start]
     assert [e.get("cat") for e in early] in ([], ["Trace"])
-    assert all(start - e["ts"] < 5_000 for e in early)
+    base_us = doc.get("baseTimeNanoseconds", 0) / 1000
+    assert all(e["ts"] + base_us > marks["slow_end_us"] - 1000 for e in early), \
+        (marks, [e["ts"] + base_us for e in early])
     assert not [e for e in spans if e["name"] == "aten::relu"]  # the warm-up's own op
     assert len([e for e in spans if e["name"] == "rollout"]) == 3
 
