@@ -4,7 +4,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from ..analysis.critical_path import TOP_OPS, longest_segments
-from .common import duration, make_table, percent, plain, short
+from .common import duration, kernel_name, make_table, one_line, percent, plain, short
 
 BOUND = {"host": "host-bound", "gpu": "GPU-bound"}
 
@@ -17,7 +17,7 @@ def render_critical_path(a, console: Console) -> None:
     if it is None:
         return
     console.print()
-    where = (f"iteration {it.step} (the median by duration of {cp.total})" if cp.scope == "iteration"
+    where = (f"iteration {it.step}, the median by duration of {cp.total} found" if cp.scope == "iteration"
              else "the whole trace: no iterations found")
     console.print(f"[bold]Critical path[/bold] (rank {cp.rank}, {where}): "
                   f"{duration(it.length_us)} of a {duration(it.end - it.ts)} window", highlight=False)
@@ -30,7 +30,8 @@ def render_critical_path(a, console: Console) -> None:
                            "share", "events", right=(2, 3, 4))
         for r in it.ops.head(TOP_OPS).itertuples():
             share = r.us / it.length_us if it.length_us > 0 else 0.0
-            table.add_row(short(plain(r.name), 80), r.side, duration(r.us), percent(share),
+            name = one_line(kernel_name(r.name, 80)) if r.side == "gpu" else short(plain(r.name), 80)
+            table.add_row(name, r.side, duration(r.us), percent(share),
                           f"{r.count:,}")
         console.print(table)
     segments = longest_segments(it)
