@@ -130,3 +130,24 @@ def test_launch_join_keys_order_and_match_as_the_pairs_do():
         assert [keys[i] for i in by_pair] == sorted(keys)  # the pairs' order
         assert len(set(keys)) == len(set(pairs))  # equal pairs, equal keys; distinct, distinct
     assert max(keys) < 2 ** 63 and min(g_corr) == -1
+
+
+def test_end_rank_orders_each_threads_ends_both_ways(monkeypatch):
+    """HostTree.end_rank: within each thread, ranks compare as the ends do (equal ends, equal
+    ranks), whether the tree is built thread by thread or for all threads at once."""
+    from pathlib import Path
+
+    from goodhart_prof.analysis.tree import host
+    from goodhart_prof.trace.load import load
+    path = Path(__file__).parent / "data" / "hta" / "v100_ddp_rank1.json.gz"
+    trees = [host._build(load(path, progress=False))]
+    monkeypatch.setattr(host, "MANY_THREADS", 0)
+    trees.append(host._build(load(path, progress=False)))
+    for tree in trees:
+        assert len(tree.threads) >= 2
+        for a, b in tree.threads.values():
+            end, rank = tree.end[a:b], tree.end_rank[a:b]
+            by = np.argsort(end, kind="stable")
+            dense = np.r_[0, np.cumsum(end[by][1:] != end[by][:-1])]
+            np.testing.assert_array_equal(rank[by] - rank[by][0], dense)
+    np.testing.assert_array_equal(trees[0].parent, trees[1].parent)

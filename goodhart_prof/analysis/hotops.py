@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import dense_codes, exact_sums, tuple_codes
+from .intervals import dense_codes, exact_sums
 from .tree import host_tree
 
 COLUMNS = ["name", "calls", "self_us", "total_us", "self_pct", "total_pct"]
@@ -64,13 +64,21 @@ def _outermost_of_name(tree, ops: np.ndarray) -> np.ndarray:
     tree order sorts a thread's nodes by start, longer first, so a holder comes before): its end
     is later than every earlier same-name call's on the thread. One running maximum over dense
     codes of (group, end), whose codes rise from group to group, serves every group at once."""
-    keys = (tree.rank[ops], tree.pid[ops], tree.tid[ops], tree.name[ops])
-    order = np.lexsort((np.arange(len(ops)),) + keys[::-1])  # by thread and name, then tree order
-    group = tuple_codes(*(k[order] for k in keys))
-    code = tuple_codes(group, tree.end[ops][order])
+    # by thread and name, then tree order: the tree's threads are in (rank, pid, tid) order, so
+    # one stable sort of (thread number, name code) (a radix sort when it fits 16 bits)
+    spans = tree.spans
+    thread = np.repeat(np.arange(len(spans)), spans.hi - spans.lo)[ops]
+    key = thread * max(len(tree.names), 1) + tree.name[ops]
+    order = np.argsort(key.astype(np.uint16) if key.max() < 2 ** 16 else key, kind="stable")
+    key = key[order]
+    same = key[1:] == key[:-1]
+    group = np.r_[0, np.cumsum(~same)]
+    # (group, end) as one integer: ends as their ranks within the thread (the tree's end_rank)
+    end_rank = tree.end_rank[ops][order]
+    code = group * (int(end_rank.max()) + 1) + end_rank
     reach = np.maximum.accumulate(code)
     held = np.zeros(len(ops), dtype=bool)
-    held[1:] = (group[1:] == group[:-1]) & (code[1:] <= reach[:-1])
+    held[1:] = same & (code[1:] <= reach[:-1])
     out = np.ones(len(ops), dtype=bool)
     out[order[held]] = False
     return out

@@ -13,6 +13,7 @@ parent always comes before its children. Columns, one numpy array each:
 | is_op, is_annotation | cpu op / user annotation |
 | parent | the innermost node holding it: the latest earlier node of its thread whose end is at or after its own end; -1 for a root |
 | depth | number of ancestors |
+| end_rank | the end's dense rank among its thread's ends (ends compared as integers within a thread) |
 | top_op | the outermost cpu op among its ancestors and itself (the op the code on the host called); -1: none |
 | annotation | the innermost user annotation among its ancestors, `ProfilerStep#N` excluded; -1: none |
 | iteration | N of the `ProfilerStep#N` of its rank (any thread) whose interval holds its start; -1 |

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ...trace.model import Frames, Trace, name_codes, rows_named
 from ..intervals import segment_searchsorted, thread_groups
-from .parents import climb, parents_and_depths, start_order
+from .parents import climb, parents_depths_ranks, start_order
 from .threads import ThreadSpans
 
 # A step number of 19 digits or more may not fit the int64 `iteration` columns: such a
@@ -37,6 +37,7 @@ class HostTree:
     is_step: np.ndarray  # ProfilerStep#N (an annotation, or a cpu op in 2021-era traces)
     parent: np.ndarray
     depth: np.ndarray
+    end_rank: np.ndarray  # the end's dense rank among its thread's ends (compares ends within a thread)
     threads: dict[tuple[int, int, int], tuple[int, int]]  # thread -> (first, last + 1) in tree order
     node_of_row: np.ndarray = field(repr=False)  # row label -> node (-1: not a host node)
     trace: Trace = field(repr=False)
@@ -193,9 +194,9 @@ def _build(trace: Trace) -> HostTree:
     col = {c: ev[c].to_numpy()[sel] for c in ("rank", "pid", "tid", "ts", "dur", "end")}
     groups = thread_groups(pd.DataFrame({c: col[c] for c in ("rank", "pid", "tid")}))
     if len(groups) > MANY_THREADS:
-        order, parent, depth, threads = _all_threads(groups, col)
+        order, parent, depth, threads, end_rank = _all_threads(groups, col)
     else:
-        order, parent, depth, threads = _each_thread(groups, col)
+        order, parent, depth, threads, end_rank = _each_thread(groups, col)
     rows = ev.index.to_numpy(np.int64)[sel][order]
     codes = ev["name"].cat.codes.to_numpy()[sel][order].astype(np.int64)
     names = np.asarray(ev["name"].cat.categories, dtype=object)
@@ -208,7 +209,7 @@ def _build(trace: Trace) -> HostTree:
     tree = HostTree(row=rows, rank=col["rank"][order], pid=col["pid"][order], tid=col["tid"][order],
                     ts=col["ts"][order], end=col["end"][order], name=codes, names=names,
                     is_op=is_op, is_annotation=~is_op, is_step=is_step, parent=parent, depth=depth,
-                    threads=threads, node_of_row=node_of_row, trace=trace)
+                    end_rank=end_rank, threads=threads, node_of_row=node_of_row, trace=trace)
     return tree
 
 
@@ -220,19 +221,21 @@ MANY_THREADS = 256
 def _each_thread(groups: dict, col: dict):
     """Tree order, parents and depths, one thread at a time (a handful of threads)."""
     parts, threads, at = [], {}, 0
-    parents, levels = [], []
+    parents, levels, ranks = [], [], []
     for key, pos in groups.items():  # threads: a handful; numpy inside
         pos = pos[start_order(col["ts"][pos], col["dur"][pos])]
-        parent, depth = parents_and_depths(col["ts"][pos], col["end"][pos])
+        parent, depth, rank = parents_depths_ranks(col["ts"][pos], col["end"][pos])
         parents.append(np.where(parent >= 0, parent + at, -1))
         levels.append(depth)
+        ranks.append(rank)
         parts.append(pos)
         threads[key] = (at, at + len(pos))
         at += len(pos)
     order = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
     parent = np.concatenate(parents) if parents else np.empty(0, dtype=np.int64)
     depth = np.concatenate(levels) if levels else np.empty(0, dtype=np.int64)
-    return order, parent, depth, threads
+    end_rank = np.concatenate(ranks) if ranks else np.empty(0, dtype=np.int64)
+    return order, parent, depth, threads, end_rank
 
 
 def _all_threads(groups: dict, col: dict):
@@ -254,10 +257,10 @@ def _all_threads(groups: dict, col: dict):
     new[1:] = (values[by][1:] != values[by][:-1]) | (owner[by][1:] != owner[by][:-1])
     code = np.empty(2 * n, dtype=np.int64)
     code[by] = np.cumsum(new) - 1
-    parent, depth = parents_and_depths(code[:n], code[n:])
+    parent, depth, end_rank = parents_depths_ranks(code[:n], code[n:])
     bounds = np.concatenate(([0], np.cumsum(sizes)))
     threads = {k: (int(a), int(b)) for k, a, b in zip(keys, bounds[:-1], bounds[1:])}
-    return pos, parent, depth, threads
+    return pos, parent, depth, threads, end_rank
 
 
 # -- Python frames ---------------------------------------------------------------------------------
@@ -270,8 +273,8 @@ class FrameForest:
 
     def __init__(self, frames: Frames, groups: dict[tuple[int, int, int], np.ndarray]):
         col = {c: frames[c] for c in ("ts", "dur", "end")}
-        order, holder, _, threads = _all_threads(groups, col) if groups else (
-            np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), None, {})
+        order, holder, _, threads, _ = _all_threads(groups, col) if groups else (
+            np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), None, {}, None)
         self.spans = ThreadSpans(threads)
         self.ts, self.end = frames["ts"][order], frames["end"][order]
         self.name = frames["name"][order]

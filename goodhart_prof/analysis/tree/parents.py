@@ -43,9 +43,15 @@ def holder_parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 def parents_and_depths(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """holder_parents, and the number of ancestors of each event."""
+    return parents_depths_ranks(ts, end)[:2]
+
+
+def parents_depths_ranks(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """parents_and_depths, and each end's dense rank among the ends (equal ends, equal ranks:
+    ends compared as integers, by whoever needs to)."""
     n = len(ts)
     if n == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     by_end = np.argsort(end, kind="stable")
     ends = end[by_end]
     distinct = np.ones(n, dtype=bool)
@@ -68,7 +74,7 @@ def parents_and_depths(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     parent = np.full(n, -1, dtype=np.int64)
     if depth.min() < 0:  # not a nesting at all: no shortcut
         parent = _search_parents(end, np.arange(n), parent)
-        return parent, depths(parent)
+        return parent, depths(parent), rank
     # Candidate: the last earlier event one level up. Events by depth, then position (a radix
     # sort on small integers); per level, one sorted search among the level above.
     by_depth = np.argsort(depth.astype(np.int16) if depth.max() < 2 ** 15 else depth, kind="stable")
@@ -81,8 +87,8 @@ def parents_and_depths(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.
     bad = _unconfirmed(rank, depth, parent, by_depth, levels)
     if bad.any():
         parent = _search_parents(end, np.flatnonzero(bad), parent)
-        return parent, depths(parent)
-    return parent, depth
+        return parent, depths(parent), rank
+    return parent, depth, rank
 
 
 def _unconfirmed(rank: np.ndarray, depth: np.ndarray, parent: np.ndarray, by_depth: np.ndarray,
