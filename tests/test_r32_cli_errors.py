@@ -196,6 +196,17 @@ def test_the_soft_open_files_limit_is_raised_to_the_hard_one():
     assert json.loads(res.stdout)["trace"]["ranks"] == list(range(8))
 
 
+def test_too_little_address_space_for_the_workers_is_one_line():
+    """Found by our own round (ulimit -v): at 600 MB a worker could not start a thread ("Nanny
+    failed to start" traceback), at 400 MB workers could not import pandas and the load hung."""
+    pytest.importorskip("distributed")
+    res = _cli("analyze", str(DLRM), "--workers", "2",
+               prelude="import resource\nresource.setrlimit(resource.RLIMIT_AS, (600 << 20, 600 << 20))")
+    assert _one_line_error(res) == ("Error: --workers 2: each Dask process needs about 1,074 MB of "
+                                    "address space, and the limit is 629 MB (ulimit -v; raise it, or "
+                                    "analyse without --workers)")
+
+
 @pytest.mark.parametrize("name, code, line", [("SIGINT", 130, "Aborted."),
                                               ("SIGTERM", 143, "Aborted (SIGTERM).")])
 def test_a_signal_while_the_local_cluster_starts_stops_it_cleanly(name, code, line):

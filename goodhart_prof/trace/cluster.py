@@ -55,8 +55,9 @@ def load_on_cluster(path: str | Path, workers: int | None = None, scheduler: str
     """Load PATH's rank files one per Dask task (`task(file, index)`, replaceable for tests).
 
     `--workers N` starts no more workers than there are rank files and cores (`worker_count`,
-    said on stderr when it takes fewer), and only under an open-files limit they fit in
-    (`ensure_open_files`); a `--scheduler` address is checked before Dask sees it."""
+    said on stderr when it takes fewer), and only under open-files and address-space limits they
+    fit in (`ensure_open_files`, `ensure_address_space`); a `--scheduler` address is checked
+    before Dask sees it."""
     if scheduler is not None:
         check_scheduler(scheduler)
     distributed = require_dask("--scheduler" if scheduler is not None else "--workers")
@@ -69,6 +70,7 @@ def load_on_cluster(path: str | Path, workers: int | None = None, scheduler: str
         if note:
             warn(note)
         ensure_open_files(workers)
+        ensure_address_space(workers)
     with _client(distributed, workers, scheduler) as client:
         outcomes = _gather(distributed, client, files, task, strict, rank_timeout_s)
     return finish(path, files, outcomes, strict, listed, started=started)  # load cost: the client's
@@ -149,6 +151,30 @@ def files_needed(workers: int) -> int:
     return FILES_BASE + FILES_PER_WORKER * workers
 
 
+# Address space (ulimit -v) each process of our LocalCluster needs: a worker's peak VmSize was
+# 552 MB and the client's 885 MB (thread stacks are reserved, not used); on the 2-core machine
+# `--workers 2` ran at ulimit -v 500000 and 700000 but not at 600000 ("can't start new thread")
+# nor at 400000 (workers that cannot import pandas, and a hang): 1 GiB is asked for.
+ADDRESS_SPACE_BYTES = 1 << 30
+
+
+def ensure_address_space(workers: int) -> None:
+    """Raise the soft address-space limit (`ulimit -v`, inherited by the worker processes) to the
+    hard one when it is below ADDRESS_SPACE_BYTES; a one-line UserError when that is not allowed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft >= ADDRESS_SPACE_BYTES:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        soft = hard
+    except (ValueError, OSError):
+        pass
+    if soft != resource.RLIM_INFINITY and soft < ADDRESS_SPACE_BYTES:
+        raise UserError(f"--workers {workers}: each Dask process needs about "
+                        f"{ADDRESS_SPACE_BYTES / 1e6:,.0f} MB of address space, and the limit is "
+                        f"{soft / 1e6:,.0f} MB (ulimit -v; raise it, or analyse without --workers)")
+
+
 def ensure_open_files(workers: int) -> None:
     """Raise the soft open-files limit towards the hard one when it is below what `workers`
     need (the worker processes inherit it); a one-line UserError when even that is too low."""
@@ -181,12 +207,32 @@ def _client(distributed, workers: int | None, scheduler: str | None) -> Iterator
         return
     import dask
     with _stop_signals() as started, dask.config.set(LOCAL_CONFIG), \
-            distributed.LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True,
-                                     dashboard_address=None,
-                                     silence_logs=logging.CRITICAL) as cluster, \
-            distributed.Client(cluster) as client:
+            _local_cluster(distributed, workers or 1) as cluster, distributed.Client(cluster) as client:
         started()
         yield client
+
+
+def _local_cluster(distributed, workers: int):
+    """Our LocalCluster, or the one-line error that says why it did not start (e.g. a worker
+    process that cannot start a thread under a low `ulimit -v`: "Nanny failed to start")."""
+    try:
+        return distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                        dashboard_address=None, silence_logs=logging.CRITICAL)
+    except (RuntimeError, OSError, TimeoutError) as exc:
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)  # its exit-time reaping notes
+        raise UserError(f"--workers {workers}: the local Dask cluster did not start "
+                        f"({_root_cause(exc)}; a low ulimit -v, -u or -n stops its worker "
+                        "processes)") from None
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The first error in an exception's chain (Dask wraps it: `Nanny failed to start`)."""
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    root = seen[-1]
+    return f"{type(root).__name__}: {root}" if str(root) else type(root).__name__
 
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
