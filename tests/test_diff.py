@@ -127,7 +127,9 @@ def test_h100_against_v100(h100, v100):
     assert "nothing can be concluded about time: A has 1 counted iteration" in c.time_statement
     h = c.headline
     assert set(h["kind"]) <= {"sync", "host_read", "kernels"} and not h.empty
-    assert (c.spread["verdict"] == "not judged").all()
+    # time is not judged; a figure seen on one side only says so instead (never better/worse)
+    assert c.spread["verdict"].isin(["not judged", "only in A", "only in B"]).all()
+    assert (c.spread["verdict"] == "not judged").any()
     verdicts = h["verdict"].tolist()
     assert verdicts == sorted(verdicts)  # "better" < "worse"
     for frame in (c.better, c.worse):
@@ -225,7 +227,10 @@ def test_hand_built_pair_headline(tmp_path):
     assert item.impact_us == pytest.approx(150.0)  # three aten::item calls of 50 us each
     assert item.site == "rollout > aten::item"
     spread = c.spread.set_index(["kind", "item"])
-    assert (spread["verdict"] == "not judged").all()
+    # the .item() copies ran in A only: `only in A`, never better; the rest is not judged
+    only_a = {("category", "memcpy"), ("kernel", "Memcpy DtoH (Device -> Pageable)")}
+    assert set(spread.index[spread["verdict"] == "only in A"]) == only_a
+    assert (spread.drop(index=list(only_a))["verdict"] == "not judged").all()
     assert (spread.at[("iteration", "iteration time"), "a"], spread.at[("iteration", "iteration time"), "b"]) == (1000, 800)
     assert spread.at[("kernel", "volta_sgemm_128x64_nn"), "a"] == 200
     # The tables still pair every figure.
@@ -280,6 +285,8 @@ def test_cpu_only_diff_leaves_out_the_gpu_rows(capsys):
     assert "Neither trace has GPU activity" in out
     for metric in ("gpu_busy_us", "gpu_span_us", "gpu_utilization", "kernel_us", "iteration_gpu_us"):
         assert metric not in out
-    assert "iteration_us" in out and "sync_points" in out
+    assert "iteration time" in out and "sync points" in out  # readable names, not keys
+    for name in ("GPU busy time", "GPU utilization", "iteration GPU time"):
+        assert name not in out
     code, out, _ = run_main(["diff", str(H100), str(ours / "cpu_full_mode.pt.trace.json.gz")], capsys)
-    assert code == 0 and "gpu_busy_us" in out and "Neither trace" not in out
+    assert code == 0 and "GPU busy time" in out and "Neither trace" not in out

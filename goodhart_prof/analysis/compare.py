@@ -10,7 +10,7 @@ Tables (`Comparison` attributes):
 
 | table | key | quantities |
 | --- | --- | --- |
-| summary | metric (one row each, columns a, b, delta, ratio, better) | GPU busy/span/utilization/kernel time over all devices, sync points and their host wait, traced iterations, iteration time (mean `ProfilerStep#N` cpu_us), GPU time and syncs per iteration, communication kernel time, exposed communication per iteration (mean over ranks), the others' wait for the slowest rank per iteration |
+| summary | metric (one row each, columns name, unit, a, b, delta, ratio, better, verdict, why: `compare_summary.py`) | GPU busy/span/utilization/kernel time over all devices, sync points and their host wait, traced iterations, iteration time (mean `ProfilerStep#N` cpu_us), GPU time and syncs per iteration, communication kernel time, exposed communication per iteration (mean over ranks), the others' wait for the slowest rank per iteration |
 | categories | category | count, total_us |
 | kernels | name (with category) | count, total_us |
 | sync_kinds | kind (all of DESIGN.md's kinds) | count, total_us (host wait) |
@@ -20,6 +20,7 @@ Tables (`Comparison` attributes):
 | communication | collective kind (all ranks together) | count, total_us (kernel time), bytes (where sizes are recorded) |
 | memory | device label (`rank0/gpu0`, `rank0/host`; analysis/memory.py) | peak_allocated, peak_reserved, allocations_per_iteration, growth_per_iteration (a device without memory events on one side keeps NaN there) |
 | efficiency | op type (efficiency.py; all devices and dtypes of a side summed) | count, flops, time_us, tflops (achieved TFLOP/s = flops / time) |
+| host_ops | cpu op name (hotops.hot_ops) | calls, self_us, total_us (whole traces); median_a/low_a/high_a, median_b/... (self time per counted iteration) and verdict (`host_op_table`) |
 
 Noise first (docs/DESIGN.md "Noise"; `noise.py`, `spread.py`, `verdicts.py`): `spread` holds every
 time figure measured per counted iteration (iteration time and GPU time, annotation phases, kernel
@@ -38,7 +39,11 @@ iterations and the two intervals do not overlap (overlap: `within noise`, listed
 `within_noise`; fewer: `not judged`, and `time_statement` says nothing can be concluded about
 time). Better means a lower median time, a higher env-steps/s, fewer counts. `impact_us`: |delta
 median| x the mean number of counted iterations for a time figure; the change in host time for a
-sync or host-read kind. Warm-up (the run's first iteration) never counts. Items overlap (a kernel
+sync or host-read kind. A figure seen in the counted iterations of one side only (a phase, kernel,
+category or collective that appears or disappears) is `only in A` / `only in B`, never better or
+worse (`one_sided`). `recording_warning` says when A and B were recorded in different modes (lite
+vs full: run.json's mode, or Python stacks in one trace only) or on different devices
+(`compare_summary.recording`). Warm-up (the run's first iteration) never counts. Items overlap (a kernel
 is inside its category, an annotation inside an iteration), so impacts are not to be added up.
 """
 from __future__ import annotations
@@ -50,22 +55,18 @@ import pandas as pd
 
 from . import Analysis
 from ..trace.run import RunRecord
+from .compare_summary import mean_iteration_us, ratio, recording, recording_warning, same, \
+    summary_table, syncs_per_iteration  # noqa: F401  (mean_iteration_us, syncs_per_iteration: perflog's)
 from .noise import Noise, noise
+from .spread import MIN_ITERATIONS, median_interval
 from .syncs import KINDS
+from .tree import host_tree
 from .verdicts import count_table, headline, iterations_line, spread_table, \
     drift_statement, speed_check, time_statement, with_host_time
 
 PRESENCE = {"both": "both", "left_only": "a_only", "right_only": "b_only"}
-# Relative change below which two floats are the same figure (sums taken in different orders).
-SAME = 1e-9
-
-SUMMARY_METRICS = (  # (metric, better when): the summary table's rows, in order
-    ("gpu_busy_us", "lower"), ("gpu_span_us", None), ("gpu_utilization", "higher"),
-    ("kernel_us", "lower"), ("sync_points", "lower"), ("sync_wait_us", "lower"),
-    ("iterations", None), ("iteration_us", "lower"), ("iteration_gpu_us", "lower"),
-    ("syncs_per_iteration", "lower"), ("comm_us", "lower"), ("exposed_comm_per_iteration_us", "lower"),
-    ("straggler_wait_per_iteration_us", "lower"),
-)
+ONLY = {"a_only": "only in A", "b_only": "only in B"}  # the verdict of a figure seen on one side
+HOST_OP_QUANTITIES = ("calls", "self_us", "total_us")
 DEVICE_QUANTITIES = ("span_us", "busy_us", "idle_us", "utilization", "kernel_us", "util_cv",
                      "burstiness_B", "gap_count", "gap_p50_us", "gap_p90_us", "gap_p99_us",
                      "gap_max_us", "gap_total_us", "host_wait_us")
@@ -98,6 +99,9 @@ class Comparison:
     time_statement: str | None = None  # "nothing can be concluded about time: ..." (a side < 3)
     iterations_line: str = ""          # "A: 6 iterations (1 warm-up excluded); B: 6 iterations"
     speed_check: str = ""              # verdicts.speed_check: "held: ...", "changed: ...", "not checked: ..."
+    host_ops: pd.DataFrame = None  # type: ignore[assignment]  # per op name: HOST_OP_QUANTITIES, verdict
+    recording: dict = None  # type: ignore[assignment]  # {"a", "b"}: compare_summary.recording
+    recording_warning: str | None = None  # A and B recorded differently (mode, stacks, device)
 
     @property
     def better(self) -> pd.DataFrame:
@@ -123,15 +127,18 @@ def compare(a: Analysis, b: Analysis, run_a: RunRecord | None = None,
     sync_sites = _paired(a.syncs.sites, b.syncs.sites, ["kind", "site"], ["count", "total_us"])
     phases = _paired(_annotations(a.phases), _annotations(b.phases), ["name"], list(PHASE_QUANTITIES))
     devices = _devices(a, b)
-    summary = _summary(a, b)
     communication = _by_size(_paired(_comm_table(a), _comm_table(b), ["kind"],
                                      ["count", "total_us", "bytes"]), "total_us", ["kind"])
     na, nb = noise(a, run_a), noise(b, run_b)
     drift = drift_statement(na, nb)
-    spread = spread_table(na, nb, withheld=drift is not None)
+    spread = one_sided(spread_table(na, nb, withheld=drift is not None), na, nb)
     counts = with_host_time(count_table(a, b, na, nb), a, b)
+    summary = summary_table(a, b, spread)
+    rec = {"a": recording(a, run_a), "b": recording(b, run_b)}
     return Comparison(
         a=a, b=b, summary=summary, spread=spread, counts=counts, noise_a=na, noise_b=nb,
+        host_ops=host_op_table(a, b, na, nb, withheld=drift is not None), recording=rec,
+        recording_warning=recording_warning(rec["a"], rec["b"]),
         time_statement=time_statement(na, nb) or drift, iterations_line=iterations_line(na, nb),
         speed_check=speed_check(na, nb),
         categories=_by_size(categories, "total_us", ["category"]),
@@ -160,33 +167,86 @@ def _memory(a: Analysis, b: Analysis) -> pd.DataFrame:
     return _with_deltas(m, list(MEMORY_QUANTITIES)).sort_values("label", ignore_index=True)
 
 
+# -- one side only, host ops ----------------------------------------------------------------------
+def one_sided(spread: pd.DataFrame, na: Noise, nb: Noise) -> pd.DataFrame:
+    """A figure seen in the counted iterations of one side only (a phase, kernel, category or
+    collective that appears or disappears) is `only in A` / `only in B`, never better or worse:
+    its absence on the other side is no measurement of it."""
+    def seen(n: Noise) -> set:
+        return set(zip(n.samples["kind"], n.samples["item"]))
+    sa, sb = seen(na), seen(nb)
+    keys = list(zip(spread["kind"], spread["item"]))
+    verdict = [v if kind in ("throughput", "iteration") else
+               ONLY["a_only"] if (kind, item) in sa and (kind, item) not in sb else
+               ONLY["b_only"] if (kind, item) in sb and (kind, item) not in sa else v
+               for (kind, item), v in zip(keys, spread["verdict"])]
+    return spread.assign(verdict=verdict)
+
+
+def host_op_samples(a: Analysis, counted: list[int]) -> pd.DataFrame:
+    """Self time per cpu op name per counted iteration (name, iteration, value in us): summed per
+    rank, the largest rank's, 0 where the op did not run in the iteration (as noise.py's figures)."""
+    tree = host_tree(a.trace)
+    ops = np.flatnonzero(tree.is_op & ~tree.is_step)
+    it = tree.iteration[ops] if len(ops) else np.zeros(0, dtype=np.int64)
+    keep = np.isin(it, counted)
+    ops, it = ops[keep], it[keep]
+    if not len(ops) or not counted:
+        return pd.DataFrame({"name": pd.Series(dtype=object), "iteration": pd.Series(dtype=np.int64),
+                             "value": pd.Series(dtype=float)})
+    frame = pd.DataFrame({"name": np.asarray(tree.names, dtype=object)[tree.name[ops]],
+                          "rank": tree.rank[ops], "iteration": it, "value": tree.self_us[ops]})
+    per_rank = frame.groupby(["name", "rank", "iteration"], sort=False)["value"].sum()
+    per_it = per_rank.groupby(level=["name", "iteration"], sort=False).max()
+    full = pd.MultiIndex.from_product([per_it.index.get_level_values("name").unique(), counted],
+                                      names=["name", "iteration"])
+    return per_it.reindex(full, fill_value=0.0).reset_index()
+
+
+def host_op_table(a: Analysis, b: Analysis, na: Noise, nb: Noise, withheld: bool = False) -> pd.DataFrame:
+    """Host ops paired by name (hotops.hot_ops: calls, self_us, total_us over the whole traces,
+    with `q_a`, `q_b`, `q_delta`, `q_ratio` and `presence`), largest self time first, and the
+    verdict on the self time per counted iteration: `median_a`, `low_a`, `high_a`, `median_b`,
+    ... (spread.median_interval) and `verdict` as the spread table's (`better`/`worse` only when
+    both sides have 3+ counted iterations and the intervals do not overlap; `only in A`/`only
+    in B` for an op that ran on one side only; `not judged` with too few iterations or when the
+    machine's speed changed)."""
+    paired = _paired(a.host_ops, b.host_ops, ["name"], list(HOST_OP_QUANTITIES))
+    paired = _by_size(paired, "self_us", ["name"])
+    sa, sb = host_op_samples(a, na.iterations), host_op_samples(b, nb.iterations)
+    ga, gb = dict(tuple(sa.groupby("name", sort=False)["value"])), dict(tuple(sb.groupby("name", sort=False)["value"]))
+    rows = []
+    for name, presence in zip(paired["name"], paired["presence"]):
+        xa = ga[name].to_numpy(float) if name in ga else np.zeros(na.n)
+        xb = gb[name].to_numpy(float) if name in gb else np.zeros(nb.n)
+        ma, mb = median_interval(xa), median_interval(xb)
+        if presence != "both" or (name in ga) != (name in gb):
+            verdict = ONLY["a_only" if (presence == "a_only" or name in ga) else "b_only"]
+        elif withheld or ma.n < MIN_ITERATIONS or mb.n < MIN_ITERATIONS:
+            verdict = "not judged"
+        elif ma.low <= mb.high and mb.low <= ma.high:
+            verdict = "within noise"
+        else:
+            verdict = "better" if mb.median < ma.median else "worse"
+        rows.append((ma.median, ma.low, ma.high, mb.median, mb.low, mb.high, verdict))
+    judged = pd.DataFrame(rows, columns=["median_a", "low_a", "high_a", "median_b", "low_b", "high_b",
+                                         "verdict"], index=paired.index)
+    return pd.concat([paired, judged], axis=1)
+
+
 # -- pairing ---------------------------------------------------------------------------------------
-def ratio(a, b) -> np.ndarray:
-    """B / A elementwise: 1 where both are 0, NaN where only A is 0 (or either is NaN)."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = b / a
-    out[a == 0] = np.nan
-    out[(a == 0) & (b == 0)] = 1.0
-    return out
-
-
 def _with_deltas(frame: pd.DataFrame, quantities: list[str]) -> pd.DataFrame:
     out = {}
     for q in quantities:
         qa, qb = frame[f"{q}_a"].to_numpy(float), frame[f"{q}_b"].to_numpy(float)
         delta = qb - qa
-        delta[_same(qa, qb)] = 0.0
+        delta[same(qa, qb)] = 0.0
         if all(pd.api.types.is_integer_dtype(frame[f"{q}_{s}"]) for s in ("a", "b")):
             delta = delta.astype(np.int64)  # counts stay counts
         out[f"{q}_delta"], out[f"{q}_ratio"] = delta, ratio(qa, qb)
     frame = frame.assign(**out)
     paired = [f"{q}_{s}" for q in quantities for s in ("a", "b", "delta", "ratio")]
     return frame[[c for c in frame.columns if c not in paired] + paired]
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.abs(b - a) <= SAME * np.maximum(np.abs(a), np.abs(b))
 
 
 def _paired(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], quantities: list[str],
@@ -238,22 +298,6 @@ def _comm_table(a: Analysis) -> pd.DataFrame:
     out = comm.collectives.groupby("kind", as_index=False).agg(
         count=("count", "sum"), total_us=("total_us", "sum"), bytes=("bytes", "sum"))
     return out.astype({"count": np.int64})[columns]
-
-
-def rank_figures(a: Analysis) -> dict[str, float]:
-    """Exposed communication per iteration (mean over ranks and traced iterations) and the
-    others' wait for the slowest rank per iteration (mean over iterations); NaN where the trace
-    cannot give them."""
-    ranks = a.ranks
-    out = {"exposed_comm_per_iteration_us": float("nan"), "straggler_wait_per_iteration_us": float("nan")}
-    if ranks is None or ranks.ranks.empty:
-        return out
-    stepped = ranks.ranks[ranks.ranks["step_us"].notna()]
-    if not stepped.empty:
-        out["exposed_comm_per_iteration_us"] = float(stepped["exposed_us"].mean())
-    if ranks.judged:
-        out["straggler_wait_per_iteration_us"] = float(ranks.iterations["caused_wait_us"].mean())
-    return out
 
 
 def op_rates(a: Analysis) -> pd.DataFrame:
@@ -316,53 +360,3 @@ def _device_label(ra: float, da: float, rb: float, db: float) -> str:
     if rb != rb or (ra, da) == (rb, db):
         return key(ra, da)
     return f"{key(ra, da)} vs {key(rb, db)}"
-
-
-# -- summary ---------------------------------------------------------------------------------------
-def iteration_rows(phases: pd.DataFrame) -> pd.DataFrame:
-    return phases[phases["kind"] == "iteration"]
-
-
-def mean_iteration_us(phases: pd.DataFrame) -> float:
-    """Mean CPU time of one `ProfilerStep#N` (over every rank's instances); NaN without steps."""
-    steps = iteration_rows(phases)
-    n = int(steps["count"].sum())
-    return float(steps["cpu_us"].sum()) / n if n else float("nan")
-
-
-def syncs_per_iteration(phases: pd.DataFrame) -> float:
-    """Sync points inside `ProfilerStep#N` per step instance; NaN without steps."""
-    steps = iteration_rows(phases)
-    n = int(steps["count"].sum())
-    return float(steps["syncs"].sum()) / n if n else float("nan")
-
-
-def summary_values(a: Analysis) -> dict[str, float]:
-    """The whole-trace figures of the summary table for one analysis."""
-    busy, span = float(a.gpu["busy_us"].sum()), float(a.gpu["span_us"].sum())
-    steps = iteration_rows(a.phases)
-    n = int(steps["count"].sum())
-    return {
-        "gpu_busy_us": busy, "gpu_span_us": span,
-        "gpu_utilization": busy / span if span > 0 else float("nan"),
-        "kernel_us": float(a.gpu["kernel_us"].sum()),
-        "sync_points": float(a.syncs.total), "sync_wait_us": float(a.sync_points["dur"].sum()),
-        "iterations": float(steps["iteration"].nunique()),
-        "iteration_us": mean_iteration_us(a.phases),
-        "iteration_gpu_us": float(steps["gpu_us"].sum()) / n if n else float("nan"),
-        "syncs_per_iteration": syncs_per_iteration(a.phases),
-        "comm_us": float(a.communication.collectives["total_us"].sum())
-        if a.communication is not None and not a.communication.collectives.empty else 0.0,
-        **rank_figures(a),
-    }
-
-
-def _summary(a: Analysis, b: Analysis) -> pd.DataFrame:
-    va, vb = summary_values(a), summary_values(b)
-    names = [m for m, _ in SUMMARY_METRICS]
-    frame = pd.DataFrame({"metric": names, "better": [w for _, w in SUMMARY_METRICS],
-                          "a": [va[m] for m in names], "b": [vb[m] for m in names]})
-    qa, qb = frame["a"].to_numpy(float), frame["b"].to_numpy(float)
-    delta = qb - qa
-    delta[_same(qa, qb)] = 0.0
-    return frame.assign(delta=delta, ratio=ratio(qa, qb))[["metric", "a", "b", "delta", "ratio", "better"]]

@@ -97,6 +97,74 @@ def short_tail(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
+def short_middle(text: Any, width: int) -> str:
+    """A long name cut in the middle (`cutlass_75_tensorop_…_128x64_nn`): its start says what it
+    is and its end which variant, where names that differ usually differ."""
+    text = str(text)
+    if len(text) <= width:
+        return text
+    if width < 3:
+        return text[:width]
+    head = (width - 1 + 1) // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def distinct_names(names: "list[Any]", width: int) -> list[str]:
+    """Each name within `width` (`short_middle`), and no two different names the same: where two
+    would print alike, each shows a window around the first place the group's names differ."""
+    full = [str(n) for n in names]
+    out = [short_middle(n, width) for n in full]
+    for _ in range(4):  # a group split on its first difference may still hold a smaller group
+        groups: dict[str, set[str]] = {}
+        for name, shown in zip(full, out):
+            groups.setdefault(shown, set()).add(name)
+        clashes = {s: g for s, g in groups.items() if len(g) > 1}
+        if not clashes:
+            return out
+        for i, (name, shown) in enumerate(zip(full, out)):
+            if shown in clashes:
+                out[i] = _window(name, _common_prefix(clashes[shown]), width)
+    return out
+
+
+def _common_prefix(names: "set[str]") -> int:
+    first, last = min(names), max(names)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return n
+
+
+def _window(name: str, at: int, width: int) -> str:
+    """`width` characters of name around position `at`, ellipses where it is cut."""
+    if len(name) <= width:
+        return name
+    start = max(0, min(at - (width - 2) // 3, len(name) - (width - 1)))
+    if start == 0:
+        return name[: width - 1] + "…"
+    end = start + width - 2
+    if end >= len(name):
+        return "…" + name[len(name) - (width - 1):]
+    return "…" + name[start:end] + "…"
+
+
+def interval_text(low: Any, high: Any, kind: str = "time") -> str:
+    """An interval on one line in one unit: `36.7-58.7 ms` (time, three significant digits,
+    the unit of the larger end), `6,422-9,912` (a rate or count); "" without one."""
+    if not all(isinstance(v, (int, float, np.number)) and math.isfinite(float(v)) for v in (low, high)):
+        return ""
+    low, high = float(low), float(high)
+    if kind != "time":
+        return f"{low:,.0f}-{high:,.0f}" if max(abs(low), abs(high)) >= 100 else f"{low:,.2f}-{high:,.2f}"
+    scale, unit = (1e6, "s") if high >= 1e6 else (1e3, "ms") if high >= 1e3 else (1.0, "us")
+    return f"{_sig(low / scale)}-{_sig(high / scale)} {unit}"
+
+
+def _sig(value: float) -> str:
+    return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
 def one_line(text: Any) -> Text:
     """A table cell kept on one line, cut with an ellipsis when its column is narrower (the
     column itself still shrinks first when the table is wider than the console)."""

@@ -21,6 +21,16 @@ figure); `counts` [ {`kind` (`sync`, `host_read`, `kernels`), `item`, `site`, `a
 items also carry `low_a`, `high_a`, `low_b`, `high_b` (a time item's intervals; null for counts)
 and `site` (a count's site that changed most). Times in microseconds; B - A and B / A;
 undefined values (a ratio over zero, a device missing on one side) are null, never NaN.
+
+Readable (additive to v1): each `summary` row also has `name` (`iteration time`), `unit` (`time`
+in us, `share` in [0, 1], `count`, `per_iteration`), `verdict` (`better`, `worse`, `within noise`,
+`same` for an exact count, `not judged`) and `why` (`compare_summary`); a `spread` row's verdict
+is `only in A` / `only in B` for a figure seen on one side only (never better or worse);
+`recording_warning` (null, or the line saying A and B were recorded in different modes or on
+different devices) and `recording` {`a`, `b`: {`mode` (run.json's, or null), `stacks` (the trace
+holds Python stacks), `device`}}; `host_ops` [ {`name`, `presence`, `calls_*`, `self_us_*`,
+`total_us_*` (whole traces), `median_a`, `low_a`, `high_a`, `median_b`, `low_b`, `high_b` (self
+time per counted iteration), `verdict`} ] (the top ones with --top).
 """
 from __future__ import annotations
 
@@ -56,6 +66,8 @@ def to_document(c, top: int | None = None) -> dict[str, Any]:
 
     return {
         "schema": SCHEMA,
+        "recording_warning": c.recording_warning,
+        "recording": c.recording,
         "a": _side(c.a),
         "b": _side(c.b),
         "summary": _all(c.summary),
@@ -75,4 +87,5 @@ def to_document(c, top: int | None = None) -> dict[str, Any]:
         "communication": _all(c.communication),
         "memory": _all(c.memory) if c.memory is not None else [],
         "efficiency": _all(c.efficiency) if c.efficiency is not None else [],
+        "host_ops": _all(head(c.host_ops)) if c.host_ops is not None else [],
     }

@@ -5,7 +5,8 @@ of a run when it is that folder (it holds run.json) or a file inside it (a rank 
 trace). What is read:
 
 - from run.json: `profiling.iterations` (the traced window FIRST..LAST, when profiling was
-  enabled), `world_size`, `env_steps_per_s` (the trainer's own whole-run figure);
+  enabled), `world_size`, `env_steps_per_s` (the trainer's own whole-run figure), `profiling.mode`
+  and `device` (diff warns when two runs differ in them);
 - from metrics.jsonl: one row per finished iteration, `iteration`, `env_steps` (rank 0's),
   `iteration_s`, `env_steps_per_s` (rank 0's env steps / its iteration time).
 
@@ -52,6 +53,8 @@ class RunRecord:
     env_steps_per_s: float | None   # run.json's whole-run figure
     metrics: pd.DataFrame = field(repr=False)  # iteration, env_steps, iteration_s, env_steps_per_s
     warnings: list[str] = field(default_factory=list)  # metrics.jsonl lines skipped (`_metrics`)
+    mode: str | None = None    # run.json profiling.mode (`lite`, `full`), when it says
+    device: str | None = None  # run.json device (`NVIDIA H200`, `AMD EPYC`), when it says
 
     @property
     def first_iteration(self) -> int | None:
@@ -121,7 +124,12 @@ def read_run(path: str | os.PathLike) -> RunRecord | None:
     return RunRecord(folder=folder, world_size=int(world) if isinstance(world, int) and world > 0 else 1,
                      window=window,
                      env_steps_per_s=None if math.isnan(_float(rate)) else _float(rate),
-                     metrics=_metrics(folder / METRICS_FILE, warnings), warnings=warnings)
+                     metrics=_metrics(folder / METRICS_FILE, warnings), warnings=warnings,
+                     mode=_text(profiling.get("mode")), device=_text(record.get("device")))
+
+
+def _text(value) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def _pair(value) -> bool:
