@@ -218,3 +218,21 @@ def test_shortened_names_keep_what_differs():
     labels = distinct_names(kernel_labels([k1, k2]), 40)
     assert labels[0] != labels[1]
     assert interval_text(844.7, 1516.0) == "0.845-1.52 ms" and interval_text(float("nan"), 1.0) == ""
+
+
+def test_gpu_pair_fits_and_kernels_stay_distinct():
+    """A GPU pair (H200, lite against full, our trainer): kernel, device and memory tables at
+    each width; two different kernels never print alike."""
+    gpu = Path(__file__).parent / "data" / "gpu" / "h200_2026-11-26"
+    (a, ra), (b, rb) = side(gpu / "lite" / "clean"), side(gpu / "full" / "clean")
+    c = compare(a, b, ra, rb)
+    assert c.recording_warning.startswith("A and B were recorded differently: A was recorded in lite mode")
+    for width in WIDTHS:
+        out = text(c, width)
+        lines = out.splitlines()
+        assert max(len(x) for x in lines) <= width, width
+        assert "Top 15 of" in out and "GPU devices" in out and "Memory" in out
+        top = c.kernels.head(15)
+        block = out[out.index("Top 15 of"):out.index("Sync points by kind")]
+        shown = [x.split("│")[0].strip() for x in block.splitlines()[3:] if "│" in x]
+        assert len(shown) == len(top) == len(set(shown))

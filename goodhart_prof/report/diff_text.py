@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..analysis.compare_summary import shown_rows
 from . import diff_tables
-from .common import duration, kernel_name, plain, safe_text, short
+from .common import duration, plain, safe_text, short_middle
 from .diff_format import KIND_NAMES, interval, kernel_labels, num, ratio_text, signed_text, summary_text, value_text
 from .table_fit import SEPARATOR, Col, fitted_table
 
@@ -126,7 +126,9 @@ def _headline(c, console: Console, top: int) -> None:
             console.width, styles=[style] * len(rows)))
     noise = c.within_noise
     if len(noise):
-        names = [_noise_name(r) for r in noise.itertuples()]
+        names = [n if r.kind in ("iteration", "throughput", "phase") else
+                 f"{KIND_NAMES.get(r.kind, r.kind)} {short_middle(n, 50)}"
+                 for n, r in zip(_item_names(noise), noise.itertuples())]
         more = f" and {len(names) - top} more" if len(names) > top else ""
         console.print()
         console.print(f"[bold]within noise[/bold]: {plain(', '.join(names[:top]))}{more} (intervals overlap)",
@@ -135,11 +137,6 @@ def _headline(c, console: Console, top: int) -> None:
 
 def duration_or_dash(us) -> str:
     return duration(us) if num(us) else "-"
-
-
-def _noise_name(r) -> str:
-    return r.item if r.kind in ("iteration", "throughput", "phase") else \
-        f"{KIND_NAMES.get(r.kind, r.kind)} {short(kernel_name(r.item) if r.kind == 'kernel' else r.item, 50)}"
 
 
 def _noise(c, console: Console, top: int) -> None:
