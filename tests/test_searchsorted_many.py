@@ -151,3 +151,11 @@ def test_end_rank_orders_each_threads_ends_both_ways(monkeypatch):
             dense = np.r_[0, np.cumsum(end[by][1:] != end[by][:-1])]
             np.testing.assert_array_equal(rank[by] - rank[by][0], dense)
     np.testing.assert_array_equal(trees[0].parent, trees[1].parent)
+
+
+def test_stable_order_equals_numpy_stable_argsort():
+    from goodhart_prof.analysis.intervals import stable_order
+    rng = np.random.default_rng(6)
+    for codes in (rng.integers(0, 156, 50000), rng.integers(0, 2 ** 16, 50000), rng.integers(0, 2 ** 40, 5000),
+                  rng.integers(-3, 100, 5000), rng.integers(0, 9, 5000).astype(np.int8), np.zeros(0, dtype=np.int64)):
+        np.testing.assert_array_equal(stable_order(codes), np.argsort(codes, kind="stable"))

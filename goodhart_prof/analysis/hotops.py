@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import dense_codes, exact_sums
+from .intervals import dense_codes, exact_sums, stable_order
 from .tree import host_tree
 
 COLUMNS = ["name", "calls", "self_us", "total_us", "self_pct", "total_pct"]
@@ -65,11 +65,11 @@ def _outermost_of_name(tree, ops: np.ndarray) -> np.ndarray:
     is later than every earlier same-name call's on the thread. One running maximum over dense
     codes of (group, end), whose codes rise from group to group, serves every group at once."""
     # by thread and name, then tree order: the tree's threads are in (rank, pid, tid) order, so
-    # one stable sort of (thread number, name code) (a radix sort when it fits 16 bits)
+    # one stable sort of (thread number, name code)
     spans = tree.spans
     thread = np.repeat(np.arange(len(spans)), spans.hi - spans.lo)[ops]
     key = thread * max(len(tree.names), 1) + tree.name[ops]
-    order = np.argsort(key.astype(np.uint16) if key.max() < 2 ** 16 else key, kind="stable")
+    order = stable_order(key)
     key = key[order]
     same = key[1:] == key[:-1]
     group = np.r_[0, np.cumsum(~same)]

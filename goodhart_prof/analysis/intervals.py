@@ -57,10 +57,19 @@ def thread_groups(frame: pd.DataFrame, keys: tuple[str, ...] = ("rank", "pid", "
     return {tuple(int(c[a]) for c in cols): order[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
 
 
+def stable_order(codes: np.ndarray) -> np.ndarray:
+    """`np.argsort(codes, kind="stable")` of integer codes: a radix sort (numpy's stable sort of
+    16-bit integers, ~10x faster than its sort of int64) when they fit 16 bits."""
+    codes = np.asarray(codes)
+    if len(codes) and codes.dtype.kind in "iu" and codes.min() >= 0 and codes.max() < 2 ** 16:
+        return np.argsort(codes.astype(np.uint16), kind="stable")
+    return np.argsort(codes, kind="stable")
+
+
 def exact_sums(inverse: np.ndarray, groups: int, **values: np.ndarray) -> dict[str, np.ndarray]:
     """Per-group sums of each values array (group of row i: inverse[i]), exactly rounded
     (math.fsum), so that the figures do not depend on the order rows are added in."""
-    order = np.argsort(inverse, kind="stable")
+    order = stable_order(inverse)
     bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=groups))))
     out = {}
     for k, v in values.items():
@@ -109,7 +118,7 @@ def segment_searchsorted(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, que
         segs, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         if len(segs) > SEGMENT_LOOP_LIMIT:
             return _binary_searchsorted(values, lo, hi, q, side)
-        order = np.argsort(inverse, kind="stable")
+        order = stable_order(inverse)
         bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=len(segs)))))
         groups = [(int(first[g]), order[bounds[g]:bounds[g + 1]]) for g in range(len(segs))]
     for at, rows in groups:

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import thread_groups, tuple_codes
+from .intervals import stable_order, thread_groups, tuple_codes
 from .tree import host_tree, iterations, step_table
 
 HOST = 0  # c10 DeviceType CPU
@@ -118,7 +118,7 @@ def iteration_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=ITERATION_COLUMNS)
     # one span per (rank, step): its first start and last end, in (rank, step) order
     code = tuple_codes(steps["rank"].to_numpy(), steps["step"].to_numpy())
-    order = np.argsort(code, kind="stable")
+    order = stable_order(code)
     bounds = np.flatnonzero(np.r_[True, np.diff(code[order]) != 0])
     sp_rank = steps["rank"].to_numpy()[order][bounds]
     sp_step = steps["step"].to_numpy()[order][bounds]

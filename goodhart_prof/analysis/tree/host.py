@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Frames, Trace, name_codes, rows_named
-from ..intervals import segment_searchsorted, thread_groups
+from ..intervals import segment_searchsorted, stable_order, thread_groups
 from .parents import climb, parents_depths_ranks, start_order
 from .threads import ThreadSpans
 
@@ -172,7 +172,7 @@ class HostTree:
     def _levels(self) -> list[np.ndarray]:
         cached = self.__dict__.get("_by_level")
         if cached is None:
-            order = np.argsort(self.depth, kind="stable")
+            order = stable_order(self.depth)
             bounds = np.searchsorted(self.depth[order], np.arange(int(self.depth.max(initial=0)) + 2))
             cached = self.__dict__["_by_level"] = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         return cached
