@@ -80,6 +80,9 @@ def test_text_says_verdicts_and_units_not_keys(planted):
     line = next(x for x in out.splitlines() if x.startswith("iteration time "))
     assert "47.835 ms" in line and "46.880 ms" in line and "within noise" in line
     assert "better" not in line
+    wait = next(x for x in out.splitlines() if x.startswith("sync host wait "))
+    assert wait.rstrip().endswith("not judged (1)")  # and why, under the table
+    assert "(1) a whole-trace figure with no per-iteration samples: noise cannot be told apart" in out
     assert "What got better: nothing" in out
     # the planted reads: 22 -> 30 per iteration, worse, named with their site
     worse = next(x for x in out.splitlines() if x.startswith("item at rollout"))
@@ -180,7 +183,8 @@ def test_html_numbers_are_formatted(planted):
     summary = re.search(r"<td>iteration time</td>(.*?)</tr>", body).group(1)
     assert "<td>47.8 ms</td>" in summary and "<td>46.9 ms</td>" in summary and "within noise" in summary
     assert "<td>36.7-58.7 ms</td>" in body  # A's interval of the iteration time, one unit
-    assert '"title":{"text":"ms"}' in html.replace(" ", "") or "ms" in re.findall(r'"title":\{"text":"([^"]*)"', html)
+    axes = re.findall(r'"title":\{"text":"([^"]*)"\}', html)
+    assert "ms" in axes and "us" not in axes  # the charts' times in ms, as the analyze page's
 
 
 # -- widths ----------------------------------------------------------------------------------------
