@@ -118,7 +118,7 @@ def _setup(trace: Trace) -> Setup:
 
 def _calls(trace: Trace) -> list[dict[str, Any]]:
     """The runtime calls of idle.py's kinds that start in setup, per (kind, name), longest first."""
-    from .idle import KINDS, runtime_calls
+    from .host_segments import KINDS, runtime_calls
     from .tree import host_tree
     tree = host_tree(trace)
     ts, end, code, kind, lo, hi = runtime_calls(trace, tree)
