@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 
 import click
@@ -62,17 +60,14 @@ def run(iterations, mode, verbose, name, **trainer_values):
     if name is not None:
         runs.check_name(name)
     root_made = not root.exists()
-    folder = runs.resume_folder(root, name) if trainer_values["resume"] else \
-        runs.create_run_folder(root, name)
-    argv, env = run_options.run_command(window, mode, {**trainer_values, "output_dir": str(folder)},
-                                        os.environ, verbose)
-    proc = subprocess.Popen(argv, env=env)
-    # A SIGTERM to us goes to the trainer too (it records the interruption, then exits 143).
-    signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:  # the trainer got the same SIGINT; let it finish cleanly
-        code = proc.wait()
+    with runs.stop_signals_held():  # from the folder's making until the trainer can be told
+        folder = runs.resume_folder(root, name) if trainer_values["resume"] else \
+            runs.create_run_folder(root, name)
+        argv, env = run_options.run_command(window, mode, {**trainer_values, "output_dir": str(folder)},
+                                            os.environ, verbose)
+        # SIGINT, SIGTERM and SIGHUP to us go to the trainer (it records the interruption, then
+        # exits 128 + N); a Ctrl-C reaches it once, from us (runs.run_trainer).
+        code = runs.run_trainer(argv, env)
     finished = runs.read_run(folder)
     if code == 0 and finished is not None and finished.complete:
         try:
@@ -82,7 +77,7 @@ def run(iterations, mode, verbose, name, **trainer_values):
     runs.discard_if_empty(folder)
     if root_made:
         runs.discard_if_empty(root)
-    sys.exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell says
+    sys.exit(code)
 
 
 def _latest(what: str) -> str:

@@ -18,6 +18,12 @@ from .settings import (DEFAULT_MODE, DEFAULT_OUTPUT_DIR, DEFAULT_WINDOW, Setting
                        parse_iterations)
 
 DEVICES = ("auto", "cpu", "cuda")
+# torch.manual_seed takes 0..2**64-1 (and negatives, folded onto those): seeds up to 2**63-1 leave
+# room for the rank added to it. One machine's ranks: also at most RANKS_PER_CORE per CPU core on the
+# CPU, and one per GPU (the trainer checks both, it knows the device).
+MAX_SEED = 2**63 - 1
+MAX_NPROC = 1024
+RANKS_PER_CORE = 4
 
 
 @dataclass(frozen=True)
@@ -64,11 +70,11 @@ TRAINER_OPTIONS = (
                            f"OUTPUT_DIR/latest; default: PROF_OUTPUT_DIR or {DEFAULT_OUTPUT_DIR}"),
     TrainerOption("--nproc", "Ranks to run with torch.distributed (gloo on CPU, NCCL on CUDA); "
                   "each profiled rank writes its own trace, merged afterwards",
-                  click.IntRange(min=1), default=1),
+                  click.IntRange(1, MAX_NPROC), default=1),
     TrainerOption("--config", "TOML file with Config fields (flat or under [trainer])",
                   click.Path(dir_okay=False), param="config_file"),
     TrainerOption("--device", "auto: CUDA when available", click.Choice(DEVICES)),
-    TrainerOption("--seed", "Seed (rank r uses seed + r)", int),
+    TrainerOption("--seed", "Seed, 0 to 2**63-1 (rank r uses seed + r)", click.IntRange(0, MAX_SEED)),
     TrainerOption("--checkpoint-every", "Write a checkpoint every N iterations (atomically)",
                   click.IntRange(min=0)),
     TrainerOption("--inject", "Plant known slowdowns (the anti-pattern zoo, "

@@ -8,17 +8,21 @@ The root is `--output-dir`, else PROF_OUTPUT_DIR, else `traces`. A run's name is
 the local time it started (`2026-11-23T12-40-55`, `-2`, `-3`, ... when taken). Folders are made
 with os.mkdir, which fails when the folder exists: two runs started at once never share one, and a
 `--name` that exists is refused, never overwritten. A run is **complete** when its run.json reads,
-was not interrupted and the folder holds its trace; runs are ordered by run.json `created` (when
-the run finished), then run.json's modification time, then name. Torch-free: the CLI uses it.
+was not interrupted, no rank of it failed, and the folder holds its trace; runs are ordered by
+run.json `created` (when the run finished), then run.json's modification time, then name.
+Torch-free: the CLI uses it; `run_trainer` starts the trainer and passes signals on to it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .errors import UserError
 from .fileio import atomic_path, take_folder_lock, write_error
@@ -52,8 +56,9 @@ class Run:
 
     @property
     def complete(self) -> bool:
-        """Finished (not interrupted) and its trace is in the folder."""
-        return self.record.get("interrupted") is None and has_trace(self.folder)
+        """Finished (not interrupted, no rank failed) and its trace is in the folder."""
+        return (self.record.get("interrupted") is None and not self.record.get("failed_ranks")
+                and has_trace(self.folder))
 
     def describe(self) -> str:
         """`traces/2026-11-23T12-40-55 (2026-11-23T12:40:58+0000)`, as the diff line prints it."""
@@ -288,3 +293,46 @@ def discard_if_empty(folder: Path) -> None:
         folder.rmdir()  # fails unless empty
     except OSError:
         pass
+
+
+# The signals that stop a run (as trainer/signals.py's STOP_SIGNALS: the toolkit never imports it).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def run_trainer(argv: list[str], env: Mapping[str, str]) -> int:
+    """Start the trainer, pass it every SIGINT, SIGTERM and SIGHUP this process gets, and return
+    its exit code (128 + N when a signal N killed it, as a shell says).
+
+    The trainer runs in its own process group, so a Ctrl-C at the terminal reaches it once, from
+    here, as a `kill -INT` of this process alone does: the trainer records the interruption and
+    exits 128 + N (a second signal while it does stops it at once). The signals are blocked from
+    before the trainer starts until they are passed on: one that comes while the interpreter
+    starts waits for the trainer's handler (trainer/signals.py) instead of killing it mid-import.
+    A signal this process was started ignoring (`nohup`: SIGHUP) stays ignored."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        proc = subprocess.Popen(argv, env=dict(env), process_group=0)
+        forwarded = [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
+        previous = {s: signal.signal(s, lambda signum, frame: proc.send_signal(signum))
+                    for s in forwarded}
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a held one is passed on now
+    try:
+        code = proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return code if code >= 0 else 128 - code
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """The stop signals wait while the body runs (`run` holds them from before it makes the run's
+    folder until the trainer can be told: a Ctrl-C then never leaves an empty folder behind);
+    the signal mask is as it was afterwards."""
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+

@@ -1,7 +1,12 @@
 """`python -m trainer`: train the Goodhart grid world with PPO, honouring the PROF_* variables."""
 from __future__ import annotations
 
-import dataclasses
+from .signals import hold_signals
+
+if __name__ == "__main__":  # before the imports (torch's take seconds): signals.py
+    hold_signals()
+
+import dataclasses  # noqa: E402
 import os
 import sys
 import time
@@ -16,9 +21,9 @@ from goodhart_prof.hooks import ProfSettings, SettingsError
 from goodhart_prof.runs import refuse_finished
 
 from .config import Config, ConfigError, build_config, to_dict
-from .launch import (Interrupted, catch_signals, clear_earlier_outputs, default_signals,
-                     earlier_outputs, finish_run, interrupted_outcomes, launch, resume_iteration,
-                     trim_metrics)
+from .launch import (RankFailed, clear_earlier_outputs, describe_failure, earlier_outputs,
+                     finish_run, interrupted_outcomes, launch, resume_iteration, trim_metrics)
+from .signals import Interrupted, catch_signals, default_signals
 from .train import checkpoint_path
 
 
@@ -28,6 +33,21 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
          no_progress, inject, cudagraphs):
     """Train PPO on the Goodhart grid world. Profile with PROF_ENABLED=1 (or true/yes/on; see README)."""
     started = time.perf_counter()
+    try:
+        catch_signals()  # a signal held during the imports is delivered here
+        prepared = prepare(total_iterations, output_dir, config_file, device, seed, checkpoint_every,
+                           resume, nproc, no_progress, inject, cudagraphs)
+    except Interrupted as exc:
+        default_signals()
+        click.echo(f"interrupted by {exc.name} before training started | nothing trained, no run.json "
+                   f"written", err=True)
+        sys.exit(exc.exit_code)
+    train_and_record(*prepared, nproc, resume, started)
+
+
+def prepare(total_iterations, output_dir, config_file, device, seed, checkpoint_every, resume,
+            nproc, no_progress, inject, cudagraphs) -> tuple:
+    """The run's config and settings, its folders locked and an earlier run's files cleared."""
     try:
         settings = ProfSettings.from_env()
     except SettingsError as exc:
@@ -43,6 +63,7 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
         raise UserError(str(exc)) from None
     if cfg.cudagraphs and nproc > 1:
         raise UserError("cudagraphs runs on one rank only (DDP's all-reduce is not captured)")
+    check_nproc(nproc, cfg.device)
     if not env_dir:
         settings = dataclasses.replace(settings, output_dir=Path(cfg.output_dir))
     if settings.enabled and settings.first >= cfg.total_iterations:
@@ -63,11 +84,16 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
     clear_earlier_outputs(earlier)
     if resume:
         trim_metrics(cfg.output_dir, start_iteration)
+    return cfg, settings, start_iteration
+
+
+def train_and_record(cfg: Config, settings: ProfSettings, start_iteration: int, nproc: int,
+                     resume: bool, started: float) -> None:
+    """Train, then merge the traces and write run.json: the run's or, when a signal or a dead
+    rank stopped it, what it finished and why it stopped."""
     argv = ["python -m trainer", *sys.argv[1:]]
-    catch_signals()
     try:
         outcomes = launch(cfg, settings, nproc=nproc, resume=resume)
-        record = finish_run(cfg, settings, outcomes, started, argv)
     except Interrupted as exc:
         default_signals()
         outcomes, at = interrupted_outcomes(cfg, settings, nproc, start_iteration)
@@ -75,7 +101,43 @@ def cli(total_iterations, output_dir, config_file, device, seed, checkpoint_ever
                             {"signal": exc.name, "at_iteration": at}, start_iteration)
         click.echo(interrupted_line(record, settings), err=True)
         sys.exit(exc.exit_code)
+    except RankFailed as exc:
+        default_signals()
+        outcomes, at = interrupted_outcomes(cfg, settings, nproc, start_iteration)
+        failed = [{**failure, "at_iteration": at} for failure in exc.failed]
+        record = finish_run(cfg, settings, outcomes, started, argv, None, start_iteration, failed)
+        click.echo(failed_line(record, settings), err=True)
+        sys.exit(RANK_FAILED_EXIT)
+    try:
+        record = finish_run(cfg, settings, outcomes, started, argv)
+    except Interrupted as exc:  # training finished: record it without the merge (not done twice)
+        default_signals()
+        end = start_iteration + outcomes[0].iterations_run
+        record = finish_run(cfg, settings, outcomes, started, argv,
+                            {"signal": exc.name, "at_iteration": end}, start_iteration, merge=False)
+        click.echo(f"interrupted by {exc.name} after training, while merging the traces | the rank "
+                   f"traces are in {settings.output_dir}, not merged | run record: "
+                   f"{Path(cfg.output_dir) / 'run.json'}", err=True)
+        sys.exit(exc.exit_code)
     click.echo(summary_line(record))
+
+
+RANK_FAILED_EXIT = 1  # a rank died: run.json's failed_ranks says which and why
+
+
+def check_nproc(nproc: int, device: str) -> None:
+    """One machine's ranks: one per GPU on CUDA, at most RANKS_PER_CORE per CPU core on the CPU
+    (each rank is a process with its own torch: more only thrash)."""
+    if device == "cuda":
+        import torch
+        if torch.cuda.device_count() < nproc:
+            raise UserError(f"--nproc {nproc} needs {nproc} CUDA devices, torch sees "
+                            f"{torch.cuda.device_count()}")
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if nproc > run_options.RANKS_PER_CORE * cores:
+        raise UserError(f"--nproc {nproc}: at most {run_options.RANKS_PER_CORE} ranks per CPU core "
+                        f"on the CPU ({run_options.RANKS_PER_CORE * cores} here, {cores} core(s))")
 
 
 def hold_folders(*folders: Path) -> list[int]:
@@ -104,6 +166,23 @@ def interrupted_line(record: dict, settings: ProfSettings) -> str:
     out = Path(record["config"]["output_dir"]) / "run.json"
     return (f"interrupted by {stop['signal']} at iteration {stop['at_iteration']} "
             f"({record['iterations_run']} iteration(s) finished) | {traces} | run record: {out}")
+
+
+def failed_line(record: dict, settings: ProfSettings) -> str:
+    """`rank 1 was killed by SIGKILL at iteration 7 | ...`: which rank, why, what was kept."""
+    failed = record["failed_ranks"]
+    at = failed[0]["at_iteration"]
+    window = f"{settings.first}-{settings.last}"
+    if not settings.enabled:
+        traces = "profiling was off"
+    elif record["merged_trace"] and record["profiling"]["iterations_traced"]:
+        traces = f"the finished window {window} is in {record['merged_trace']}"
+    else:
+        traces = f"no trace written (the window {window} was not finished)"
+    out = Path(record["config"]["output_dir"]) / "run.json"
+    return (f"{'; '.join(describe_failure(f) for f in failed)} at iteration {at}; the other ranks "
+            f"were stopped ({record['iterations_run']} iteration(s) finished) | {traces} | "
+            f"run record: {out}")
 
 
 def summary_line(record: dict) -> str:

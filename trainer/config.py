@@ -7,8 +7,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from goodhart_prof.run_options import MAX_SEED
 from goodhart_prof.settings import DEFAULT_OUTPUT_DIR
 
+MAX_SIZE = 2**31 - 1  # a size of the world or the model: torch's int32 index limit
 POPART_BETA = 0.1  # the default, here only (trainer/policy.py PopArtValueHead gives the reason)
 
 if sys.version_info >= (3, 11):
@@ -137,8 +139,12 @@ class Config:
                      "hidden", "channels"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, not {getattr(self, name)}")
+            if getattr(self, name) > MAX_SIZE:
+                raise ConfigError(f"{name} must be at most {MAX_SIZE:,}, not {getattr(self, name)}")
         if self.total_iterations < 0 or self.checkpoint_every < 0:
             raise ConfigError("total_iterations and checkpoint_every must be >= 0")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"seed must be 0 to 2**63-1 ({MAX_SEED}), not {self.seed}")
         if (self.n_envs * self.rollout_steps) % self.minibatches:
             raise ConfigError(f"n_envs * rollout_steps = {self.n_envs * self.rollout_steps} is not "
                               f"divisible by minibatches = {self.minibatches}")

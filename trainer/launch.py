@@ -1,18 +1,20 @@
 """Run the trainer on one or several ranks and write the run's records (merged trace, run.json).
 
-Interruptions: SIGINT and SIGTERM raise `Interrupted` in the main thread (`catch_signals`), in the
-launcher and in every rank. A rank stops where it is: a traced window that was not finished
-writes no trace (the profiler is stopped, its data dropped), a finished window's trace is already
-complete on disk. The launcher then still merges the complete traces and writes run.json with
+Interruptions: SIGINT, SIGTERM and SIGHUP raise `Interrupted` in the main thread (signals.py,
+`catch_signals`), in the launcher and in every rank. A rank stops where it is: a traced window that
+was not finished writes no trace (the profiler is stopped, its data dropped), a finished window's
+trace is already complete on disk. The launcher then still merges the complete traces and writes run.json with
 `interrupted` = {signal, at_iteration}, and the process exits with 128 + the signal's number.
+A rank that dies (SIGKILL, an error) stops the others the same way (`RankFailed`): run.json then
+holds `failed_ranks` = [{rank, signal}] instead.
 """
 from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import platform
-import signal
 import socket
 import subprocess
 import sys
@@ -31,42 +33,28 @@ from goodhart_prof.runs import CREATED
 from goodhart_prof.textsafe import quote_path
 
 from .config import Config
+from .signals import (Interrupted, catch_signals, default_signals, deferred, ignore_signals,
+                      signal_name)
 from .train import RunResult, checkpoint_path, train
 
 RUN_SCHEMA = "goodhart-prof/run/v1"
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM arrived; `signum` says which (a KeyboardInterrupt, so every cleanup
-    path that handles Ctrl-C handles both)."""
+class RankFailed(Exception):
+    """A rank of a multi-rank run died (a signal, an error): `failed` lists {rank, signal} (or
+    {rank, exit_code} for one that exited) for the rank(s) that failed first, before the
+    launcher stopped the others."""
 
-    def __init__(self, signum: int = signal.SIGINT):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum  # 130 for SIGINT, 143 for SIGTERM, as a shell reports them
+    def __init__(self, failed: list[dict[str, Any]]):
+        super().__init__(", ".join(describe_failure(f) for f in failed))
+        self.failed = failed
 
 
-def _raise_interrupted(signum, frame) -> None:
-    raise Interrupted(signum)
-
-
-def catch_signals() -> None:
-    """From now on SIGINT and SIGTERM raise Interrupted in the main thread."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _raise_interrupted)
-
-
-def default_signals() -> None:
-    """A second signal while the interruption is being recorded stops the process at once."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
+def describe_failure(failure: dict[str, Any]) -> str:
+    """`rank 1 was killed by SIGKILL` / `rank 2 exited with code 3`."""
+    if failure.get("signal"):
+        return f"rank {failure['rank']} was killed by {failure['signal']}"
+    return f"rank {failure['rank']} exited with code {failure.get('exit_code')}"
 
 
 @dataclass
@@ -133,39 +121,69 @@ def launch(cfg: Config, settings: ProfSettings, nproc: int = 1, resume: bool = F
         return [_train_rank(cfg, settings, resume, 0, 1)]
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if cfg.device == "cuda" and torch.cuda.device_count() < nproc:
-        raise RuntimeError(f"--nproc {nproc} needs {nproc} CUDA devices, torch sees "
-                           f"{torch.cuda.device_count()}")
     threads = max(1, (os.cpu_count() or 1) // nproc)
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=uuid.uuid4().hex,
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+    quiet_launcher_logs()
     try:  # the launcher's agent turns SIGINT/SIGTERM into SignalException after stopping the ranks
         results = elastic_launch(config, _rank_entry)(cfg, settings, resume, threads)
     except SignalException as exc:
         raise Interrupted(exc.sigval) from None
+    except ChildFailedError as exc:  # a rank died; the agent has stopped the others
+        raise RankFailed(rank_failures(exc)) from None
     return [results[r] for r in sorted(results)]
+
+
+def rank_failures(exc: Exception) -> list[dict[str, Any]]:
+    """{rank, signal} (or {rank, exit_code}) of each rank a ChildFailedError reports, the first
+    observed failure first."""
+    first, _ = exc.get_first_failure()
+    failed = []
+    for rank in sorted(exc.failures, key=lambda r: (r != first, r)):
+        code = exc.failures[rank].exitcode
+        failed.append({"rank": int(rank), "signal": signal_name(-code)} if code < 0 else
+                      {"rank": int(rank), "exit_code": int(code)})
+    return failed
+
+
+# torch's elastic launcher logs each failure with a traceback of its own code (and a warning per
+# rank it stops): the launcher says in one line what happened instead (RankFailed, Interrupted).
+_LAUNCHER_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher",
+                     "torch.multiprocessing")
+
+
+def quiet_launcher_logs() -> None:
+    for name in _LAUNCHER_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome], started: float,
                argv: list[str], interrupted: dict[str, Any] | None = None,
-               start_iteration: int | None = None) -> dict[str, Any]:
+               start_iteration: int | None = None,
+               failed_ranks: list[dict[str, Any]] | None = None, merge: bool = True) -> dict[str, Any]:
     """Merge the ranks' traces (when profiling) and write run.json; returns the run record.
 
-    `interrupted` ({signal, at_iteration}) marks a run stopped by a signal: its traced window
-    counts only if it was finished (its traces are complete; an unfinished one wrote none)."""
+    `interrupted` ({signal, at_iteration}) marks a run stopped by a signal, `failed_ranks`
+    ([{rank, signal}]) one stopped because a rank died: its traced window counts only if it was
+    finished (its traces are complete; an unfinished one wrote none). `merge` False: the rank
+    traces are recorded as they are (a signal cut their merge short)."""
     out_dir = Path(cfg.output_dir)
     trace_dir = Path(settings.output_dir)
     traces = {o.rank: Path(o.trace_path) for o in outcomes if o.trace_path and Path(o.trace_path).exists()}
-    merged = merge_traces(traces, trace_dir)
+    merged = merge_traces(traces, trace_dir) if merge else None
     main = outcomes[0]
     first = cfg.total_iterations - main.iterations_run if start_iteration is None else start_iteration
     end = first + main.iterations_run
-    window_done = interrupted is None or min(settings.last, cfg.total_iterations - 1) < end
-    traced = [i for i in range(settings.first, settings.last + 1)
-              if settings.enabled and window_done and traces and first <= i < end]
+    stopped = interrupted is not None or bool(failed_ranks)
+    window_done = not stopped or min(settings.last, cfg.total_iterations - 1) < end
+    # The window's iterations that ran: bounded by those, never a range over the window itself
+    # (PROF_ITERATIONS 3-999999999999 with 4 iterations is 1 traced iteration, not a long loop).
+    traced = list(range(max(settings.first, first), min(settings.last + 1, end))) \
+        if settings.enabled and window_done and traces else []
     if traces and first > settings.first:  # a resume after the window began: hooks.py kept its trace
         traced = traced_iterations(traces[min(traces)])
     record = {
@@ -197,11 +215,16 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
         "traces": {str(r): str(p) for r, p in sorted(traces.items())},
         "merged_trace": str(merged) if merged else None,
         "interrupted": interrupted,
+        # Ranks that died and stopped the run: [{rank, signal}] ({rank, exit_code} for one that
+        # exited with an error); empty when none did.
+        "failed_ranks": list(failed_ranks or []),
         # Per rank, per traced iteration (when it ended): host RSS and, on CUDA, the allocator's
         # peak allocated/reserved bytes during it (null on the CPU).
         "memory_per_iteration": {str(o.rank): o.memory for o in outcomes},
     }
-    write_json(out_dir / "run.json", record)
+    with deferred():  # a signal during the write waits, and is then ignored: the run is recorded
+        write_json(out_dir / "run.json", record)
+        ignore_signals()
     return record
 
 

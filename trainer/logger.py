@@ -20,6 +20,8 @@ import torch
 
 from goodhart_prof.fileio import write_error
 
+from .signals import deferred
+
 
 @dataclass
 class _Item:
@@ -74,7 +76,9 @@ class AsyncLogger:
             done.record()
         else:
             host, done = values.detach().clone(), None
-        self._queue.put(_Item(iteration, env_steps, host, done, self._mark()))
+        item = _Item(iteration, env_steps, host, done, self._mark())
+        with deferred():  # never interrupted holding the queue's lock (trainer/signals.py)
+            self._queue.put(item)
 
     def _run(self) -> None:
         previous = self._last_marker  # the clock starts when the logger is made
@@ -122,7 +126,8 @@ class AsyncLogger:
             self._bar.update(1)
 
     def close(self) -> None:
-        self._queue.put(None)
+        with deferred():
+            self._queue.put(None)
         self._thread.join()
         if self._fh:
             try:

@@ -5,6 +5,7 @@ import contextlib
 import copy
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -91,8 +92,12 @@ class Trainer:
             # by the same arithmetic, rescaling the head's weights alike; all ranks start from
             # equal buffers (DDP broadcasts rank 0's parameters and buffers at construction), so
             # they stay equal without a broadcast before every minibatch's forward.
-            self.model = torch.nn.parallel.DistributedDataParallel(self.policy,
-                                                                   broadcast_buffers=False)
+            # torch 2.13 deprecates the flag (FutureWarning, once per rank), keeping its meaning
+            # (docs: use it until init_sync_buffers exists); its wording is not the user's concern.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "`broadcast_buffers` is deprecated", FutureWarning)
+                self.model = torch.nn.parallel.DistributedDataParallel(self.policy,
+                                                                       broadcast_buffers=False)
         self.params = list(self.policy.parameters())
         self.optimizer = self._make_optimizer()
         self.buf = RolloutBuffer.allocate(cfg.rollout_steps, cfg.n_envs, self.env.obs_shape,
@@ -440,13 +445,15 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
     # Iterations with a profiler run slower (the warm-up one before the window sets it up, the
     # traced ones record), and the one after the window also pays for writing the trace: none of
     # them counts towards the measured throughput.
-    traced = frozenset(i for i in range(trainer.iteration, cfg.total_iterations)
-                       if settings.profiler_on(i) or settings.traced(i - 1))
+    # Sets over the window's iterations that run (window_iterations): never a loop over a window
+    # of 10**12 iterations, nor over every iteration of a long run.
+    near = window_iterations(settings, trainer.iteration, cfg.total_iterations, before=1, after=1)
+    traced = frozenset(i for i in near if settings.profiler_on(i) or settings.traced(i - 1))
     logger = AsyncLogger(METRIC_NAMES, out_dir / "metrics.jsonl" if main else None, trainer.device,
                          progress=main and cfg.progress, total=cfg.total_iterations,
                          initial=trainer.iteration, exclude_from_rate=traced)
     start_iteration = trainer.iteration
-    recorded = frozenset(i for i in range(start_iteration, cfg.total_iterations) if settings.traced(i))
+    recorded = frozenset(window_iterations(settings, start_iteration, cfg.total_iterations))
     memory: list[dict[str, Any]] = []
     start = time.perf_counter()
     try:
@@ -471,6 +478,15 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
     return RunResult(iterations_run=done, env_steps=done * trainer.steps_per_iteration,
                      wall_s=wall, env_steps_per_s=logger.env_steps_per_s, rows=logger.rows,
                      trace_path=hooks.trace_path if hooks.enabled else None, memory=memory)
+
+
+def window_iterations(settings: ProfSettings, start: int, stop: int, before: int = 0,
+                      after: int = 0) -> range:
+    """The traced iterations among start..stop-1 (widened by `before` and `after` iterations at
+    the window's ends), as a range bounded by the iterations that run; empty when profiling is off."""
+    if not settings.enabled:
+        return range(0)
+    return range(max(start, settings.first - before), min(stop, settings.last + 1 + after))
 
 
 def host_rss_bytes() -> int | None:
