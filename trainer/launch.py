@@ -135,6 +135,8 @@ def launch(cfg: Config, settings: ProfSettings, nproc: int = 1, resume: bool = F
         raise Interrupted(exc.sigval) from None
     except ChildFailedError as exc:  # a rank died; the agent has stopped the others
         raise RankFailed(rank_failures(exc)) from None
+    finally:  # the agent leaves its own handlers (SignalException) behind: ours again, for the merge
+        catch_signals()
     return [results[r] for r in sorted(results)]
 
 
@@ -157,8 +159,11 @@ _LAUNCHER_LOGGERS = ("torch.distributed.elastic", "torch.distributed.launcher",
 
 
 def quiet_launcher_logs() -> None:
-    for name in _LAUNCHER_LOGGERS:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    """Every logger under those names, each of which torch gives a level of its own."""
+    names = [*_LAUNCHER_LOGGERS, *logging.Logger.manager.loggerDict]
+    for name in names:
+        if name.startswith(_LAUNCHER_LOGGERS):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome], started: float,
