@@ -308,11 +308,14 @@ def run_trainer(argv: list[str], env: Mapping[str, str]) -> int:
     exits 128 + N (a second signal while it does stops it at once). The signals are blocked from
     before the trainer starts until they are passed on: one that comes while the interpreter
     starts waits for the trainer's handler (trainer/signals.py) instead of killing it mid-import.
-    A signal this process was started ignoring (`nohup`: SIGHUP) stays ignored."""
+    SIGHUP this process was started ignoring (`nohup`) stays ignored; SIGINT and SIGTERM are
+    passed on even when ignored at the start (a shell starts `cmd &` ignoring SIGINT: `kill -INT`
+    of it must still stop the run)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         proc = subprocess.Popen(argv, env=dict(env), process_group=0)
-        forwarded = [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
+        forwarded = [s for s in STOP_SIGNALS  # SIGHUP ignored by `nohup` stays ignored
+                     if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
         previous = {s: signal.signal(s, lambda signum, frame: proc.send_signal(signum))
                     for s in forwarded}
     finally:

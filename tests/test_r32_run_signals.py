@@ -23,15 +23,20 @@ ROOT = Path(__file__).resolve().parents[1]
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell starts `cmd &` in a script
+
+
 def start_run(tmp_path: Path, *args: str, name: str = "r", environ: dict | None = None,
-              new_session: bool = False) -> tuple[subprocess.Popen, Path]:
+              new_session: bool = False, sigint_ignored: bool = False) -> tuple[subprocess.Popen, Path]:
     """`goodhart-prof run` on the tiny config into tmp_path/traces/<name>."""
     cfg = write_tiny_config(tmp_path)
     root = tmp_path / "traces"
     proc = subprocess.Popen([sys.executable, "-m", "goodhart_prof.cli", "run", "--config", str(cfg),
                              "--output-dir", str(root), "--name", name, "--no-progress", *args],
                             env=environ or clean_env(**ONE_THREAD), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=new_session)
+                            stderr=subprocess.PIPE, text=True, start_new_session=new_session,
+                            preexec_fn=ignore_sigint if sigint_ignored else None)
     return proc, root / name
 
 
@@ -74,11 +79,15 @@ def test_a_window_past_the_last_iteration_ends_with_the_run(tmp_path, how):
 # -- items 6 and 8: signals to the run process alone, during the imports, SIGHUP -------------------
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
-def test_a_signal_to_the_run_process_alone_stops_the_trainer(tmp_path, signum):
+@pytest.mark.parametrize("signum,ignored", [(signal.SIGINT, False), (signal.SIGHUP, False),
+                                            (signal.SIGINT, True)],
+                         ids=["SIGINT", "SIGHUP", "SIGINT-to-a-background-job"])
+def test_a_signal_to_the_run_process_alone_stops_the_trainer(tmp_path, signum, ignored):
     """`kill -INT <pid of goodhart-prof run>` (and SIGHUP, a closed terminal) used to be ignored:
-    the run completed, exited 0 and moved `latest`."""
-    proc, out = start_run(tmp_path, "--iterations", "3-390", "--total-iterations", "400")
+    the run completed, exited 0 and moved `latest`. A script's `goodhart-prof run &` starts with
+    SIGINT ignored: a `kill -INT` of it stops the run all the same."""
+    proc, out = start_run(tmp_path, "--iterations", "3-390", "--total-iterations", "400",
+                          sigint_ignored=ignored)
     wait_for(lambda: len(metrics_rows(out)) >= 4, proc, "iteration 4", timeout=60)
     children = descendants(proc.pid)
     os.kill(proc.pid, signum)  # the CLI process only, not its group

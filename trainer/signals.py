@@ -44,10 +44,11 @@ def hold_signals() -> None:
 
 def catch_signals() -> None:
     """From now on the stop signals raise Interrupted in the main thread; one held by
-    `hold_signals` is delivered now. A signal the process was started ignoring (`nohup` ignores
-    SIGHUP) stays ignored."""
+    `hold_signals` is delivered now. SIGHUP stays ignored where the process was started ignoring
+    it (`nohup`); SIGINT and SIGTERM are caught even then (a shell starts `cmd &` ignoring SIGINT,
+    and `kill -INT` of it must still stop the run)."""
     for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) != signal.SIG_IGN:
+        if not kept_ignored(signum):
             signal.signal(signum, _raise_interrupted)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
@@ -56,9 +57,14 @@ def default_signals() -> None:
     """A second signal while the interruption is being recorded stops the process at once (and
     none is left blocked by a `deferred` body the interruption cut short)."""
     for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) != signal.SIG_IGN:
+        if not kept_ignored(signum):
             signal.signal(signum, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def kept_ignored(signum: int) -> bool:
+    """SIGHUP ignored by whoever started us (`nohup`): it stays ignored."""
+    return signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN
 
 
 def ignore_signals() -> None:
