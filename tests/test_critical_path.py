@@ -172,3 +172,18 @@ def test_no_gpu_activity(tmp_path):
     cp = critical_path(trace)
     assert cp.shown is None and cp.note == "no GPU activity in the trace"
     assert cp.to_json()["iterations"] == []
+
+
+def test_whole_trace_path_is_bounded(monkeypatch):
+    """Without iterations, a rank over WHOLE_TRACE_EVENTS events gets no path but the reason
+    (the 586 MB benchmark trace took 1.8 s), never a silent absence."""
+    from goodhart_prof.analysis import critical_path as cp_mod
+    from goodhart_prof.trace.load import load
+    trace = load(Path(__file__).parent / "data" / "hta" / "critical_path_simple_add.json.gz", progress=False)
+    n = int((trace.events["rank"] == trace.gpu["rank"].min()).sum())
+    monkeypatch.setattr(cp_mod, "WHOLE_TRACE_EVENTS", n - 1)
+    out = cp_mod.critical_path(trace)
+    assert out.scope == "none" and out.shown is None
+    assert out.note.startswith(f"not computed: no iterations were found, and the whole rank ({n:,} events)")
+    monkeypatch.setattr(cp_mod, "WHOLE_TRACE_EVENTS", n)
+    assert cp_mod.critical_path(trace).scope == "trace"

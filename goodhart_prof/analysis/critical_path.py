@@ -111,6 +111,11 @@ def longest_segments(it: IterationPath, top: int = TOP_SEGMENTS) -> list[PathSeg
     return [it.segments[i] for i in sorted(keep)]
 
 
+# Without iterations the path spans the whole rank; above this many events it is not computed
+# (measured: 700k events, 1.8 s, against tens of ms for one iteration), and the note says why.
+WHOLE_TRACE_EVENTS = 200_000
+
+
 def critical_path(trace: Trace, every: bool = False) -> CriticalPath:
     """The critical path on the trace's first rank (the lowest with GPU activity; module
     docstring): of its median iteration by duration (`every`: of each iteration), or of the
@@ -133,6 +138,12 @@ def critical_path(trace: Trace, every: bool = False) -> CriticalPath:
     else:
         ev = trace.events
         sel = ev[ev["rank"].to_numpy() == rank]
+        if len(sel) > WHOLE_TRACE_EVENTS:
+            return CriticalPath(rank, "none", note=(
+                f"not computed: no iterations were found, and the whole rank ({len(sel):,} events) "
+                f"is over {WHOLE_TRACE_EVENTS:,} (its path took 1.8 s on the 586 MB benchmark "
+                "trace); mark iterations (torch.profiler's schedule and prof.step(), or the hooks) "
+                "to get it per iteration"))
         windows = [(-1, float(sel["ts"].min()), float(sel["end"].max()))]
         scope = "trace"
     ctx = RankTables(trace, rank)

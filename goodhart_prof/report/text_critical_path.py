@@ -15,6 +15,9 @@ def render_critical_path(a, console: Console) -> None:
     cp = a.critical_path
     it = cp.shown if cp is not None else None
     if it is None:
+        if cp is not None and cp.rank is not None and cp.note:  # a rank with GPU work, no path: why
+            console.print()
+            console.print(f"[bold]Critical path[/bold] (rank {cp.rank}): {cp.note}", highlight=False)
         return
     console.print()
     where = (f"iteration {it.step}, the median by duration of {cp.total} found" if cp.scope == "iteration"
