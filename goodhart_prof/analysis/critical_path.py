@@ -129,8 +129,10 @@ def critical_path(trace: Trace, every: bool = False) -> CriticalPath:
     steps = steps[steps["rank"].to_numpy() == rank]
     total = 0
     if len(steps):
-        per = steps.groupby("step", sort=True).agg(ts=("ts", "min"), end=("end", "max"))
-        windows = [(int(s), float(a), float(b)) for s, a, b in zip(per.index, per["ts"], per["end"])]
+        # one window per iteration row: a step number may repeat (a trace of several profiler
+        # sessions, each counting from its own start), and its rows are then separate iterations
+        per = steps.sort_values(["ts", "step"], kind="stable")
+        windows = [(int(s), float(a), float(b)) for s, a, b in zip(per["step"], per["ts"], per["end"])]
         total, scope = len(windows), "iteration"
         if not every:
             by_length = sorted(windows, key=lambda w: (w[2] - w[1], w[0]))
