@@ -5,6 +5,14 @@ from .signals import hold_signals
 
 if __name__ == "__main__":  # before the imports (torch's take seconds): signals.py
     hold_signals()
+    import sys as _sys
+    import tempfile as _tempfile
+    try:  # torch's import needs a folder it can write a file in (issue 32's own round: ulimit -f 0)
+        _tempfile.gettempdir()
+    except OSError as _exc:
+        _sys.stderr.write(f"Error: cannot start training: no folder to write a temporary file in "
+                          f"({_exc.strerror or _exc}; a full disk, or a file size limit: ulimit -f)\n")
+        _sys.exit(2)
 
 import dataclasses  # noqa: E402
 import os
