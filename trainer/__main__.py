@@ -162,15 +162,19 @@ def hold_folders(*folders: Path) -> list[int]:
     return fds  # never closed: the locks last as long as the process
 
 
-def interrupted_line(record: dict, settings: ProfSettings) -> str:
-    stop = record["interrupted"]
+def _traces_text(record: dict, settings: ProfSettings) -> str:
+    """What the stopped run kept of its profiler window, for the one-line summaries below."""
     window = f"{settings.first}-{settings.last}"
     if not settings.enabled:
-        traces = "profiling was off"
-    elif record["merged_trace"] and record["profiling"]["iterations_traced"]:
-        traces = f"the finished window {window} is in {record['merged_trace']}"
-    else:
-        traces = f"no trace written (the window {window} was not finished)"
+        return "profiling was off"
+    if record["merged_trace"] and record["profiling"]["iterations_traced"]:
+        return f"the finished window {window} is in {record['merged_trace']}"
+    return f"no trace written (the window {window} was not finished)"
+
+
+def interrupted_line(record: dict, settings: ProfSettings) -> str:
+    stop = record["interrupted"]
+    traces = _traces_text(record, settings)
     out = Path(record["config"]["output_dir"]) / "run.json"
     return (f"interrupted by {stop['signal']} at iteration {stop['at_iteration']} "
             f"({record['iterations_run']} iteration(s) finished) | {traces} | run record: {out}")
@@ -180,13 +184,7 @@ def failed_line(record: dict, settings: ProfSettings) -> str:
     """`rank 1 was killed by SIGKILL at iteration 7 | ...`: which rank, why, what was kept."""
     failed = record["failed_ranks"]
     at = failed[0]["at_iteration"]
-    window = f"{settings.first}-{settings.last}"
-    if not settings.enabled:
-        traces = "profiling was off"
-    elif record["merged_trace"] and record["profiling"]["iterations_traced"]:
-        traces = f"the finished window {window} is in {record['merged_trace']}"
-    else:
-        traces = f"no trace written (the window {window} was not finished)"
+    traces = _traces_text(record, settings)
     out = Path(record["config"]["output_dir"]) / "run.json"
     return (f"{'; '.join(describe_failure(f) for f in failed)} at iteration {at}; the other ranks "
             f"were stopped ({record['iterations_run']} iteration(s) finished) | {traces} | "
