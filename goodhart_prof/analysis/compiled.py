@@ -169,22 +169,8 @@ def _sources(trace: Trace) -> dict[str, dict]:
 def _user_function(forest, pos: int) -> str | None:
     """The first frame walking out from forest position pos that is user code (sites.user_site,
     generated files excluded), as the trace names it (`file(N): fn`); None where none is."""
-    from .sites import user_site  # sites asks this module which files are generated
-    cache = forest.__dict__.setdefault("_compiled_user", {})
-    todo, found = [], None
-    while pos >= 0:
-        if pos in cache:
-            found = cache[pos]
-            break
-        todo.append(pos)
-        name = forest.name[pos]
-        if user_site(name) is not None:
-            found = str(name)
-            break
-        pos = int(forest.parent[pos])
-    for p in todo:
-        cache[p] = found
-    return found
+    from .sites import nearest_user_frame  # sites asks this module which files are generated
+    return nearest_user_frame(forest, pos, "_compiled_user", str)
 
 
 def _most(values: pd.Series):

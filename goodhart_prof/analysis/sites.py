@@ -194,16 +194,24 @@ def _user_frame_at(nest: FrameForest, pos: int) -> int:
 
 
 def _user_frame(nest: FrameForest, pos: int) -> str | None:
-    """The first user-code frame walking out from frame pos (answers cached on the nest)."""
-    cache = nest.__dict__.setdefault("user_sites", {})
+    """The first user-code frame walking out from frame pos, as a site (answers cached on the nest)."""
+    return nearest_user_frame(nest, pos, "user_sites", user_site)
+
+
+def nearest_user_frame(nest: FrameForest, pos: int, key: str, answer) -> str | None:
+    """`answer(name)` of the first frame walking out from frame pos whose name is user code
+    (`user_site`), None where none is; the answers are cached on the nest under `key`, for every
+    frame the walk passed."""
+    cache = nest.__dict__.setdefault(key, {})
     todo, found = [], None
     while pos >= 0:
         if pos in cache:
             found = cache[pos]
             break
         todo.append(pos)
-        found = user_site(nest.name[pos])
-        if found is not None:
+        name = nest.name[pos]
+        if user_site(name) is not None:
+            found = answer(name)
             break
         pos = int(nest.parent[pos])
     for p in todo:
