@@ -97,3 +97,14 @@ def kernel_labels(names: list[str]) -> list[str]:
     for s, n in zip(short, names):
         owners.setdefault(s, set()).add(n)
     return [n if len(owners[s]) > 1 else s for s, n in zip(short, names)]
+
+
+def item_names(frame) -> list[str]:
+    """Each headline/count row's name: a kernel by its short name (full where two would share
+    one), a count with the site that changed most."""
+    kernel = (frame["kind"] == "kernel").to_numpy()
+    items = frame["item"].astype(str).tolist()
+    labels = iter(kernel_labels([i for i, k in zip(items, kernel) if k]))
+    sites = frame["site"].tolist() if "site" in frame.columns else [None] * len(frame)
+    return [(next(labels) if k else i) + (f" at {s}" if isinstance(s, str) and s else "")
+            for i, k, s in zip(items, kernel, sites)]

@@ -17,7 +17,7 @@ import pandas as pd
 from ..analysis.compare_summary import shown_rows
 from ..fileio import writing
 from .common import bytes_text, refuse_overwrite, short_middle
-from .diff_format import KIND_NAMES, count, interval, kernel_labels, ratio_text, signed_text, summary_text, \
+from .diff_format import KIND_NAMES, item_names, count, interval, kernel_labels, ratio_text, signed_text, summary_text, \
     value_text
 from .html_common import data_table, esc
 
@@ -98,22 +98,13 @@ def _summary(c) -> str:
                        ["figure", "A", "B", "change", "ratio", "verdict", "why"], rows)
 
 
-def _names(frame: pd.DataFrame) -> list[str]:
-    kernel = (frame["kind"] == "kernel").to_numpy()
-    items = frame["item"].astype(str).tolist()
-    labels = iter(kernel_labels([i for i, k in zip(items, kernel) if k]))
-    sites = frame["site"].tolist() if "site" in frame.columns else [None] * len(frame)
-    return [(next(labels) if k else i) + (f" at {s}" if isinstance(s, str) and s else "")
-            for i, k, s in zip(items, kernel, sites)]
-
-
 def _headline(caption: str, frame: pd.DataFrame) -> str:
     if frame.empty:
         return f"<p><b>{esc(caption)}</b>: nothing</p>"
     rows = [(name, KIND_NAMES.get(r.kind, r.kind), value_text(r.metric, r.a, True),
              interval(r.metric, r.low_a, r.high_a), value_text(r.metric, r.b, True),
              interval(r.metric, r.low_b, r.high_b), signed_text(r.metric, r.delta, True), ratio_text(r.ratio, r.a),
-             value_text("time_us", r.impact_us, True)) for name, r in zip(_names(frame), frame.itertuples())]
+             value_text("time_us", r.impact_us, True)) for name, r in zip(item_names(frame), frame.itertuples())]
     return _rows_table(caption, ["item", "kind", "A", "A interval", "B", "B interval", "change", "ratio",
                                  "impact"], rows)
 
@@ -123,7 +114,7 @@ def _spread(c) -> str:
     rows = [(name, KIND_NAMES.get(r.kind, r.kind), f"{r.n_a}", value_text(r.metric, r.a, True),
              interval(r.metric, r.low_a, r.high_a), f"{r.n_b}", value_text(r.metric, r.b, True),
              interval(r.metric, r.low_b, r.high_b), signed_text(r.metric, r.delta, True), r.verdict)
-            for name, r in zip(_names(s), s.itertuples())]
+            for name, r in zip(item_names(s), s.itertuples())]
     return _rows_table("Per iteration: median and interval over the counted iterations",
                        ["figure", "kind", "n A", "A", "A interval", "n B", "B", "B interval", "change", "verdict"],
                        rows)

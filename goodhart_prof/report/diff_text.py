@@ -13,7 +13,7 @@ from rich.text import Text
 from ..analysis.compare_summary import shown_rows
 from . import diff_tables
 from .common import duration, plain, safe_text, short_middle
-from .diff_format import KIND_NAMES, interval, kernel_labels, num, ratio_text, signed_text, summary_text, value_text
+from .diff_format import KIND_NAMES, item_names, interval, num, ratio_text, signed_text, summary_text, value_text
 from .table_fit import SEPARATOR, Col, fitted_table
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
@@ -56,17 +56,6 @@ def _summary(c, console: Console) -> None:
     console.print(fitted_table("Summary (change = B - A, ratio = B / A)", cols, rows, console.width))
     for i, why in enumerate(notes):
         console.print(f"({i + 1}) {why}", highlight=False)
-
-
-def _item_names(frame: pd.DataFrame) -> list[str]:
-    """Each row's name: a kernel by its short name (full where two would share one), a count
-    with the site that changed most."""
-    kernel = (frame["kind"] == "kernel").to_numpy()
-    items = frame["item"].astype(str).tolist()
-    labels = iter(kernel_labels([i for i, k in zip(items, kernel) if k]))
-    sites = frame["site"].tolist() if "site" in frame.columns else [None] * len(frame)
-    return [(next(labels) if k else i) + (f" at {s}" if isinstance(s, str) and s else "")
-            for i, k, s in zip(items, kernel, sites)]
 
 
 def _fits_wide(cols, rows, width: int) -> bool:
@@ -118,7 +107,7 @@ def _headline(c, console: Console, top: int) -> None:
                  interval(r.metric, r.low_a, r.high_a), value_text(r.metric, r.b),
                  interval(r.metric, r.low_b, r.high_b), signed_text(r.metric, r.delta),
                  ratio_text(r.ratio, r.a), duration_or_dash(r.impact_us))
-                for name, r in zip(_item_names(shown), shown.itertuples())]
+                for name, r in zip(item_names(shown), shown.itertuples())]
         console.print(_with_intervals(
             f"What got {verdict} ({min(top, len(frame))} of {len(frame)}, by impact)",
             [Col("item", name=True), Col("kind", drop=2)], rows,
@@ -128,7 +117,7 @@ def _headline(c, console: Console, top: int) -> None:
     if len(noise):
         names = [n if r.kind in ("iteration", "throughput", "phase") else
                  f"{KIND_NAMES.get(r.kind, r.kind)} {short_middle(n, 50)}"
-                 for n, r in zip(_item_names(noise), noise.itertuples())]
+                 for n, r in zip(item_names(noise), noise.itertuples())]
         more = f" and {len(names) - top} more" if len(names) > top else ""
         console.print()
         console.print(f"[bold]within noise[/bold]: {plain(', '.join(names[:top]))}{more} (intervals overlap)",
@@ -149,7 +138,7 @@ def _noise(c, console: Console, top: int) -> None:
                      interval(r.metric, r.low_a, r.high_a), value_text(r.metric, r.b),
                      interval(r.metric, r.low_b, r.high_b), signed_text(r.metric, r.delta), r.verdict),
                     r.verdict, 2)
-            for name, r in zip(_item_names(shown), shown.itertuples())]
+            for name, r in zip(item_names(shown), shown.itertuples())]
     console.print()
     console.print(_with_intervals("Per iteration: median and interval over the counted iterations",
                                   [Col("figure", name=True), Col("kind", drop=2)], rows,
