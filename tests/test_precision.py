@@ -179,6 +179,8 @@ VERDICTS = [
     # AlexNet forward on an A100 in fp32: `ampere_sgemm`, `scudnn` fp32 and tf32 implicit GEMMs
     # (`ampere_gcgemm` has no type in its name and its op records no input types: unknown, 9%)
     ("hta/critical_path_simple_add.json.gz", True, "fp32"),
+    # HTA's own output on that input (its ops with `critical` args and the path's flow events)
+    ("hta/critical_path_simple_add_hta_overlaid.json.gz", True, "fp32"),
     # no kernel events at all (CUPTI counter ranges instead): nothing to judge, no_amp silent
     ("hta/cupti_counters_a100.json.gz", False, None),
     # the MoE GEMMs (`_matmul_ogs_*`, mxfp4 weights: the taxonomy counts them as gemm) lead
