@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, in_categories
-from .intervals import group_totals
+from .intervals import group_totals, tuple_codes
 from .links import LAUNCH_CATS, gpu_launches
 from .line_sites import site_fields
 from .sites import sites
@@ -105,11 +105,13 @@ def background(trace: Trace, points: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(points), dtype=bool)
     if known.empty or points.empty:
         return out
-    launchers = pd.MultiIndex.from_frame(known[["rank", "pid", "tid"]].drop_duplicates().astype(np.int64))
-    here = pd.MultiIndex.from_arrays([points[c].to_numpy(np.int64) for c in ("rank", "pid", "tid")])
+    n = len(points)
+    # one code per (rank, pid, tid) over the points and the launches together
+    thread = tuple_codes(*(np.r_[points[c].to_numpy(np.int64), known[c].to_numpy(np.int64)]
+                           for c in ("rank", "pid", "tid")))
     hosted = points["pid"].to_numpy() >= 0
-    on_launch_rank = points["rank"].isin(pd.unique(known["rank"].to_numpy())).to_numpy()
-    return hosted & on_launch_rank & ~here.isin(launchers)
+    on_launch_rank = np.isin(points["rank"].to_numpy(np.int64), known["rank"].to_numpy(np.int64))
+    return hosted & on_launch_rank & ~np.isin(thread[:n], thread[n:])
 
 
 def device_ranks(trace: Trace) -> set[int]:
