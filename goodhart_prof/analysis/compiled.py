@@ -77,21 +77,13 @@ def display_name(name: str) -> str:
 
 def graph_codes(tree) -> np.ndarray:
     """Per name code of the tree: whether it is a graph annotation (once per tree)."""
-    cached = tree.__dict__.get("_graph_codes")
-    if cached is None:
-        names = pd.Series(tree.names, dtype=object).astype(str)
-        cached = tree.__dict__["_graph_codes"] = names.str.match(GRAPH.pattern).to_numpy(bool)
-    return cached
+    return tree.names_matching(GRAPH)
 
 
 def inductor_codes(tree) -> np.ndarray:
     """Per name code of the tree: whether it is a call the generated wrapper makes itself (`OWN_OPS`:
     an aten op, inductor's extern kernels among them, or a triton kernel's launch); once per tree."""
-    cached = tree.__dict__.get("_inductor_codes")
-    if cached is None:
-        names = pd.Series(tree.names, dtype=object).astype(str)
-        cached = tree.__dict__["_inductor_codes"] = names.str.match(OWN_OPS.pattern).to_numpy(bool)
-    return cached
+    return tree.names_matching(OWN_OPS)
 
 
 def graph_owner(tree) -> np.ndarray:

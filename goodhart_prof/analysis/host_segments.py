@@ -123,11 +123,7 @@ def segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def step_names(tree) -> np.ndarray:
     """Which name codes are ProfilerStep#N, once per tree."""
-    step = tree.__dict__.get("step_names")
-    if step is None:
-        step = tree.__dict__["step_names"] = pd.Series(tree.names, dtype=object).astype(str) \
-            .str.match(STEP.pattern).to_numpy(bool)
-    return step
+    return tree.names_matching(STEP)
 
 
 def cuts(trace: Trace, tree):

@@ -161,6 +161,14 @@ class HostTree:
             cache[p] = chain
         return chain
 
+    def names_matching(self, pattern: "re.Pattern[str]") -> np.ndarray:
+        """Per name code: whether `pattern` matches the name at its start; once per pattern."""
+        per = self.__dict__.setdefault("_names_matching", {})
+        if pattern not in per:
+            per[pattern] = pd.Series(self.names, dtype=object).astype(str).str.match(
+                pattern.pattern, flags=pattern.flags & re.IGNORECASE).to_numpy(bool)
+        return per[pattern]
+
     def _chain_names(self, skip: "re.Pattern[str] | None") -> tuple[list[str], list[bool]]:
         """Each name code's text and whether `skip` matches it, found once per pattern."""
         per = self.__dict__.setdefault("_chain_names_by", {})
