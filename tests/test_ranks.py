@@ -19,6 +19,7 @@ from goodhart_prof.report.html import render_html
 from goodhart_prof.report.json_report import to_document
 from goodhart_prof.report.text import render
 from goodhart_prof.trace.load import load
+from helpers import merged
 
 DATA = Path(__file__).parent / "data"
 DLRM = DATA / "param" / "dlrm_8rank"
@@ -42,16 +43,6 @@ def _nccl(doc: dict) -> list[dict]:
                    and e["name"].startswith("ncclKernel")), key=lambda e: e["ts"])
 
 
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
     return sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
 
@@ -73,8 +64,8 @@ def expected():
     for r, d in files.items():
         (step,) = [e for e in d["traceEvents"] if e.get("name") == "ProfilerStep#10"]
         steps[r] = step
-        comm = _union([(k["ts"], k["ts"] + k["dur"]) for k in kernels[r]])
-        compute = _union([(e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"]
+        comm = merged([(k["ts"], k["ts"] + k["dur"]) for k in kernels[r]])
+        compute = merged([(e["ts"], e["ts"] + e["dur"]) for e in d["traceEvents"]
                           if e.get("ph") == "X" and e.get("cat") == "kernel"
                           and not e["name"].startswith("ncclKernel")])
         exposed[r] = sum(e - s for s, e in comm) - _overlap(comm, compute)
