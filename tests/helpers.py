@@ -194,3 +194,13 @@ def idle_split(events: list[dict], steps: list[tuple[float, float]] = ()) -> dic
             causes[who] = causes.get(who, 0.0) + (hi - lo)
     return {"busy": busy, "gaps": [(a, b) for a, b, _ in gaps if b > a],
             "idle_us": sum(b - a for a, b, _ in gaps if b > a), "causes": causes}
+
+
+def run_main(args: list[str], capsys) -> tuple[int, str, str]:
+    """The CLI's `main(args)` in this process: its exit code, stdout and stderr (pytest's capsys)."""
+    import pytest
+    from goodhart_prof.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    out = capsys.readouterr()
+    return exit_info.value.code, out.out, out.err

@@ -11,7 +11,7 @@ import pytest
 
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare import compare
-from goodhart_prof.cli import main
+from helpers import run_main
 from goodhart_prof.report.diff_json import SCHEMA, to_document
 from goodhart_prof.trace.load import load
 
@@ -242,13 +242,6 @@ def test_hand_built_pair_headline(tmp_path):
 
 
 # -- the command -----------------------------------------------------------------------------------
-def run_main(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
-
-
 def test_diff_command_text_json_and_html(tmp_path, capsys):
     pa, pb = hand_built_pair(tmp_path)
     code, out, _ = run_main(["diff", str(pa), str(pb), "--top", "5"], capsys)

@@ -17,7 +17,7 @@ from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare import compare
 from goodhart_prof.analysis.noise import profiler_cost
 from goodhart_prof.analysis.spread import coverage, median_interval, overlap
-from goodhart_prof.cli import main
+from helpers import run_main
 from goodhart_prof.report.diff_html import page
 from goodhart_prof.report.diff_json import to_document
 from goodhart_prof.trace.load import load
@@ -26,13 +26,6 @@ from goodhart_prof.trace.run_json import RunJsonError
 
 AB = Path(__file__).parent / "data" / "ours" / "ab"
 TIME_KINDS = {"throughput", "iteration", "phase", "category", "kernel", "communication"}
-
-
-def run_main(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
 
 
 def side(name: str):

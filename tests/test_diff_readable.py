@@ -19,7 +19,7 @@ import pytest
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare import compare
 from goodhart_prof.analysis.compare_summary import recording_warning
-from goodhart_prof.cli import main
+from helpers import run_main
 from goodhart_prof.report.common import SafeConsole, distinct_names, interval_text, short_middle
 from goodhart_prof.report.diff_format import interval, kernel_labels
 from goodhart_prof.report.diff_html import page
@@ -31,13 +31,6 @@ from goodhart_prof.trace.run import read_run
 DATA = Path(__file__).parent / "data" / "ours"
 AB = DATA / "ab"
 WIDTHS = (80, 100, 160)
-
-
-def run_main(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
 
 
 def side(path: Path):

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from goodhart_prof import perflog
-from goodhart_prof.cli import main
 
-from helpers import clean_env
+from helpers import clean_env, run_main
 
 DATA = Path(__file__).parent / "data"
 H100 = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
@@ -62,13 +61,6 @@ def table(log: Path) -> list[list[str]]:
 
 def jsonl(log: Path) -> list[dict]:
     return [json.loads(line) for line in perflog.jsonl_path(log).read_text().splitlines()]
-
-
-def run_main(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out = capsys.readouterr()
-    return exit_info.value.code, out.out, out.err
 
 
 def one_line_error(code: int, err: str, *words: str) -> None:
