@@ -70,7 +70,18 @@ def column(items: list, attr: str, dtype, clean, good_class) -> np.ndarray:
     try:
         return np.fromiter(map(get, items), dtype, len(items))
     except (TypeError, ValueError, OverflowError):
-        values = list(map(get, items))
+        return _cleaned(list(map(get, items)), dtype, clean, good_class)
+
+
+def values_column(values: list, dtype, clean, good_class) -> np.ndarray:
+    """`column` of values already picked (the native decoder's odd values among its numbers)."""
+    try:
+        return np.fromiter(values, dtype, len(values))
+    except (TypeError, ValueError, OverflowError):
+        return _cleaned(values, dtype, clean, good_class)
+
+
+def _cleaned(values: list, dtype, clean, good_class) -> np.ndarray:
     odd = [i for i, v in enumerate(values) if v.__class__ not in good_class]
     for i in odd:
         values[i] = clean(values[i])
@@ -100,10 +111,29 @@ def interned(values: Iterable, n: int) -> pd.Categorical:
     index: dict = {}
     first = np.fromiter(map(index.setdefault, values, count()), np.int64, n)
     codes = np.searchsorted(np.fromiter(index.values(), np.int64, len(index)), first).astype(np.int32)
-    labels = [u if u.__class__ is str else ("" if u is None else str(u)) for u in index]
-    if len(set(labels)) != len(labels):  # e.g. the name 7 and the name "7": merge them
+    return categorical_of(list(index), codes)
+
+
+def categorical_of(values: list, codes: np.ndarray) -> pd.Categorical:
+    """Codes into distinct values (in order of first appearance) -> categorical: text as it is,
+    None as "", anything else as str(); values whose text is the same (the name 7 and the
+    name "7") are merged, the categories then sorted."""
+    labels = [u if u.__class__ is str else ("" if u is None else str(u)) for u in values]
+    if len(set(labels)) != len(labels):
         return pd.Categorical(labels, categories=sorted(set(labels)))[codes]
     return pd.Categorical.from_codes(codes, categories=labels, validate=False)
+
+
+def recode(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes into some label list -> dense codes in order of first appearance here, and the
+    original code of each (`interned` of the labels the codes stand for)."""
+    if not len(codes):
+        return codes.astype(np.int32), np.empty(0, dtype=np.int64)
+    distinct, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    return rank[inverse.reshape(-1)], distinct[order]
 
 
 def is_number(v) -> bool:
@@ -180,7 +210,9 @@ def gpu_id_column(gpu_args: list, attr: str) -> tuple[np.ndarray, np.ndarray]:
     """A GPU row's device or stream ids at their full width (int64: 2^32 stays 2^32, never
     wraps onto GPU 0) and which of them are malformed."""
     values = column(gpu_args, attr, np.int64, _gpu_id, _INT)
-    if (values < 0).any():  # absent ids, or negative ints taken as they are: each value read again
+    # absent ids or negative ints taken as they are, or values numpy converts its own way (it
+    # truncates 1.5 to 1 and reads " 7" as 7): each value read again
+    if (values < 0).any() or set(map(type, map(attrgetter(attr), gpu_args))) - {int}:
         values = np.fromiter(map(_gpu_id, map(attrgetter(attr), gpu_args)), np.int64, len(gpu_args))
     return values, values == BAD_ID
 

@@ -45,17 +45,22 @@ def memory_table(doc: TraceDoc, ids: "dict[str, int] | None" = None) -> pd.DataF
             return empty_memory()
     args = [a if a is not None else NO_MEMORY_ARGS for a in map(attrgetter("args"), insts)]
     ids = new_ids() if ids is None else ids
+    return memory_frame(
+        id_column(insts, "pid", ids, doc.int_or_str_ids), id_column(insts, "tid", ids, doc.int_or_str_ids), ts,
+        int_column(args, "device_type").astype(np.int32),
+        int_column(args, "device_id"),  # int64: 2^32 never wraps onto GPU 0
+        column(args, "bytes", np.float64, float_or_nan, NUMBERS),
+        column(args, "total_allocated", np.float64, float_or_nan, NUMBERS),
+        column(args, "total_reserved", np.float64, float_or_nan, NUMBERS),
+        int_column(args, "addr"))
+
+
+def memory_frame(pid, tid, ts, device_type, device, nbytes, total_allocated, total_reserved, addr) -> pd.DataFrame:
+    """The memory table from its columns (rank 0 until `tables.assign_ranks`)."""
     return pd.DataFrame({
-        "rank": np.zeros(n, dtype=np.int32),
-        "pid": id_column(insts, "pid", ids, doc.int_or_str_ids),
-        "tid": id_column(insts, "tid", ids, doc.int_or_str_ids),
-        "ts": ts,
-        "device_type": int_column(args, "device_type").astype(np.int32),
-        "device": int_column(args, "device_id"),  # int64: 2^32 never wraps onto GPU 0
-        "bytes": column(args, "bytes", np.float64, float_or_nan, NUMBERS),
-        "total_allocated": column(args, "total_allocated", np.float64, float_or_nan, NUMBERS),
-        "total_reserved": column(args, "total_reserved", np.float64, float_or_nan, NUMBERS),
-        "addr": int_column(args, "addr")})
+        "rank": np.zeros(len(ts), dtype=np.int32), "pid": pid, "tid": tid, "ts": ts,
+        "device_type": device_type, "device": device, "bytes": nbytes,
+        "total_allocated": total_allocated, "total_reserved": total_reserved, "addr": addr})
 
 
 def empty_memory() -> pd.DataFrame:

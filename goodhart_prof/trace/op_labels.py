@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .columns import is_number
+from .columns import is_number, recode
 from .decode import NO_ARGS
 from .model import SHAPED_OPS
 
@@ -47,11 +47,17 @@ def comm_calls(name: pd.Categorical, cat: pd.Categorical) -> np.ndarray:
 def comm_args(args: list, rows: np.ndarray) -> tuple[np.ndarray, pd.Index]:
     """The collective args of `rows` as codes into labels (model.COMM_ARG_FIELDS joined by
     `|`, a blank for an absent or unusable value); -1 where a row has none."""
-    codes = np.full(len(args), -1, dtype=np.int32)
+    if not len(rows):
+        return np.full(len(args), -1, dtype=np.int32), pd.Index([], dtype=object)
+    picked = [args[i] for i in rows.tolist()]
+    return comm_args_of(len(args), rows, [list(map(get, picked)) for get in _COMM_GETTERS])
+
+
+def comm_args_of(n: int, rows: np.ndarray, fields: list[list]) -> tuple[np.ndarray, pd.Index]:
+    """`comm_args` from the six fields' values (model.COMM_ARG_FIELDS order) of `rows`."""
+    codes = np.full(n, -1, dtype=np.int32)
     if not len(rows):
         return codes, pd.Index([], dtype=object)
-    picked = [args[i] for i in rows.tolist()]
-    fields = [list(map(get, picked)) for get in _COMM_GETTERS]
     text = [_comm_text(fields[0]), _comm_count(fields[1]), _comm_count(fields[2]),
             _comm_count(fields[3]), _comm_text(fields[4]), _comm_text(fields[5])]
     joined = ["|".join(parts) for parts in zip(*text)]
@@ -100,11 +106,25 @@ def raw_labels(op_args: list, op_rows: np.ndarray, n: int, get, label) -> tuple[
     raw = list(map(bytes, values))
     index: dict[bytes, int] = {}
     raw_codes = np.fromiter([index.setdefault(v, len(index)) for v in raw], np.int32, len(raw))
+    return _labelled(codes, op_rows, raw_codes, list(index), label)
+
+
+def label_codes(raw_codes: np.ndarray, op_rows: np.ndarray, n: int, raw_values: list, label) -> tuple[np.ndarray, pd.Index]:
+    """`raw_labels` where the raw values come interned (native decoder): `raw_codes` of `op_rows`
+    index `raw_values` (-1: absent)."""
+    given = raw_codes >= 0
+    codes, first = recode(raw_codes[given])
+    return _labelled(np.full(n, -1, dtype=np.int32), op_rows[given], codes,
+                     [raw_values[i] for i in first.tolist()], label)
+
+
+def _labelled(codes: np.ndarray, rows: np.ndarray, raw_codes: np.ndarray, distinct: list, label) -> tuple[np.ndarray, pd.Index]:
+    """Each distinct raw value labelled once; labels in order of first appearance."""
     labels: dict[str, int] = {}
     code_of = np.array([-1 if (text := label(v)) is None else labels.setdefault(text, len(labels))
-                        for v in index], dtype=np.int32)
-    if len(raw):
-        codes[op_rows] = code_of[raw_codes]
+                        for v in distinct], dtype=np.int32)
+    if len(raw_codes):
+        codes[rows] = code_of[raw_codes]
     return codes, pd.Index(list(labels), dtype=object)
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..textsafe import quote_path
+from . import columnar
 from .columns import new_ids
 from .decode import TraceDoc, decode, decode_events
 from .memory_table import memory_table
@@ -53,13 +54,20 @@ class Piece:
 
 
 def piece_of(raw) -> Piece:
-    """A whole document, or the head or tail of a cut one (a document with no events)."""
+    """A whole document, or the head or tail of a cut one (a document with no events): its
+    events natively when it can (columnar.py), else by the typed msgspec decode."""
+    native = columnar.document_tables(raw)
+    if native is not None:
+        return Piece(**vars(native))
     doc, skipped = decode(raw)
     return tables_of(doc, skipped)
 
 
 def events_of(raw) -> Piece:
-    """A piece `[event, ...]` of a cut document's events array."""
+    """A piece `[event, ...]` of a cut document's events array (natively when it can)."""
+    native = columnar.events_tables(raw)
+    if native is not None:
+        return Piece(**vars(native))
     doc, skipped = decode_events(raw)
     return tables_of(doc, skipped)
 
@@ -163,6 +171,8 @@ def buffer_ranges(path: Path, raw, parts: int, piece_bytes: int = PIECE_BYTES) -
     as many processes (this one included), or None when it cannot be cut (or no process can be
     forked to share it: the caller decodes it whole)."""
     if not FORK or parts < 2 or len(raw) < PARALLEL_DOC_BYTES or not _core_free():
+        return None
+    if columnar.AVAILABLE:  # one native pass beats a fork and shipping tables back (V100: 0.30 -> 0.22 s)
         return None
     frame = file_frame(raw, len(raw))
     if frame is None:

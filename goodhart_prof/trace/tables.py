@@ -26,12 +26,18 @@ def rank_processes(doc: TraceDoc, ids: dict[str, int]) -> dict[int, int]:
     """pid -> rank from `process_name` metadata events named `rank <r>` (merged traces). `ids` is
     the document's string-id interning (`new_ids`, shared with its tables), so a string pid maps
     to the same stand-in id as in the events it names."""
+    return ranks_from_names([(ev.pid, ev.args.process_name)  # filter: a C loop over a million events
+                             for ev in filter(_IS_METADATA, doc.traceEvents)
+                             if ev.name == "process_name" and ev.args is not None], ids)
+
+
+def ranks_from_names(names: list[tuple], ids: dict[str, int]) -> dict[int, int]:
+    """pid -> rank from (pid, process name) pairs whose name reads `rank <r>`."""
     found: dict[int, int] = {}
-    for ev in filter(_IS_METADATA, doc.traceEvents):  # filter: a C loop over a million events
-        if ev.name == "process_name" and ev.args is not None:
-            match = _RANK_NAME.match(str(ev.args.process_name or ""))
-            if match:
-                found[int_id(ev.pid, ids)] = int(match.group(1))
+    for pid, name in names:
+        match = _RANK_NAME.match(str(name or ""))
+        if match:
+            found[int_id(pid, ids)] = int(match.group(1))
     return found
 
 
@@ -95,13 +101,9 @@ def _args(xs: list) -> list:
 
 def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames, int, int]:
     names = list(map(attrgetter("name"), xs))
-    try:  # each distinct name tested once: a loop calls the same few hundred functions
-        keep = {n: not n.startswith(NEVER_USER_FRAMES) or n.startswith(KEPT_TORCH_FRAMES)
-                for n in set(names)}
-        xs = list(compress(xs, map(keep.__getitem__, names)))
-    except AttributeError:  # a name that is not a string: keep those frames
-        xs = [e for e, n in zip(xs, names) if not (isinstance(n, str) and n.startswith(NEVER_USER_FRAMES)
-                                                   and not n.startswith(KEPT_TORCH_FRAMES))]
+    # each distinct name tested once: a loop calls the same few hundred functions
+    keep = {n: _kept_frame(n) for n in set(names)}
+    xs = list(compress(xs, map(keep.__getitem__, names)))
     if not xs:
         return Frames.empty(), 0, 0
     xs, ts, dur, skipped, _, unfit = _timing(xs)
@@ -119,6 +121,19 @@ def _frames(xs: list, int_or_str_ids: bool, ids: dict[str, int]) -> tuple[Frames
     }), skipped, unfit
 
 
+def _kept_frame(name) -> bool:
+    """Whether a frame is kept: not the interpreter's or torch's own (but KEPT_TORCH_FRAMES);
+    a name that is not text is kept."""
+    return not (name.__class__ is str and name.startswith(NEVER_USER_FRAMES)
+                and not name.startswith(KEPT_TORCH_FRAMES))
+
+
+def frame_keep(names: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The frames kept (`_kept_frame`), as row indices, from name codes into `names`."""
+    kept = np.fromiter(map(_kept_frame, names), bool, len(names))
+    return np.flatnonzero(kept[codes])
+
+
 def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
                     ids: dict[str, int]) -> tuple[pd.DataFrame, int, int]:
     xs, ts, dur, skipped, keep, unfit = _timing(xs)
@@ -127,14 +142,52 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
     n = len(xs)
     pid = id_column(xs, "pid", ids, int_or_str_ids)
     tid = id_column(xs, "tid", ids, int_or_str_ids)
+    name = interned(map(attrgetter("name"), xs), n)
+    table, bad = complete_table(ts, dur, pid, tid, raw_cats, name, _StructArgs(xs))
+    return table, skipped + bad, unfit
+
+
+class _StructArgs:
+    """The args of decoded complete events, read as `complete_table` asks (columns.py cleans them)."""
+
+    def __init__(self, xs: list):
+        self.xs, self.args = xs, _args(xs)
+
+    def ints(self, attr: str, rows: "np.ndarray | None" = None) -> np.ndarray:
+        return int_column(self.args if rows is None else self._at(rows), attr)
+
+    def floats(self, attr: str, rows: np.ndarray) -> np.ndarray:
+        return column(self._at(rows), attr, np.float64, float_or_nan, NUMBERS)
+
+    def gpu_ids(self, attr: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return gpu_id_column(self._at(rows), attr)
+
+    def tids(self, rows: np.ndarray) -> list:
+        return [self.xs[i].tid for i in rows.tolist()]
+
+    def raw(self, get, rows: np.ndarray, n: int, label) -> tuple[np.ndarray, pd.Index]:
+        return raw_labels(self._at(rows), rows, n, get, label)
+
+    def comm(self, rows: np.ndarray) -> tuple[np.ndarray, pd.Index]:
+        return comm_args(self.args, rows)
+
+    def _at(self, rows: np.ndarray) -> list:
+        args = self.args
+        return args if len(rows) == len(args) else [args[i] for i in rows.tolist()]
+
+
+def complete_table(ts: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.ndarray, raw_cats: pd.Categorical,
+                   name: pd.Categorical, args) -> tuple[pd.DataFrame, int]:
+    """The events table of usable complete events (times checked, ids mapped, names interned)
+    and how many were dropped as malformed (a GPU id no int64 holds, or a negative one). `args`
+    reads their args: `_StructArgs` (decoded structs) or columnar.NativeArgs (the native decoder)."""
+    n = len(ts)
     cat = raw_cats.rename_categories([CATEGORY_ALIASES.get(c, c) for c in raw_cats.categories]) \
         if any(c in CATEGORY_ALIASES for c in raw_cats.categories) else raw_cats
-    name = interned(map(attrgetter("name"), xs), n)
-    args = _args(xs)
-    external = int_column(args, "external_id")
+    external = args.ints("external_id")
     lacking = np.flatnonzero(external < 0)
     if len(lacking):  # 2021 GPU events spell it "external id"
-        external[lacking] = int_column([args[i] for i in lacking.tolist()], "external_id_2021")
+        external[lacking] = args.ints("external_id_2021", lacking)
     # device, stream and bytes only mean something on GPU rows (Kineto writes them nowhere
     # else): read there only (-1 / NaN elsewhere).
     gpu_rows = np.flatnonzero(np.asarray(cat.isin(GPU_ACTIVITY_CATS)))
@@ -142,40 +195,37 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
     stream = np.full(n, -1, dtype=np.int64)
     nbytes = np.full(n, np.nan)
     bad_ids = None
+    skipped = 0
     if len(gpu_rows):
-        gpu_args = [args[i] for i in gpu_rows.tolist()]
-        nbytes[gpu_rows] = column(gpu_args, "bytes", np.float64, float_or_nan, NUMBERS)
-        gpu_stream, bad_stream = gpu_id_column(gpu_args, "stream")
-        gpu_device, bad_device = gpu_id_column(gpu_args, "device")
+        nbytes[gpu_rows] = args.floats("bytes", gpu_rows)
+        gpu_stream, bad_stream = args.gpu_ids("stream", gpu_rows)
+        gpu_device, bad_device = args.gpu_ids("device", gpu_rows)
         if bad_stream.any() or bad_device.any():
             bad_ids = gpu_rows[bad_stream | bad_device]
         # 2021 traces name GPU threads "stream 7" and ROCm writes streams as hex strings.
         missing = np.flatnonzero(gpu_stream < 0)
         if len(missing):
-            gpu_stream[missing] = [stream_from_tid(xs[i].tid) for i in gpu_rows[missing].tolist()]
+            gpu_stream[missing] = [stream_from_tid(t) for t in args.tids(gpu_rows[missing])]
         stream[gpu_rows] = gpu_stream
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
     is_op = np.asarray(cat == "cpu_op")
     op_rows = np.flatnonzero(is_op)
-    op_args = [args[i] for i in op_rows.tolist()]
     # `nccl:*` annotations record the collective's tensor (shape and type) where
     # record_param_comms records no size (2023-era c10d): typed and shaped like the ops.
     is_call = np.zeros(n, dtype=bool)
     is_call[comm_calls(name, cat)] = True
     typed_rows = op_rows if not (is_call & ~is_op).any() else np.flatnonzero(is_op | is_call)
-    typed_args = op_args if len(typed_rows) == len(op_rows) else [args[i] for i in typed_rows.tolist()]
-    type_codes, type_labels = raw_labels(typed_args, typed_rows, n, INPUT_TYPES, type_label)
-    shaped = is_shaped(name, typed_rows) | is_call[typed_rows]
-    shaped_rows, shaped_args = typed_rows[shaped], list(compress(typed_args, shaped))
+    type_codes, type_labels = args.raw(INPUT_TYPES, typed_rows, n, type_label)
+    shaped_rows = typed_rows[is_shaped(name, typed_rows) | is_call[typed_rows]]
     # every op's sizes (slow_tiny_ops judges ops on tiny inputs); scalars only for SHAPED_OPS
-    dims_codes, dims_labels = raw_labels(typed_args, typed_rows, n, INPUT_DIMS, dims_label)
-    concrete_codes, concrete_labels = raw_labels(shaped_args, shaped_rows, n, CONCRETE_INPUTS, concrete_label)
+    dims_codes, dims_labels = args.raw(INPUT_DIMS, typed_rows, n, dims_label)
+    concrete_codes, concrete_labels = args.raw(CONCRETE_INPUTS, shaped_rows, n, concrete_label)
     flops = np.full(n, np.nan)
     if len(op_rows):
-        flops[op_rows] = column(op_args, "flops", np.float64, float_or_nan, NUMBERS)
-    comm_codes, comm_labels = comm_args(args, comm_rows(name, cat))
+        flops[op_rows] = args.floats("flops", op_rows)
+    comm_codes, comm_labels = args.comm(comm_rows(name, cat))
     columns = {"pid": pid, "tid": tid, "ts": ts, "dur": dur, "name": name, "cat": cat,
-               "device": device, "stream": stream, "correlation": int_column(args, "correlation"),
+               "device": device, "stream": stream, "correlation": args.ints("correlation"),
                "external_id": external, "bytes": nbytes, "input_types": type_codes,
                "comm_args": comm_codes, "input_dims": dims_codes, "concrete_inputs": concrete_codes,
                "flops": flops}
@@ -203,7 +253,7 @@ def _complete_table(xs: list, raw_cats: pd.Categorical, int_or_str_ids: bool,
         "concrete_inputs": pd.Categorical.from_codes(c["concrete_inputs"], categories=concrete_labels,
                                                      validate=False),
         "flops": c["flops"]})
-    return table, skipped, unfit
+    return table, skipped
 
 def assign_ranks(table: pd.DataFrame, frames: Frames, pid_rank: dict[int, int], default_rank: int,
                  memory: "pd.DataFrame | None" = None) -> None:

@@ -1,0 +1,771 @@
+/* A Kineto/Chrome trace's events array -> columns, in one pass over a yyjson document.
+
+   `events(buffer, lo, hi)` parses the events `buffer[lo:hi]` (`{...}, {...}`, as a JSON array) with yyjson and
+   returns the columns decode.py + tables.py would build from it (see columnar.py, which turns
+   them into the tables), or None when the array holds anything that the typed msgspec decode
+   would treat in a way of its own: an event that is not an object, an unknown or missing `ph`,
+   a field of an unexpected type, a duplicated field, a number beyond 64 bits, nesting deeper
+   than MAX_DEPTH, or bytes that are not JSON. The caller then takes the msgspec path, which
+   gives the same tables or the error. So this is a fast path only: it never decides anything
+   the msgspec path would decide differently.
+
+   Values are cleaned as tables.py cleans them (columns.py `_parse_int`, `_gpu_id`, NaN for an
+   absent number); names and categories are interned (codes in order of first appearance, into
+   lists of str or None); `Input type`, `Input Dims` and `Concrete Inputs` are interned by value
+   and written back as compact JSON (op_labels.py labels each distinct value once). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include "yyjson.h"
+
+#define MAX_DEPTH 32
+#define BAD_ID (-2)
+#define BAIL 1
+#define FAIL 2
+
+
+/* ---------- interning ---------- */
+
+typedef struct {
+    const void *key; /* string bytes, or a yyjson_val* for raw values */
+    size_t len;
+    uint64_t hash;
+    int32_t code;
+} slot_t;
+
+typedef struct {
+    slot_t *slots;
+    size_t cap, count;
+    PyObject *labels; /* list: str (strings), bytes (raw values), None */
+    int32_t none_code;
+} table_t;
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w ^ n) * 0x100000001b3ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static int table_init(table_t *t) {
+    t->cap = 1024;
+    t->count = 0;
+    t->none_code = -1;
+    t->slots = calloc(t->cap, sizeof(slot_t));
+    t->labels = PyList_New(0);
+    return (t->slots && t->labels) ? 0 : -1;
+}
+
+static void table_free(table_t *t) {
+    free(t->slots);
+    Py_XDECREF(t->labels);
+}
+
+static int table_grow(table_t *t) {
+    size_t cap = t->cap * 2;
+    slot_t *slots = calloc(cap, sizeof(slot_t));
+    if (!slots) return -1;
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->slots[i].key) continue;
+        size_t j = t->slots[i].hash & (cap - 1);
+        while (slots[j].key) j = (j + 1) & (cap - 1);
+        slots[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->cap = cap;
+    return 0;
+}
+
+static int32_t add_label(table_t *t, PyObject *label) {
+    if (!label) return -1;
+    int32_t code = (int32_t)PyList_GET_SIZE(t->labels);
+    int rc = PyList_Append(t->labels, label);
+    Py_DECREF(label);
+    return rc ? -1 : code;
+}
+
+static int32_t intern_none(table_t *t) {
+    if (t->none_code < 0) {
+        Py_INCREF(Py_None);
+        t->none_code = add_label(t, Py_None);
+    }
+    return t->none_code;
+}
+
+/* -1: a Python error (MemoryError, or bytes that are not UTF-8 text: the caller bails). */
+static int32_t intern_str(table_t *t, const char *s, size_t n) {
+    uint64_t h = hash_bytes(s, n);
+    size_t j = h & (t->cap - 1);
+    while (t->slots[j].key) {
+        slot_t *e = &t->slots[j];
+        if (e->hash == h && e->len == n && memcmp(e->key, s, n) == 0) return e->code;
+        j = (j + 1) & (t->cap - 1);
+    }
+    int32_t code = add_label(t, PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "strict"));
+    if (code < 0) return -1;
+    t->slots[j] = (slot_t){s, n, h, code};
+    if (++t->count * 2 > t->cap && table_grow(t)) return -1;
+    return code;
+}
+
+/* Raw values: hashed and compared by structure (type, subtype, content), written once. */
+static uint64_t hash_val(yyjson_val *v) {
+    uint64_t h = unsafe_yyjson_get_tag(v) & 0xFF;
+    switch (unsafe_yyjson_get_type(v)) {
+    case YYJSON_TYPE_STR:
+    case YYJSON_TYPE_RAW:
+        return h * 31 + hash_bytes(unsafe_yyjson_get_str(v), unsafe_yyjson_get_len(v));
+    case YYJSON_TYPE_NUM:
+        return h * 31 + v->uni.u64 * 0x9E3779B97F4A7C15ull;
+    case YYJSON_TYPE_ARR: {
+        size_t i, max;
+        yyjson_val *x;
+        yyjson_arr_foreach(v, i, max, x) h = (h * 1000003) ^ hash_val(x);
+        return h;
+    }
+    case YYJSON_TYPE_OBJ: {
+        size_t i, max;
+        yyjson_val *k, *x;
+        yyjson_obj_foreach(v, i, max, k, x) h = (h * 1000003) ^ (hash_val(k) * 7 + hash_val(x));
+        return h;
+    }
+    default:
+        return h;
+    }
+}
+
+static int same_val(yyjson_val *a, yyjson_val *b) {
+    if ((unsafe_yyjson_get_tag(a) & 0xFF) != (unsafe_yyjson_get_tag(b) & 0xFF)) return 0;
+    switch (unsafe_yyjson_get_type(a)) {
+    case YYJSON_TYPE_STR:
+    case YYJSON_TYPE_RAW:
+        return unsafe_yyjson_get_len(a) == unsafe_yyjson_get_len(b) &&
+               memcmp(unsafe_yyjson_get_str(a), unsafe_yyjson_get_str(b), unsafe_yyjson_get_len(a)) == 0;
+    case YYJSON_TYPE_NUM:
+        return a->uni.u64 == b->uni.u64;
+    case YYJSON_TYPE_ARR:
+    case YYJSON_TYPE_OBJ: {
+        if (unsafe_yyjson_get_len(a) != unsafe_yyjson_get_len(b)) return 0;
+        /* children are laid out after the container: compare them pairwise in order */
+        yyjson_val *x = unsafe_yyjson_get_first(a), *y = unsafe_yyjson_get_first(b);
+        size_t n = unsafe_yyjson_get_len(a) * (unsafe_yyjson_get_type(a) == YYJSON_TYPE_OBJ ? 2 : 1);
+        for (size_t i = 0; i < n; i++) {
+            if (!same_val(x, y)) return 0;
+            x = unsafe_yyjson_get_next(x);
+            y = unsafe_yyjson_get_next(y);
+        }
+        return 1;
+    }
+    default:
+        return 1;
+    }
+}
+
+static int32_t intern_raw(table_t *t, yyjson_val *v) {
+    uint64_t h = hash_val(v);
+    size_t j = h & (t->cap - 1);
+    while (t->slots[j].key) {
+        slot_t *e = &t->slots[j];
+        if (e->hash == h && same_val((yyjson_val *)e->key, v)) return e->code;
+        j = (j + 1) & (t->cap - 1);
+    }
+    size_t len = 0;
+    char *text = yyjson_val_write(v, YYJSON_WRITE_NOFLAG, &len);
+    if (!text) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t code = add_label(t, PyBytes_FromStringAndSize(text, (Py_ssize_t)len));
+    free(text);
+    if (code < 0) return -1;
+    t->slots[j] = (slot_t){v, 0, h, code};
+    if (++t->count * 2 > t->cap && table_grow(t)) return -1;
+    return code;
+}
+
+/* ---------- columns ---------- */
+
+typedef struct {
+    PyObject *buf; /* bytearray */
+    size_t width;
+} col_t;
+
+static void *col_data(col_t *c) { return PyByteArray_AS_STRING(c->buf); }
+
+static int col_new(col_t *c, size_t n, size_t width) {
+    c->width = width;
+    c->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * width + 1));
+    return c->buf ? 0 : -1;
+}
+
+static int col_finish(col_t *c, size_t rows) {
+    return PyByteArray_Resize(c->buf, (Py_ssize_t)(rows * c->width));
+}
+
+/* The X columns (events other than Python frames). */
+enum { X_TS, X_DUR, X_PID, X_TID, X_CAT, X_NAME, X_EXT, X_EXT21, X_CORR, X_DEV, X_STREAM, X_BYTES,
+       X_FLOPS, X_TYPES, X_DIMS, X_CONC, X_N };
+static const char *X_NAMES[X_N] = {"ts", "dur", "pid", "tid", "cat", "name", "external_id",
+                                   "external_id_2021", "correlation", "device", "stream", "bytes",
+                                   "flops", "input_types", "input_dims", "concrete_inputs"};
+static const size_t X_WIDTH[X_N] = {8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4};
+enum { F_TS, F_DUR, F_PID, F_TID, F_NAME, F_PYID, F_PYPARENT, F_N };
+static const char *F_NAMES[F_N] = {"ts", "dur", "pid", "tid", "name", "python_id", "python_parent_id"};
+static const size_t F_WIDTH[F_N] = {8, 8, 8, 8, 4, 8, 8};
+enum { M_TS, M_PID, M_TID, M_DTYPE, M_DEV, M_BYTES, M_ALLOC, M_RESERVED, M_ADDR, M_N };
+static const char *M_NAMES[M_N] = {"ts", "pid", "tid", "device_type", "device", "bytes",
+                                   "total_allocated", "total_reserved", "addr"};
+static const size_t M_WIDTH[M_N] = {8, 8, 8, 8, 8, 8, 8, 8, 8};
+
+typedef struct {
+    col_t x[X_N], f[F_N], m[M_N];
+    size_t nx, nf, nm;
+    table_t cats, names, raws;
+    PyObject *x_odd, *f_odd, *m_odd, *comm, *meta;
+    PyObject *x_oddargs, *f_oddargs, *m_oddargs;
+} out_t;
+
+#define I64(cols, k, row) (((int64_t *)col_data(&(cols)[k]))[row])
+#define F64(cols, k, row) (((double *)col_data(&(cols)[k]))[row])
+#define I32(cols, k, row) (((int32_t *)col_data(&(cols)[k]))[row])
+
+/* ---------- values, as the typed decode and tables.py read them ---------- */
+
+static int is_int_val(yyjson_val *v) { return yyjson_is_sint(v) || (yyjson_is_uint(v) && v->uni.u64 <= INT64_MAX); }
+static int64_t int_val(yyjson_val *v) { return yyjson_is_sint(v) ? v->uni.i64 : (int64_t)v->uni.u64; }
+
+/* A JSON value as the Python object msgspec would give (numbers, text, null, booleans);
+   containers and bignums are not converted here (the callers bail on them). */
+static PyObject *py_scalar(yyjson_val *v) {
+    switch (yyjson_get_type(v)) {
+    case YYJSON_TYPE_NULL: Py_RETURN_NONE;
+    case YYJSON_TYPE_BOOL: return PyBool_FromLong(yyjson_get_bool(v));
+    case YYJSON_TYPE_STR: return PyUnicode_DecodeUTF8(unsafe_yyjson_get_str(v), (Py_ssize_t)unsafe_yyjson_get_len(v), "strict");
+    case YYJSON_TYPE_NUM:
+        if (yyjson_is_uint(v)) return PyLong_FromUnsignedLongLong(v->uni.u64);
+        if (yyjson_is_sint(v)) return PyLong_FromLongLong(v->uni.i64);
+        return PyFloat_FromDouble(v->uni.f64);
+    default: return NULL;
+    }
+}
+
+/* msgspec's Scalar (int | float | str | None): anything else fails its validation. */
+static int scalar_ok(yyjson_val *v) {
+    return !v || yyjson_is_null(v) || yyjson_is_num(v) || yyjson_is_str(v);
+}
+
+/* A number field typed int | float | None (ts, dur): NaN when absent or null. */
+static int number_field(yyjson_val *v, double *out) {
+    if (!v || yyjson_is_null(v)) { *out = NAN; return 0; }
+    if (yyjson_is_real(v)) { *out = v->uni.f64; return 0; }
+    if (yyjson_is_sint(v)) { *out = (double)v->uni.i64; return 0; }
+    if (yyjson_is_uint(v)) { *out = (double)v->uni.u64; return 0; }
+    return BAIL;
+}
+
+/* A value tables.py reads through columns.column() with Python's own rules (text, floats,
+   null, booleans in an int column; text, booleans in a float column): kept as its Python
+   object in the group's odd_args list, (row, column, value), and read there exactly. */
+static int odd_arg(PyObject *list, size_t row, const char *col, yyjson_val *v) {
+    if (yyjson_is_ctn(v) || yyjson_is_raw(v)) return BAIL;
+    PyObject *obj = py_scalar(v);
+    if (!obj) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return BAIL; }
+        return FAIL;
+    }
+    PyObject *t = Py_BuildValue("(nsN)", (Py_ssize_t)row, col, obj);
+    if (!t) return FAIL;
+    int rc = PyList_Append(list, t);
+    Py_DECREF(t);
+    return rc ? FAIL : 0;
+}
+
+/* An int column (columns.int_column): ints in int64 as they are, absent -1 (the default);
+   anything else -1 here and its value in odd_args. */
+static int int_arg(yyjson_val *v, int64_t *out, PyObject *odd, size_t row, const char *col) {
+    if (v && is_int_val(v)) { *out = int_val(v); return 0; }
+    *out = -1;
+    return v ? odd_arg(odd, row, col, v) : 0;
+}
+
+/* An int arg of a `[memory]` instant (typed Any, absent None): absent reads MEMORY_ABSENT (the
+   caller tells it from -1: columns.int_column reads None and -1 differently beside a boolean). */
+#define MEMORY_ABSENT INT64_MIN
+static int memory_int(yyjson_val *v, int64_t *out, PyObject *odd, size_t row, const char *col) {
+    if (!v) { *out = MEMORY_ABSENT; return 0; }
+    if (is_int_val(v) && int_val(v) != MEMORY_ABSENT) { *out = int_val(v); return 0; }
+    *out = -1;
+    return odd_arg(odd, row, col, v);
+}
+
+/* A float column (bytes, flops): numbers as float, absent or null NaN; text or a boolean NaN
+   here and its value in odd_args. */
+static int float_arg(yyjson_val *v, double *out, PyObject *odd, size_t row, const char *col) {
+    if (!v || yyjson_is_null(v)) { *out = NAN; return 0; }
+    if (yyjson_is_num(v)) return number_field(v, out);
+    *out = NAN;
+    return odd_arg(odd, row, col, v);
+}
+
+/* columns._gpu_id, with the Args default (-1, an int: BAD_ID) for an absent one. */
+static int gpu_arg(yyjson_val *v, int64_t *out) {
+    if (!v) { *out = BAD_ID; return 0; }
+    if (yyjson_is_null(v)) { *out = -1; return 0; }
+    if (yyjson_is_sint(v)) { *out = v->uni.i64 >= 0 ? v->uni.i64 : BAD_ID; return 0; }
+    if (yyjson_is_uint(v)) { *out = v->uni.u64 <= INT64_MAX ? (int64_t)v->uni.u64 : BAD_ID; return 0; }
+    if (yyjson_is_real(v)) {
+        double d = v->uni.f64;
+        *out = (d == floor(d) && d >= 0.0 && d < 9223372036854775808.0) ? (int64_t)d : BAD_ID;
+        return 0;
+    }
+    if (yyjson_is_str(v)) {
+        const char *s = unsafe_yyjson_get_str(v);
+        size_t n = unsafe_yyjson_get_len(v);
+        if (n == 0) { *out = -1; return 0; }
+        for (size_t i = 0; i < n; i++)
+            if (s[i] < '0' || s[i] > '9') { *out = -1; return 0; }
+        uint64_t acc = 0; /* leading zeros allowed: "007" is 7 */
+        for (size_t i = 0; i < n; i++) {
+            acc = acc * 10 + (uint64_t)(s[i] - '0');
+            if (acc > INT64_MAX) { *out = BAD_ID; return 0; }
+        }
+        *out = (int64_t)acc;
+        return 0;
+    }
+    return BAIL;
+}
+
+/* pid / tid typed int | str | None: an int64 in place, anything else (text, None, a bigger
+   int) as a Python object in the odd list (columns.int_id maps it). */
+static int id_field(yyjson_val *v, int64_t *slot, PyObject **odd) {
+    if (v && is_int_val(v)) { *slot = int_val(v); return 0; }
+    *slot = 0;
+    if (!v || yyjson_is_null(v)) { Py_INCREF(Py_None); *odd = Py_None; return 0; }
+    if (yyjson_is_str(v) || yyjson_is_uint(v)) {
+        *odd = py_scalar(v);
+        return *odd ? 0 : FAIL;
+    }
+    return BAIL; /* a float id: the loose decode; a bool, a container: malformed */
+}
+
+static int add_odd(PyObject *list, size_t row, PyObject *pid, PyObject *tid) {
+    if (!pid && !tid) return 0;
+    if (!pid) { Py_INCREF(Py_False); pid = Py_False; }  /* False: the row's int64 is right */
+    if (!tid) { Py_INCREF(Py_False); tid = Py_False; }
+    PyObject *t = Py_BuildValue("(nNN)", (Py_ssize_t)row, pid, tid);
+    if (!t) return FAIL;
+    int rc = PyList_Append(list, t);
+    Py_DECREF(t);
+    return rc ? FAIL : 0;
+}
+
+/* ---------- event fields ---------- */
+
+#define KEY(k, lit) (unsafe_yyjson_get_len(k) == sizeof(lit) - 1 && memcmp(unsafe_yyjson_get_str(k), lit, sizeof(lit) - 1) == 0)
+
+enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ARGS, E_N };
+
+static int event_fields(yyjson_val *ev, yyjson_val **f) {
+    size_t i, max;
+    yyjson_val *k, *v;
+    memset(f, 0, sizeof(yyjson_val *) * E_N);
+    yyjson_obj_foreach(ev, i, max, k, v) {
+        int at = -1;
+        switch (unsafe_yyjson_get_len(k)) {
+        case 2: at = KEY(k, "ph") ? E_PH : KEY(k, "ts") ? E_TS : -1; break;
+        case 3: at = KEY(k, "cat") ? E_CAT : KEY(k, "pid") ? E_PID : KEY(k, "tid") ? E_TID : KEY(k, "dur") ? E_DUR : -1; break;
+        case 4: at = KEY(k, "name") ? E_NAME : KEY(k, "args") ? E_ARGS : -1; break;
+        }
+        if (at >= 0) {
+            if (f[at]) return BAIL; /* a duplicated field */
+            f[at] = v;
+        }
+    }
+    return 0;
+}
+
+enum { A_DEVICE, A_STREAM, A_CORR, A_EXT, A_EXT21, A_PYID, A_PYPARENT, A_BYTES, A_TYPES, A_DIMS, A_CONC,
+       A_FLOPS, A_NAME, A_COLL, A_IN, A_OUT, A_GROUP, A_DTYPE, A_PG, A_N };
+#define A_FIRST_ANY A_COLL
+
+static int args_fields(yyjson_val *args, yyjson_val **f) {
+    size_t i, max;
+    yyjson_val *k, *v;
+    memset(f, 0, sizeof(yyjson_val *) * A_N);
+    if (!args || yyjson_is_null(args)) return 0;
+    if (!yyjson_is_obj(args)) return BAIL;
+    yyjson_obj_foreach(args, i, max, k, v) {
+        int at = -1;
+        switch (unsafe_yyjson_get_len(k)) {
+        case 4: at = KEY(k, "name") ? A_NAME : -1; break;
+        case 5: at = KEY(k, "bytes") ? A_BYTES : KEY(k, "flops") ? A_FLOPS : KEY(k, "dtype") ? A_DTYPE : -1; break;
+        case 6: at = KEY(k, "device") ? A_DEVICE : KEY(k, "stream") ? A_STREAM : -1; break;
+        case 9: at = KEY(k, "Python id") ? A_PYID : -1; break;
+        case 10: at = KEY(k, "Input type") ? A_TYPES : KEY(k, "Input Dims") ? A_DIMS : KEY(k, "Group size") ? A_GROUP : -1; break;
+        case 11: at = KEY(k, "correlation") ? A_CORR : KEY(k, "External id") ? A_EXT : KEY(k, "external id") ? A_EXT21 : -1; break;
+        case 13: at = KEY(k, "In msg nelems") ? A_IN : -1; break;
+        case 14: at = KEY(k, "Out msg nelems") ? A_OUT : -1; break;
+        case 15: at = KEY(k, "Concrete Inputs") ? A_CONC : KEY(k, "Collective name") ? A_COLL : -1; break;
+        case 16: at = KEY(k, "Python parent id") ? A_PYPARENT : -1; break;
+        case 18: at = KEY(k, "Process Group Name") ? A_PG : -1; break;
+        }
+        if (at >= 0) {
+            if (f[at]) return BAIL;
+            f[at] = v;
+        }
+    }
+    for (int j = 0; j < A_FIRST_ANY; j++) /* Scalar-typed args (the raw ones take anything) */
+        if (j != A_TYPES && j != A_DIMS && j != A_CONC && !scalar_ok(f[j])) return BAIL;
+    for (int j = A_FIRST_ANY; j < A_N; j++) /* Any-typed: kept as objects; no bignums */
+        if (f[j] && yyjson_is_raw(f[j])) return BAIL;
+    return 0;
+}
+
+static int raw_code(table_t *t, yyjson_val *v, int32_t *out) {
+    if (!v) { *out = -1; return 0; }
+    *out = intern_raw(t, v);
+    return *out < 0 ? FAIL : 0;
+}
+
+static int str_code(table_t *t, yyjson_val *v, int32_t *out) {
+    if (!v || yyjson_is_null(v)) { *out = intern_none(t); return *out < 0 ? FAIL : 0; }
+    if (!yyjson_is_str(v)) return BAIL; /* a number as a name: the msgspec path */
+    *out = intern_str(t, unsafe_yyjson_get_str(v), unsafe_yyjson_get_len(v));
+    if (*out < 0) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return BAIL; }
+        return FAIL;
+    }
+    return 0;
+}
+
+#define TRY(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
+
+static int comm_tuple(out_t *o, size_t row, yyjson_val **a) {
+    int any = 0;
+    for (int j = A_COLL; j <= A_PG; j++) any |= a[j] != NULL;
+    if (!any) return 0;
+    PyObject *t = PyTuple_New(7);
+    if (!t) return FAIL;
+    PyTuple_SET_ITEM(t, 0, PyLong_FromSize_t(row));
+    for (int j = A_COLL; j <= A_PG; j++) {
+        PyObject *v;
+        if (!a[j] || yyjson_is_arr(a[j]) || yyjson_is_obj(a[j])) { /* read as absent by op_labels */
+            Py_INCREF(Py_None);
+            v = Py_None;
+        } else {
+            v = py_scalar(a[j]);
+        }
+        if (!v) { Py_DECREF(t); return yyjson_is_str(a[j]) ? (PyErr_Clear(), BAIL) : FAIL; }
+        PyTuple_SET_ITEM(t, 1 + j - A_COLL, v);
+    }
+    int rc = PyList_Append(o->comm, t);
+    Py_DECREF(t);
+    return rc ? FAIL : 0;
+}
+
+static int complete(out_t *o, yyjson_val **e) {
+    yyjson_val *a[A_N];
+    TRY(args_fields(e[E_ARGS], a));
+    if (!scalar_ok(e[E_CAT]) || !scalar_ok(e[E_NAME])) return BAIL;
+    int py = e[E_CAT] && yyjson_is_str(e[E_CAT]) && unsafe_yyjson_get_len(e[E_CAT]) == 15 &&
+             memcmp(unsafe_yyjson_get_str(e[E_CAT]), "python_function", 15) == 0;
+    PyObject *opid = NULL, *otid = NULL;
+    if (py) {
+        col_t *f = o->f;
+        size_t r = o->nf;
+        TRY(number_field(e[E_TS], &F64(f, F_TS, r)));
+        TRY(number_field(e[E_DUR], &F64(f, F_DUR, r)));
+        TRY(str_code(&o->names, e[E_NAME], &I32(f, F_NAME, r)));
+        TRY(int_arg(a[A_PYID], &I64(f, F_PYID, r), o->f_oddargs, r, "python_id"));
+        TRY(int_arg(a[A_PYPARENT], &I64(f, F_PYPARENT, r), o->f_oddargs, r, "python_parent_id"));
+        /* the other args were type-checked by args_fields; frames keep none of them */
+        int rc = id_field(e[E_PID], &I64(f, F_PID, r), &opid);
+        if (!rc) rc = id_field(e[E_TID], &I64(f, F_TID, r), &otid);
+        if (!rc) rc = add_odd(o->f_odd, r, opid, otid);
+        else { Py_XDECREF(opid); Py_XDECREF(otid); }
+        if (rc) return rc;
+        o->nf++;
+        return 0;
+    }
+    col_t *x = o->x;
+    size_t r = o->nx;
+    TRY(number_field(e[E_TS], &F64(x, X_TS, r)));
+    TRY(number_field(e[E_DUR], &F64(x, X_DUR, r)));
+    TRY(str_code(&o->cats, e[E_CAT], &I32(x, X_CAT, r)));
+    TRY(str_code(&o->names, e[E_NAME], &I32(x, X_NAME, r)));
+    TRY(int_arg(a[A_EXT], &I64(x, X_EXT, r), o->x_oddargs, r, "external_id"));
+    TRY(int_arg(a[A_EXT21], &I64(x, X_EXT21, r), o->x_oddargs, r, "external_id_2021"));
+    TRY(int_arg(a[A_CORR], &I64(x, X_CORR, r), o->x_oddargs, r, "correlation"));
+    TRY(gpu_arg(a[A_DEVICE], &I64(x, X_DEV, r)));
+    TRY(gpu_arg(a[A_STREAM], &I64(x, X_STREAM, r)));
+    TRY(float_arg(a[A_BYTES], &F64(x, X_BYTES, r), o->x_oddargs, r, "bytes"));
+    TRY(float_arg(a[A_FLOPS], &F64(x, X_FLOPS, r), o->x_oddargs, r, "flops"));
+    TRY(raw_code(&o->raws, a[A_TYPES], &I32(x, X_TYPES, r)));
+    TRY(raw_code(&o->raws, a[A_DIMS], &I32(x, X_DIMS, r)));
+    TRY(raw_code(&o->raws, a[A_CONC], &I32(x, X_CONC, r)));
+    TRY(comm_tuple(o, r, a));
+    int rc = id_field(e[E_PID], &I64(x, X_PID, r), &opid);
+    if (!rc) rc = id_field(e[E_TID], &I64(x, X_TID, r), &otid);
+    if (!rc) rc = add_odd(o->x_odd, r, opid, otid);
+    else { Py_XDECREF(opid); Py_XDECREF(otid); }
+    if (rc) return rc;
+    o->nx++;
+    return 0;
+}
+
+/* A metadata event: its fields typed Scalar; `process_name` events kept as (pid, name). */
+static int metadata(out_t *o, yyjson_val **e) {
+    yyjson_val *a[A_N];
+    TRY(args_fields(e[E_ARGS], a));
+    if (!scalar_ok(e[E_NAME]) || !scalar_ok(e[E_PID]) || !scalar_ok(e[E_TID])) return BAIL;
+    if (!(e[E_NAME] && yyjson_is_str(e[E_NAME]) && KEY(e[E_NAME], "process_name"))) return 0;
+    if (!e[E_ARGS] || yyjson_is_null(e[E_ARGS])) return 0;
+    PyObject *pid = e[E_PID] ? py_scalar(e[E_PID]) : (Py_INCREF(Py_None), Py_None);
+    PyObject *name = a[A_NAME] ? py_scalar(a[A_NAME]) : (Py_INCREF(Py_None), Py_None);
+    if (!pid || !name) {
+        Py_XDECREF(pid);
+        Py_XDECREF(name);
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return BAIL; }
+        return FAIL;
+    }
+    PyObject *t = PyTuple_Pack(2, pid, name);
+    Py_DECREF(pid);
+    Py_DECREF(name);
+    if (!t) return FAIL;
+    int rc = PyList_Append(o->meta, t);
+    Py_DECREF(t);
+    return rc ? FAIL : 0;
+}
+
+/* An instant: only the profiler's `[memory]` ones are kept (memory_table.py). */
+static int instant(out_t *o, yyjson_val **e) {
+    if (!scalar_ok(e[E_NAME])) return BAIL;
+    yyjson_val *args = e[E_ARGS];
+    if (args && !yyjson_is_null(args) && !yyjson_is_obj(args)) return BAIL;
+    double ts;
+    TRY(number_field(e[E_TS], &ts));
+    int64_t scratch;
+    PyObject *opid = NULL, *otid = NULL;
+    int rc = id_field(e[E_PID], &scratch, &opid);
+    if (!rc) rc = id_field(e[E_TID], &scratch, &otid);
+    if (rc || !(e[E_NAME] && yyjson_is_str(e[E_NAME]) && KEY(e[E_NAME], "[memory]"))) {
+        Py_XDECREF(opid);
+        Py_XDECREF(otid);
+        return rc;
+    }
+    Py_XDECREF(opid);
+    Py_XDECREF(otid);
+    yyjson_val *dtype = NULL, *dev = NULL, *bytes = NULL, *addr = NULL, *alloc = NULL, *reserved = NULL;
+    if (args && yyjson_is_obj(args)) {
+        size_t i, max;
+        yyjson_val *k, *v;
+        yyjson_obj_foreach(args, i, max, k, v) {
+            yyjson_val **at = KEY(k, "Device Type") ? &dtype : KEY(k, "Device Id") ? &dev : KEY(k, "Bytes") ? &bytes
+                            : KEY(k, "Addr") ? &addr : KEY(k, "Total Allocated") ? &alloc
+                            : KEY(k, "Total Reserved") ? &reserved : NULL;
+            if (at) {
+                if (*at) return BAIL;
+                *at = v;
+            }
+        }
+    }
+    col_t *m = o->m;
+    size_t r = o->nm;
+    F64(m, M_TS, r) = ts;
+    TRY(memory_int(dtype, &I64(m, M_DTYPE, r), o->m_oddargs, r, "device_type"));
+    TRY(memory_int(dev, &I64(m, M_DEV, r), o->m_oddargs, r, "device"));
+    TRY(memory_int(addr, &I64(m, M_ADDR, r), o->m_oddargs, r, "addr"));
+    TRY(float_arg(bytes, &F64(m, M_BYTES, r), o->m_oddargs, r, "bytes"));
+    TRY(float_arg(alloc, &F64(m, M_ALLOC, r), o->m_oddargs, r, "total_allocated"));
+    TRY(float_arg(reserved, &F64(m, M_RESERVED, r), o->m_oddargs, r, "total_reserved"));
+    opid = otid = NULL;
+    rc = id_field(e[E_PID], &I64(m, M_PID, r), &opid);
+    if (!rc) rc = id_field(e[E_TID], &I64(m, M_TID, r), &otid);
+    if (!rc) rc = add_odd(o->m_odd, r, opid, otid);
+    else { Py_XDECREF(opid); Py_XDECREF(otid); }
+    if (rc) return rc;
+    o->nm++;
+    return 0;
+}
+
+static const char SKIPPED_PHASES[] = "BEbenstfCPONDRTIcv";
+
+static int event(out_t *o, yyjson_val *ev) {
+    if (!yyjson_is_obj(ev)) return BAIL;
+    yyjson_val *e[E_N];
+    TRY(event_fields(ev, e));
+    yyjson_val *ph = e[E_PH];
+    if (!ph || !yyjson_is_str(ph) || unsafe_yyjson_get_len(ph) != 1) return BAIL;
+    char c = unsafe_yyjson_get_str(ph)[0];
+    if (c == 'X') {
+        /* pid / tid typed int | str | None; ts, dur int | float | None (checked as read) */
+        return complete(o, e);
+    }
+    if (c == 'M') return metadata(o, e);
+    if (c == 'i') return instant(o, e);
+    if (c && strchr(SKIPPED_PHASES, c)) return 0; /* recognised, its fields skipped */
+    return BAIL; /* an unknown phase: the msgspec path counts or skips it */
+}
+
+/* Nesting depth of the whole array (msgspec refuses documents nested too deeply, even in
+   fields it skips): values are laid out in document order, each container followed by its
+   children, so one pass with a stack of container ends tells. */
+static int too_deep(yyjson_doc *doc) {
+    yyjson_val *v = yyjson_doc_get_root(doc);
+    size_t count = yyjson_doc_get_val_count(doc);
+    yyjson_val *ends[MAX_DEPTH + 1];
+    int depth = 0;
+    for (size_t i = 0; i < count; i++, v++) {
+        while (depth && v == ends[depth - 1]) depth--;
+        if (yyjson_is_ctn(v)) {
+            if (depth == MAX_DEPTH) return 1;
+            ends[depth++] = unsafe_yyjson_get_next(v);
+        }
+    }
+    return 0;
+}
+
+static void out_free(out_t *o) {
+    for (int k = 0; k < X_N; k++) Py_XDECREF(o->x[k].buf);
+    for (int k = 0; k < F_N; k++) Py_XDECREF(o->f[k].buf);
+    for (int k = 0; k < M_N; k++) Py_XDECREF(o->m[k].buf);
+    table_free(&o->cats);
+    table_free(&o->names);
+    table_free(&o->raws);
+    Py_XDECREF(o->x_odd);
+    Py_XDECREF(o->f_odd);
+    Py_XDECREF(o->m_odd);
+    Py_XDECREF(o->comm);
+    Py_XDECREF(o->meta);
+    Py_XDECREF(o->x_oddargs);
+    Py_XDECREF(o->f_oddargs);
+    Py_XDECREF(o->m_oddargs);
+}
+
+static int out_init(out_t *o, size_t n) {
+    memset(o, 0, sizeof(*o));
+    for (int k = 0; k < X_N; k++) if (col_new(&o->x[k], n, X_WIDTH[k])) return -1;
+    for (int k = 0; k < F_N; k++) if (col_new(&o->f[k], n, F_WIDTH[k])) return -1;
+    for (int k = 0; k < M_N; k++) if (col_new(&o->m[k], n, M_WIDTH[k])) return -1;
+    if (table_init(&o->cats) || table_init(&o->names) || table_init(&o->raws)) return -1;
+    o->x_odd = PyList_New(0);
+    o->f_odd = PyList_New(0);
+    o->m_odd = PyList_New(0);
+    o->comm = PyList_New(0);
+    o->meta = PyList_New(0);
+    o->x_oddargs = PyList_New(0);
+    o->f_oddargs = PyList_New(0);
+    o->m_oddargs = PyList_New(0);
+    return (o->x_odd && o->f_odd && o->m_odd && o->comm && o->meta && o->x_oddargs && o->f_oddargs && o->m_oddargs) ? 0 : -1;
+}
+
+static PyObject *columns_dict(col_t *cols, const char **names, int n, size_t rows, PyObject *odd, PyObject *oddargs) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int k = 0; k < n; k++) {
+        if (col_finish(&cols[k], rows) || PyDict_SetItemString(d, names[k], cols[k].buf)) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    if (PyDict_SetItemString(d, "odd_ids", odd) || PyDict_SetItemString(d, "odd_args", oddargs)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *events(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
+    if (lo < 0 || hi < lo || hi > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "range outside the buffer");
+        return NULL;
+    }
+    /* "[" + the range + "]" in a buffer of our own, parsed in place: yyjson would copy the
+       bytes anyway, and the caller's buffer stays as it was (the msgspec path may need it). */
+    size_t len = (size_t)(hi - lo) + 2;
+    char *text = malloc(len + YYJSON_PADDING_SIZE);
+    yyjson_doc *doc = NULL;
+    if (text) {
+        yyjson_read_err err;
+        Py_BEGIN_ALLOW_THREADS
+        text[0] = '[';
+        memcpy(text + 1, (char *)view.buf + lo, (size_t)(hi - lo));
+        text[len - 1] = ']';
+        memset(text + len, 0, YYJSON_PADDING_SIZE);
+        doc = yyjson_read_opts(text, len, YYJSON_READ_INSITU | YYJSON_READ_BIGNUM_AS_RAW, NULL, &err);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    if (!text) return PyErr_NoMemory();
+    if (!doc) { /* not JSON (or a cut inside a value): the msgspec path says why */
+        free(text);
+        Py_RETURN_NONE;
+    }
+    yyjson_val *root = yyjson_doc_get_root(doc);
+    if (!yyjson_is_arr(root) || too_deep(doc)) {
+        yyjson_doc_free(doc);
+        free(text);
+        Py_RETURN_NONE;
+    }
+    size_t n = yyjson_arr_size(root);
+    out_t o;
+    PyObject *result = NULL;
+    if (out_init(&o, n)) goto done;
+    size_t i, max;
+    yyjson_val *ev;
+    int rc = 0;
+    yyjson_arr_foreach(root, i, max, ev) {
+        rc = event(&o, ev);
+        if (rc) break;
+    }
+    if (rc == BAIL) {
+        if (!PyErr_Occurred()) { Py_INCREF(Py_None); result = Py_None; }
+        goto done;
+    }
+    if (rc == FAIL) goto done;
+    PyObject *x = columns_dict(o.x, X_NAMES, X_N, o.nx, o.x_odd, o.x_oddargs);
+    PyObject *f = x ? columns_dict(o.f, F_NAMES, F_N, o.nf, o.f_odd, o.f_oddargs) : NULL;
+    PyObject *m = f ? columns_dict(o.m, M_NAMES, M_N, o.nm, o.m_odd, o.m_oddargs) : NULL;
+    if (m)
+        result = Py_BuildValue("{s:n,s:N,s:N,s:N,s:O,s:O,s:O,s:O,s:O}", "events", (Py_ssize_t)n, "complete", x,
+                               "frames", f, "memory", m, "cat_labels", o.cats.labels, "name_labels",
+                               o.names.labels, "raw_labels", o.raws.labels, "comm", o.comm, "process_names", o.meta);
+    else {
+        Py_XDECREF(x);
+        Py_XDECREF(f);
+    }
+done:
+    out_free(&o);
+    yyjson_doc_free(doc);
+    free(text);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"events", events, METH_VARARGS,
+     "events(buffer, lo, hi) -> dict of columns, or None: the events `buffer[lo:hi]` (the inside of "
+     "a JSON array: events and the commas between them), read in one pass (None: the typed msgspec "
+     "decode must read them). The GIL is released while the bytes are parsed."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_columnar", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__columnar(void) { return PyModule_Create(&module); }
