@@ -11,6 +11,7 @@ import pytest
 import goodhart_prof.trace.load as loader
 import goodhart_prof.trace.pieces as cutter
 import goodhart_prof.trace.ranges as ranges
+from goodhart_prof.trace import columnar, native_ranges
 from goodhart_prof.analysis.links import gpu_launches
 from goodhart_prof.trace.load import TraceError, load
 
@@ -178,9 +179,31 @@ def _big_doc(n: int, tricky_names: bool) -> dict:
     return {"schemaVersion": 1, "traceEvents": events, "traceName": "after the events"}
 
 
+@pytest.mark.skipif(not columnar.AVAILABLE, reason="the native decoder is not built here")
+@pytest.mark.parametrize("tricky", [False, True], ids=["plain", "separators-inside-names"])
+def test_native_windows_equal_whole_decode(tmp_path, monkeypatch, tricky):
+    """A plain file read natively in windows on two threads (native_ranges.py) gives the tables
+    of a whole decode; a cut inside a name hands the file to the msgspec way, with the same result."""
+    path = write(tmp_path / "big.json", _big_doc(3000, tricky))
+    whole = load(path, workers=1)
+    monkeypatch.setattr(loader, "PIECE_BYTES", path.stat().st_size // 3)
+    monkeypatch.setattr(native_ranges, "WINDOW_BYTES", path.stat().st_size // 5)
+    windows, handed = [], []
+    original = native_ranges._window
+    monkeypatch.setattr(native_ranges, "_window", lambda chunk, hi: windows.append(hi) or original(chunk, hi))
+    fallback = ranges.file_ranges
+    monkeypatch.setattr(ranges, "file_ranges", lambda *a, **k: handed.append(1) or fallback(*a, **k))
+    split = load(path, workers=2)
+    assert split.events.equals(whole.events) and len(split.events) == 9000
+    assert len(windows) >= (1 if tricky else 5)
+    assert bool(handed) == tricky  # a window cut inside a name is not JSON: the msgspec way reads the file
+
+
 @pytest.mark.parametrize("tricky,gz", [(False, False), (True, False), (False, True)],
                          ids=["plain", "separators-inside-names", "gzip"])
 def test_split_decode_equals_whole_decode(tmp_path, monkeypatch, tricky, gz):
+    """The msgspec way's pieces (the native decoder off: native_ranges has its own test)."""
+    monkeypatch.setattr(columnar, "AVAILABLE", False)
     path = write(tmp_path / ("big.json.gz" if gz else "big.json"), _big_doc(3000, tricky), gz=gz)
     whole = load(path, workers=1)
     size = len(gzip.decompress(path.read_bytes())) if gz else path.stat().st_size

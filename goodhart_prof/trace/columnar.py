@@ -65,7 +65,7 @@ def events_tables(raw) -> "NativeTables | None":
     cols = _events(raw, *inside)
     if cols is None:
         return None
-    return _tables(cols, merge_headers([]))
+    return tables(cols, merge_headers([]))
 
 
 def document_tables(raw) -> "NativeTables | None":
@@ -87,7 +87,7 @@ def document_tables(raw) -> "NativeTables | None":
     cols = _events(raw, start, end)
     if cols is None:
         return None
-    return _tables(cols, merge_headers([head_fields, tail_fields]))
+    return tables(cols, merge_headers([head_fields, tail_fields]))
 
 
 _SPACE = b" \t\r\n"
@@ -103,6 +103,18 @@ def _inside(raw) -> "tuple[int, int] | None":
     if hi - lo < 2 or raw[lo] != 0x5B or raw[hi - 1] != 0x5D:  # [ ]
         return None
     return lo + 1, hi - 1
+
+
+def release() -> None:
+    """Give back the memory the native decoder keeps between parses (a load calls it when done)."""
+    if _columnar is not None:
+        _columnar.release()
+
+
+def parse(raw, lo: int, hi: int) -> "dict | None":
+    """The columns of the events raw[lo:hi] in one pass on this thread, or None."""
+    cols = _columnar.events(raw, lo, hi)
+    return cols if cols is not None and cols["events"] else None
 
 
 def _events(raw, lo: int, hi: int) -> "dict | None":
@@ -167,7 +179,8 @@ def join(a: dict, b: dict) -> dict:
     return out
 
 
-def _tables(cols: dict, header: TraceDoc) -> NativeTables:
+def tables(cols: dict, header: TraceDoc) -> NativeTables:
+    """The tables of a piece from its columns (`parse`) and its header fields."""
     ids: dict[str, int] = {}
     names = np.empty(len(cols["name_labels"]), dtype=object)
     names[:] = cols["name_labels"]
@@ -320,4 +333,4 @@ def _memory(c: dict, ids: dict[str, int]) -> pd.DataFrame:
                         col["total_allocated"], col["total_reserved"], col["addr"])
 
 
-__all__ = ["AVAILABLE", "NativeTables", "events_tables", "document_tables"]
+__all__ = ["AVAILABLE", "NativeTables", "events_tables", "document_tables", "parse", "tables", "join", "release"]

@@ -4,6 +4,7 @@ cut in place over them: ranges.py) into its tables, then the files assembled. Wh
 holds (distributedInfo, merged process names, file names, or file order) is file_ranks.py's."""
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import sys
@@ -23,7 +24,7 @@ from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
 from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, trace_files, world_size
 from .memory_table import concat_memory, empty_memory
 from .model import Frames, LoadCost, Trace
-from . import ranges
+from . import columnar, ranges
 from .pieces import PIECE_BYTES, BadCut, file_frame, gzip_chunks, merge_headers
 from .progress import Progress, progress_bar
 from .tables import assign_ranks, concat_tables
@@ -65,10 +66,21 @@ def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[lis
                 return _streamed_gzip(path, progress)
             if before.st_size <= PIECE_BYTES:
                 return None, None
-            frame = file_frame(fh, before.st_size) if parts > 1 else None
+            frame = file_frame(fh, before.st_size) if parts > 1 or columnar.AVAILABLE else None
     except OSError:
         return None, None  # `read_bytes` says why
     try:
+        if frame is not None and columnar.AVAILABLE:
+            try:
+                native = ranges.native_file_ranges(path, before, frame, progress)
+                if native is not None:
+                    return native, None
+            except _FATAL:
+                raise
+            except DecodeError:
+                pass  # the msgspec way below, which says what is wrong
+            if parts == 1:
+                frame = None
         if frame is not None:
             try:
                 ranged = ranges.file_ranges(path, before, frame, parts, progress, PIECE_BYTES)
@@ -124,6 +136,8 @@ def _load_file(path: Path, default_rank: int, parts: int = 1, progress: "Progres
         raise TraceError(f"{quote_path(path)}: {exc}") from None
     except OSError as exc:
         raise TraceError(f"{quote_path(path)}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        columnar.release()
     del raw
     if len(pieces) > 1:
         _trim_heap()  # the pieces' decoded structs are gone: the tables to come reuse the pages
@@ -205,9 +219,13 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
     total = sum(sizes)
     show = total > PROGRESS_BYTES if progress is None else progress
     bar = progress_bar(len(files), total, show)
+    collecting = gc.isenabled()
+    gc.disable()  # the tables hold arrays, not object graphs: a collection pass would find nothing
     try:
         outcomes = _load_all(files, sizes, workers, bar, strict)
     finally:
+        if collecting:
+            gc.enable()
         if bar is not None:
             bar.close()
     return finish(path, files, outcomes, strict, listed, started=started)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..errors import TraceError
 from ..textsafe import quote_path
-from . import columnar
+from . import columnar, native_ranges
 from .columns import new_ids
 from .decode import TraceDoc, decode, decode_events
 from .memory_table import memory_table
@@ -166,6 +166,17 @@ def file_ranges(path: Path, before: os.stat_result, frame: tuple, parts: int, pr
     return outer[:1] + first + rest + outer[1:]
 
 
+def native_file_ranges(path: Path, before: os.stat_result, frame: tuple, progress) -> "list[Piece] | None":
+    """A plain file's events read natively in windows on two threads (native_ranges.py), its
+    head and tail decoded here; None when the native decoder does not read them all."""
+    start, end, head, tail = frame
+    check_frame(head, tail)
+    read = native_ranges.file_events(path, before, start, end, progress)
+    if read is None:
+        return None
+    return [piece_of(head)] + [Piece(**vars(t)) for t in read] + [piece_of(tail)]
+
+
 def buffer_ranges(path: Path, raw, parts: int, piece_bytes: int = PIECE_BYTES) -> "list[Piece] | None":
     """A whole document in memory (`raw`) cut into `parts` ranges of its events array, decoded in
     as many processes (this one included), or None when it cannot be cut (or no process can be
@@ -225,5 +236,5 @@ def _results(path: Path, futures: list) -> list[Piece]:
     return [_unpacked(p) for f in futures for p in f.result()]
 
 
-__all__ = ["Piece", "piece_of", "events_of", "tables_of", "stream_range", "file_ranges", "buffer_ranges",
+__all__ = ["Piece", "piece_of", "events_of", "tables_of", "stream_range", "file_ranges", "native_file_ranges", "buffer_ranges",
            "PackedNames", "FIRST_PIECE_SHARE", "PARALLEL_DOC_BYTES"]

@@ -26,6 +26,88 @@
 #define FAIL 2
 
 
+
+/* ---------- memory for a parse, kept between parses ----------
+   A parse needs a copy of its bytes (with the brackets) and yyjson's values (~1.5-2.5 bytes of
+   values per byte of JSON): tens of MB of fresh pages each time, whose page faults cost as much
+   as the parse. So each parse takes an arena from a small set kept between parses: the bytes at
+   its start, yyjson's pool allocator over the rest. A file read window after window faults its
+   pages in once per thread. An arena too small for yyjson's values is grown and the parse
+   retried. `release()` gives the arenas back (the loader calls it when a load ends). Two threads
+   parse at once: a mutex guards the set. */
+
+#define ARENAS 4
+#define VALUE_BYTES 3 /* first guess of yyjson's bytes per byte of JSON */
+#define ARENA_STEP (16u << 20) /* arena sizes are multiples of this */
+
+typedef struct { char *mem; size_t size; int busy; } arena_t;
+static arena_t arenas[ARENAS];
+
+#ifdef _WIN32
+static char *map_bytes(size_t size) { return malloc(size); }
+static void unmap_bytes(char *p, size_t size) { (void)size; free(p); }
+#define LOCK()
+#define UNLOCK()
+#else
+#include <pthread.h>
+#include <sys/mman.h>
+static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
+#define LOCK() pthread_mutex_lock(&arena_lock)
+#define UNLOCK() pthread_mutex_unlock(&arena_lock)
+static char *map_bytes(size_t size) {
+    char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+static void unmap_bytes(char *p, size_t size) { munmap(p, size); }
+#endif
+
+/* An arena of at least `size` bytes (the smallest free one that fits, else a free one remapped
+   to that size, else a new one that is not kept): its index, or -1 (not kept), with *mem set. */
+static int arena_take(size_t size, char **mem) {
+    int at = -1;
+    LOCK();
+    for (int i = 0; i < ARENAS; i++)
+        if (!arenas[i].busy && arenas[i].mem && arenas[i].size >= size && (at < 0 || arenas[i].size < arenas[at].size)) at = i;
+    if (at < 0)
+        for (int i = 0; i < ARENAS && at < 0; i++)
+            if (!arenas[i].busy) at = i;
+    if (at >= 0) arenas[at].busy = 1;
+    UNLOCK();
+    if (at < 0) { /* every arena in use (more threads than arenas): one of its own */
+        *mem = map_bytes(size);
+        return -1;
+    }
+    if (!arenas[at].mem || arenas[at].size < size) {
+        if (arenas[at].mem) unmap_bytes(arenas[at].mem, arenas[at].size);
+        arenas[at].mem = map_bytes(size);
+        arenas[at].size = arenas[at].mem ? size : 0;
+    }
+    *mem = arenas[at].mem;
+    return at;
+}
+
+static void arena_give(int at, char *mem, size_t size) {
+    if (at < 0) {
+        if (mem) unmap_bytes(mem, size);
+        return;
+    }
+    LOCK();
+    arenas[at].busy = 0;
+    UNLOCK();
+}
+
+static void release_arenas(void) {
+    LOCK();
+    for (int i = 0; i < ARENAS; i++) {
+        if (!arenas[i].busy && arenas[i].mem) {
+            unmap_bytes(arenas[i].mem, arenas[i].size);
+            arenas[i].mem = NULL;
+            arenas[i].size = 0;
+        }
+    }
+    UNLOCK();
+}
+
 /* ---------- interning ---------- */
 
 typedef struct {
@@ -189,7 +271,7 @@ static int32_t intern_raw(table_t *t, yyjson_val *v) {
         return -1;
     }
     int32_t code = add_label(t, PyBytes_FromStringAndSize(text, (Py_ssize_t)len));
-    free(text);
+    free(text); /* yyjson_val_write's own malloc */
     if (code < 0) return -1;
     t->slots[j] = (slot_t){v, 0, h, code};
     if (++t->count * 2 > t->cap && table_grow(t)) return -1;
@@ -698,31 +780,43 @@ static PyObject *events(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "range outside the buffer");
         return NULL;
     }
-    /* "[" + the range + "]" in a buffer of our own, parsed in place: yyjson would copy the
-       bytes anyway, and the caller's buffer stays as it was (the msgspec path may need it). */
-    size_t len = (size_t)(hi - lo) + 2;
-    char *text = malloc(len + YYJSON_PADDING_SIZE);
+    /* "[" + the range + "]" at the start of an arena, parsed in place (yyjson would copy the
+       bytes anyway, and the caller's buffer stays as it was: the msgspec path may need it);
+       yyjson's values in the rest of the arena. */
+    size_t len = (size_t)(hi - lo) + 2, head = (len + YYJSON_PADDING_SIZE + 63) & ~(size_t)63;
+    size_t size = head + len * VALUE_BYTES + (1u << 20);
+    size = (size + ARENA_STEP - 1) / ARENA_STEP * ARENA_STEP; /* windows of a file differ by a few bytes */
     yyjson_doc *doc = NULL;
-    if (text) {
+    char *mem = NULL;
+    int at = -1, tries = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        at = arena_take(size, &mem);
+        if (!mem) break;
+        memcpy(mem + 1, (char *)view.buf + lo, (size_t)(hi - lo));
+        mem[0] = '[';
+        mem[len - 1] = ']';
+        memset(mem + len, 0, YYJSON_PADDING_SIZE);
+        yyjson_alc alc;
         yyjson_read_err err;
-        Py_BEGIN_ALLOW_THREADS
-        text[0] = '[';
-        memcpy(text + 1, (char *)view.buf + lo, (size_t)(hi - lo));
-        text[len - 1] = ']';
-        memset(text + len, 0, YYJSON_PADDING_SIZE);
-        doc = yyjson_read_opts(text, len, YYJSON_READ_INSITU | YYJSON_READ_BIGNUM_AS_RAW, NULL, &err);
-        Py_END_ALLOW_THREADS
+        yyjson_alc_pool_init(&alc, mem + head, size - head);
+        doc = yyjson_read_opts(mem, len, YYJSON_READ_INSITU | YYJSON_READ_BIGNUM_AS_RAW, &alc, &err);
+        if (doc || err.code != YYJSON_READ_ERROR_MEMORY_ALLOCATION || ++tries > 3) break;
+        arena_give(at, mem, size); /* yyjson's values did not fit: a bigger arena */
+        mem = NULL;
+        size = head + (size - head) * 2;
     }
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (!text) return PyErr_NoMemory();
+    if (!mem) return PyErr_NoMemory();
     if (!doc) { /* not JSON (or a cut inside a value): the msgspec path says why */
-        free(text);
+        arena_give(at, mem, size);
         Py_RETURN_NONE;
     }
     yyjson_val *root = yyjson_doc_get_root(doc);
     if (!yyjson_is_arr(root) || too_deep(doc)) {
         yyjson_doc_free(doc);
-        free(text);
+        arena_give(at, mem, size);
         Py_RETURN_NONE;
     }
     size_t n = yyjson_arr_size(root);
@@ -755,11 +849,21 @@ static PyObject *events(PyObject *self, PyObject *args) {
 done:
     out_free(&o);
     yyjson_doc_free(doc);
-    free(text);
+    arena_give(at, mem, size);
     return result;
 }
 
+static PyObject *release(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    release_arenas();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"release", release, METH_NOARGS, "release() -> None: give the memory kept between parses back to the system."},
     {"events", events, METH_VARARGS,
      "events(buffer, lo, hi) -> dict of columns, or None: the events `buffer[lo:hi]` (the inside of "
      "a JSON array: events and the commas between them), read in one pass (None: the typed msgspec "
