@@ -1,18 +1,25 @@
 /* A Kineto/Chrome trace's events array -> columns, in one pass over a yyjson document.
 
-   `events(buffer, lo, hi)` parses the events `buffer[lo:hi]` (`{...}, {...}`, as a JSON array) with yyjson and
-   returns the columns decode.py + tables.py would build from it (see columnar.py, which turns
-   them into the tables), or None when the array holds anything that the typed msgspec decode
-   would treat in a way of its own: an event that is not an object, an unknown or missing `ph`,
-   a field of an unexpected type, a duplicated field, a number beyond 64 bits, nesting deeper
-   than MAX_DEPTH, or bytes that are not JSON. The caller then takes the msgspec path, which
-   gives the same tables or the error. So this is a fast path only: it never decides anything
-   the msgspec path would decide differently.
+   `events(buffer, lo, hi)` parses the events `buffer[lo:hi]` (`{...}, {...}`, as a JSON array)
+   with yyjson and returns the columns decode.py + tables.py would build from them (columnar.py
+   turns them into the tables), or None when they hold anything the typed msgspec decode would
+   treat in a way of its own: an event that is not an object, an unknown or missing `ph`, a
+   field of an unexpected type, a duplicated field, a number beyond 64 bits, nesting deeper than
+   MAX_DEPTH, or bytes that are not JSON. The caller then takes the msgspec path, which gives the
+   same tables or the error. So this is a fast path only: it never decides anything the msgspec
+   path would decide differently.
 
    Values are cleaned as tables.py cleans them (columns.py `_parse_int`, `_gpu_id`, NaN for an
-   absent number); names and categories are interned (codes in order of first appearance, into
-   lists of str or None); `Input type`, `Input Dims` and `Concrete Inputs` are interned by value
-   and written back as compact JSON (op_labels.py labels each distinct value once). */
+   absent number); what columns.py reads by Python's own rules (text in a number field, a null
+   id) is handed over as Python values (odd_ids, odd_args). Names and categories are interned
+   (codes in order of first appearance, into lists of str or None); `Input type`, `Input Dims`
+   and `Concrete Inputs` are interned by value and written back as compact JSON (op_labels.py
+   labels each distinct value once).
+
+   The parse and the walk over the events run without the GIL (two threads read two windows at
+   once: native_ranges.py): the walk writes into columns allocated beforehand and notes what
+   needs a Python object (a new name, an odd value) as a record; the objects are made at the end,
+   with the GIL. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -23,9 +30,7 @@
 #define MAX_DEPTH 32
 #define BAD_ID (-2)
 #define BAIL 1
-#define FAIL 2
-
-
+#define FAIL 2 /* out of memory */
 
 /* ---------- memory for a parse, kept between parses ----------
    A parse needs a copy of its bytes (with the brackets) and yyjson's values (~1.5-2.5 bytes of
@@ -108,6 +113,27 @@ static void release_arenas(void) {
     UNLOCK();
 }
 
+
+/* ---------- growable C arrays (no Python objects during the walk) ---------- */
+
+typedef struct {
+    char *data;
+    size_t len, cap, width;
+} vec_t;
+
+static void *vec_push(vec_t *v) {
+    if (v->len == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 64;
+        char *data = realloc(v->data, cap * v->width);
+        if (!data) return NULL;
+        v->data = data;
+        v->cap = cap;
+    }
+    return v->data + v->width * v->len++;
+}
+
+#define VEC_AT(v, type, i) (((type *)(v).data)[i])
+
 /* ---------- interning ---------- */
 
 typedef struct {
@@ -117,10 +143,12 @@ typedef struct {
     int32_t code;
 } slot_t;
 
+typedef struct { const char *s; size_t len; char *owned; } label_t; /* s NULL: None; owned: written raw JSON */
+
 typedef struct {
     slot_t *slots;
     size_t cap, count;
-    PyObject *labels; /* list: str (strings), bytes (raw values), None */
+    vec_t labels; /* label_t, in code order */
     int32_t none_code;
 } table_t;
 
@@ -142,17 +170,18 @@ static uint64_t hash_bytes(const char *s, size_t n) {
 }
 
 static int table_init(table_t *t) {
+    memset(t, 0, sizeof(*t));
     t->cap = 1024;
-    t->count = 0;
     t->none_code = -1;
+    t->labels.width = sizeof(label_t);
     t->slots = calloc(t->cap, sizeof(slot_t));
-    t->labels = PyList_New(0);
-    return (t->slots && t->labels) ? 0 : -1;
+    return t->slots ? 0 : -1;
 }
 
 static void table_free(table_t *t) {
     free(t->slots);
-    Py_XDECREF(t->labels);
+    for (size_t i = 0; i < t->labels.len; i++) free(VEC_AT(t->labels, label_t, i).owned);
+    free(t->labels.data);
 }
 
 static int table_grow(table_t *t) {
@@ -171,23 +200,21 @@ static int table_grow(table_t *t) {
     return 0;
 }
 
-static int32_t add_label(table_t *t, PyObject *label) {
-    if (!label) return -1;
-    int32_t code = (int32_t)PyList_GET_SIZE(t->labels);
-    int rc = PyList_Append(t->labels, label);
-    Py_DECREF(label);
-    return rc ? -1 : code;
+static int32_t add_label(table_t *t, const char *s, size_t len, char *owned) {
+    label_t *l = vec_push(&t->labels);
+    if (!l) {
+        free(owned);
+        return -1;
+    }
+    *l = (label_t){s, len, owned};
+    return (int32_t)(t->labels.len - 1);
 }
 
 static int32_t intern_none(table_t *t) {
-    if (t->none_code < 0) {
-        Py_INCREF(Py_None);
-        t->none_code = add_label(t, Py_None);
-    }
+    if (t->none_code < 0) t->none_code = add_label(t, NULL, 0, NULL);
     return t->none_code;
 }
 
-/* -1: a Python error (MemoryError, or bytes that are not UTF-8 text: the caller bails). */
 static int32_t intern_str(table_t *t, const char *s, size_t n) {
     uint64_t h = hash_bytes(s, n);
     size_t j = h & (t->cap - 1);
@@ -196,7 +223,7 @@ static int32_t intern_str(table_t *t, const char *s, size_t n) {
         if (e->hash == h && e->len == n && memcmp(e->key, s, n) == 0) return e->code;
         j = (j + 1) & (t->cap - 1);
     }
-    int32_t code = add_label(t, PyUnicode_DecodeUTF8(s, (Py_ssize_t)n, "strict"));
+    int32_t code = add_label(t, s, n, NULL);
     if (code < 0) return -1;
     t->slots[j] = (slot_t){s, n, h, code};
     if (++t->count * 2 > t->cap && table_grow(t)) return -1;
@@ -266,35 +293,51 @@ static int32_t intern_raw(table_t *t, yyjson_val *v) {
     }
     size_t len = 0;
     char *text = yyjson_val_write(v, YYJSON_WRITE_NOFLAG, &len);
-    if (!text) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    int32_t code = add_label(t, PyBytes_FromStringAndSize(text, (Py_ssize_t)len));
-    free(text); /* yyjson_val_write's own malloc */
+    if (!text) return -1;
+    int32_t code = add_label(t, text, len, text);
     if (code < 0) return -1;
     t->slots[j] = (slot_t){v, 0, h, code};
     if (++t->count * 2 > t->cap && table_grow(t)) return -1;
     return code;
 }
 
+/* The labels as a Python list: str (None for a null name) or, for raw values, bytes. NULL with
+   a UnicodeDecodeError for text Python's strict decoder refuses (the caller bails). */
+static PyObject *labels_list(table_t *t, int raw) {
+    PyObject *list = PyList_New((Py_ssize_t)t->labels.len);
+    if (!list) return NULL;
+    for (size_t i = 0; i < t->labels.len; i++) {
+        label_t *l = &VEC_AT(t->labels, label_t, i);
+        PyObject *o;
+        if (!l->s) {
+            Py_INCREF(Py_None);
+            o = Py_None;
+        } else {
+            o = raw ? PyBytes_FromStringAndSize(l->s, (Py_ssize_t)l->len)
+                    : PyUnicode_DecodeUTF8(l->s, (Py_ssize_t)l->len, "strict");
+        }
+        if (!o) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
+    }
+    return list;
+}
+
 /* ---------- columns ---------- */
 
 typedef struct {
-    PyObject *buf; /* bytearray */
+    PyObject *buf; /* bytearray, allocated with the GIL before the walk */
+    char *data;
     size_t width;
 } col_t;
-
-static void *col_data(col_t *c) { return PyByteArray_AS_STRING(c->buf); }
 
 static int col_new(col_t *c, size_t n, size_t width) {
     c->width = width;
     c->buf = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(n * width + 1));
+    c->data = c->buf ? PyByteArray_AS_STRING(c->buf) : NULL;
     return c->buf ? 0 : -1;
-}
-
-static int col_finish(col_t *c, size_t rows) {
-    return PyByteArray_Resize(c->buf, (Py_ssize_t)(rows * c->width));
 }
 
 /* The X columns (events other than Python frames). */
@@ -311,38 +354,44 @@ enum { M_TS, M_PID, M_TID, M_DTYPE, M_DEV, M_BYTES, M_ALLOC, M_RESERVED, M_ADDR,
 static const char *M_NAMES[M_N] = {"ts", "pid", "tid", "device_type", "device", "bytes",
                                    "total_allocated", "total_reserved", "addr"};
 static const size_t M_WIDTH[M_N] = {8, 8, 8, 8, 8, 8, 8, 8, 8};
+enum { G_X, G_F, G_M, G_N }; /* the three groups of rows */
+
+/* What needs a Python object, noted during the walk and made at the end. */
+enum { R_IDS, R_ARG, R_COMM, R_META };
+#define NOT_ODD ((yyjson_val *)1) /* an id the int64 column holds (odd_ids: False) */
+typedef struct {
+    uint8_t kind, group;
+    const char *col;     /* R_ARG: the column name */
+    size_t row;
+    yyjson_val *v[6];    /* R_IDS: pid, tid (NULL: absent -> None; NOT_ODD); R_ARG: v[0]; R_COMM: 6 fields; R_META: pid, name */
+} rec_t;
 
 typedef struct {
     col_t x[X_N], f[F_N], m[M_N];
     size_t nx, nf, nm;
     table_t cats, names, raws;
-    PyObject *x_odd, *f_odd, *m_odd, *comm, *meta;
-    PyObject *x_oddargs, *f_oddargs, *m_oddargs;
+    vec_t recs;
+    int nomem;
 } out_t;
 
-#define I64(cols, k, row) (((int64_t *)col_data(&(cols)[k]))[row])
-#define F64(cols, k, row) (((double *)col_data(&(cols)[k]))[row])
-#define I32(cols, k, row) (((int32_t *)col_data(&(cols)[k]))[row])
+#define I64(cols, k, row) (((int64_t *)(cols)[k].data)[row])
+#define F64(cols, k, row) (((double *)(cols)[k].data)[row])
+#define I32(cols, k, row) (((int32_t *)(cols)[k].data)[row])
+
+static rec_t *rec(out_t *o, int kind, int group, size_t row) {
+    rec_t *r = vec_push(&o->recs);
+    if (!r) return NULL;
+    memset(r, 0, sizeof(*r));
+    r->kind = (uint8_t)kind;
+    r->group = (uint8_t)group;
+    r->row = row;
+    return r;
+}
 
 /* ---------- values, as the typed decode and tables.py read them ---------- */
 
 static int is_int_val(yyjson_val *v) { return yyjson_is_sint(v) || (yyjson_is_uint(v) && v->uni.u64 <= INT64_MAX); }
 static int64_t int_val(yyjson_val *v) { return yyjson_is_sint(v) ? v->uni.i64 : (int64_t)v->uni.u64; }
-
-/* A JSON value as the Python object msgspec would give (numbers, text, null, booleans);
-   containers and bignums are not converted here (the callers bail on them). */
-static PyObject *py_scalar(yyjson_val *v) {
-    switch (yyjson_get_type(v)) {
-    case YYJSON_TYPE_NULL: Py_RETURN_NONE;
-    case YYJSON_TYPE_BOOL: return PyBool_FromLong(yyjson_get_bool(v));
-    case YYJSON_TYPE_STR: return PyUnicode_DecodeUTF8(unsafe_yyjson_get_str(v), (Py_ssize_t)unsafe_yyjson_get_len(v), "strict");
-    case YYJSON_TYPE_NUM:
-        if (yyjson_is_uint(v)) return PyLong_FromUnsignedLongLong(v->uni.u64);
-        if (yyjson_is_sint(v)) return PyLong_FromLongLong(v->uni.i64);
-        return PyFloat_FromDouble(v->uni.f64);
-    default: return NULL;
-    }
-}
 
 /* msgspec's Scalar (int | float | str | None): anything else fails its validation. */
 static int scalar_ok(yyjson_val *v) {
@@ -358,48 +407,43 @@ static int number_field(yyjson_val *v, double *out) {
     return BAIL;
 }
 
-/* A value tables.py reads through columns.column() with Python's own rules (text, floats,
-   null, booleans in an int column; text, booleans in a float column): kept as its Python
-   object in the group's odd_args list, (row, column, value), and read there exactly. */
-static int odd_arg(PyObject *list, size_t row, const char *col, yyjson_val *v) {
+/* A value tables.py reads through columns.column() by Python's own rules (text, floats, null,
+   booleans in an int column; text, booleans in a float column): its Python value goes to the
+   group's odd_args, (row, column, value). Containers and bignums: the msgspec path. */
+static int odd_arg(out_t *o, int group, size_t row, const char *col, yyjson_val *v) {
     if (yyjson_is_ctn(v) || yyjson_is_raw(v)) return BAIL;
-    PyObject *obj = py_scalar(v);
-    if (!obj) {
-        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return BAIL; }
-        return FAIL;
-    }
-    PyObject *t = Py_BuildValue("(nsN)", (Py_ssize_t)row, col, obj);
-    if (!t) return FAIL;
-    int rc = PyList_Append(list, t);
-    Py_DECREF(t);
-    return rc ? FAIL : 0;
+    rec_t *r = rec(o, R_ARG, group, row);
+    if (!r) return FAIL;
+    r->col = col;
+    r->v[0] = v;
+    return 0;
 }
 
 /* An int column (columns.int_column): ints in int64 as they are, absent -1 (the default);
    anything else -1 here and its value in odd_args. */
-static int int_arg(yyjson_val *v, int64_t *out, PyObject *odd, size_t row, const char *col) {
+static int int_arg(out_t *o, int group, yyjson_val *v, int64_t *out, size_t row, const char *col) {
     if (v && is_int_val(v)) { *out = int_val(v); return 0; }
     *out = -1;
-    return v ? odd_arg(odd, row, col, v) : 0;
+    return v ? odd_arg(o, group, row, col, v) : 0;
 }
 
 /* An int arg of a `[memory]` instant (typed Any, absent None): absent reads MEMORY_ABSENT (the
    caller tells it from -1: columns.int_column reads None and -1 differently beside a boolean). */
 #define MEMORY_ABSENT INT64_MIN
-static int memory_int(yyjson_val *v, int64_t *out, PyObject *odd, size_t row, const char *col) {
+static int memory_int(out_t *o, yyjson_val *v, int64_t *out, size_t row, const char *col) {
     if (!v) { *out = MEMORY_ABSENT; return 0; }
     if (is_int_val(v) && int_val(v) != MEMORY_ABSENT) { *out = int_val(v); return 0; }
     *out = -1;
-    return odd_arg(odd, row, col, v);
+    return odd_arg(o, G_M, row, col, v);
 }
 
 /* A float column (bytes, flops): numbers as float, absent or null NaN; text or a boolean NaN
    here and its value in odd_args. */
-static int float_arg(yyjson_val *v, double *out, PyObject *odd, size_t row, const char *col) {
+static int float_arg(out_t *o, int group, yyjson_val *v, double *out, size_t row, const char *col) {
     if (!v || yyjson_is_null(v)) { *out = NAN; return 0; }
     if (yyjson_is_num(v)) return number_field(v, out);
     *out = NAN;
-    return odd_arg(odd, row, col, v);
+    return odd_arg(o, group, row, col, v);
 }
 
 /* columns._gpu_id, with the Args default (-1, an int: BAD_ID) for an absent one. */
@@ -430,28 +474,28 @@ static int gpu_arg(yyjson_val *v, int64_t *out) {
     return BAIL;
 }
 
-/* pid / tid typed int | str | None: an int64 in place, anything else (text, None, a bigger
-   int) as a Python object in the odd list (columns.int_id maps it). */
-static int id_field(yyjson_val *v, int64_t *slot, PyObject **odd) {
+/* pid / tid typed int | str | None: an int64 in place; text, None (absent or null) or a bigger
+   int go to odd_ids (columns.int_id maps them). *odd: NOT_ODD, or the value (NULL: None). */
+static int id_field(yyjson_val *v, int64_t *slot, yyjson_val **odd, int *any) {
+    *odd = NOT_ODD;
     if (v && is_int_val(v)) { *slot = int_val(v); return 0; }
     *slot = 0;
-    if (!v || yyjson_is_null(v)) { Py_INCREF(Py_None); *odd = Py_None; return 0; }
-    if (yyjson_is_str(v) || yyjson_is_uint(v)) {
-        *odd = py_scalar(v);
-        return *odd ? 0 : FAIL;
-    }
+    *any = 1;
+    if (!v || yyjson_is_null(v)) { *odd = NULL; return 0; }
+    if (yyjson_is_str(v) || yyjson_is_uint(v)) { *odd = v; return 0; }
     return BAIL; /* a float id: the loose decode; a bool, a container: malformed */
 }
 
-static int add_odd(PyObject *list, size_t row, PyObject *pid, PyObject *tid) {
-    if (!pid && !tid) return 0;
-    if (!pid) { Py_INCREF(Py_False); pid = Py_False; }  /* False: the row's int64 is right */
-    if (!tid) { Py_INCREF(Py_False); tid = Py_False; }
-    PyObject *t = Py_BuildValue("(nNN)", (Py_ssize_t)row, pid, tid);
-    if (!t) return FAIL;
-    int rc = PyList_Append(list, t);
-    Py_DECREF(t);
-    return rc ? FAIL : 0;
+static int ids(out_t *o, int group, size_t row, yyjson_val *pid, yyjson_val *tid, int64_t *pid_slot, int64_t *tid_slot) {
+    yyjson_val *p, *t;
+    int any = 0;
+    if (id_field(pid, pid_slot, &p, &any) || id_field(tid, tid_slot, &t, &any)) return BAIL;
+    if (!any) return 0;
+    rec_t *r = rec(o, R_IDS, group, row);
+    if (!r) return FAIL;
+    r->v[0] = p;
+    r->v[1] = t;
+    return 0;
 }
 
 /* ---------- event fields ---------- */
@@ -511,7 +555,7 @@ static int args_fields(yyjson_val *args, yyjson_val **f) {
     }
     for (int j = 0; j < A_FIRST_ANY; j++) /* Scalar-typed args (the raw ones take anything) */
         if (j != A_TYPES && j != A_DIMS && j != A_CONC && !scalar_ok(f[j])) return BAIL;
-    for (int j = A_FIRST_ANY; j < A_N; j++) /* Any-typed: kept as objects; no bignums */
+    for (int j = A_FIRST_ANY; j < A_N; j++) /* Any-typed: kept as values; no bignums */
         if (f[j] && yyjson_is_raw(f[j])) return BAIL;
     return 0;
 }
@@ -526,59 +570,35 @@ static int str_code(table_t *t, yyjson_val *v, int32_t *out) {
     if (!v || yyjson_is_null(v)) { *out = intern_none(t); return *out < 0 ? FAIL : 0; }
     if (!yyjson_is_str(v)) return BAIL; /* a number as a name: the msgspec path */
     *out = intern_str(t, unsafe_yyjson_get_str(v), unsafe_yyjson_get_len(v));
-    if (*out < 0) {
-        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return BAIL; }
-        return FAIL;
-    }
-    return 0;
+    return *out < 0 ? FAIL : 0;
 }
 
 #define TRY(expr) do { int rc_ = (expr); if (rc_) return rc_; } while (0)
 
-static int comm_tuple(out_t *o, size_t row, yyjson_val **a) {
+static int comm_rec(out_t *o, size_t row, yyjson_val **a) {
     int any = 0;
     for (int j = A_COLL; j <= A_PG; j++) any |= a[j] != NULL;
     if (!any) return 0;
-    PyObject *t = PyTuple_New(7);
-    if (!t) return FAIL;
-    PyTuple_SET_ITEM(t, 0, PyLong_FromSize_t(row));
-    for (int j = A_COLL; j <= A_PG; j++) {
-        PyObject *v;
-        if (!a[j] || yyjson_is_arr(a[j]) || yyjson_is_obj(a[j])) { /* read as absent by op_labels */
-            Py_INCREF(Py_None);
-            v = Py_None;
-        } else {
-            v = py_scalar(a[j]);
-        }
-        if (!v) { Py_DECREF(t); return yyjson_is_str(a[j]) ? (PyErr_Clear(), BAIL) : FAIL; }
-        PyTuple_SET_ITEM(t, 1 + j - A_COLL, v);
-    }
-    int rc = PyList_Append(o->comm, t);
-    Py_DECREF(t);
-    return rc ? FAIL : 0;
+    rec_t *r = rec(o, R_COMM, G_X, row);
+    if (!r) return FAIL;
+    for (int j = A_COLL; j <= A_PG; j++) r->v[j - A_COLL] = a[j];
+    return 0;
 }
 
 static int complete(out_t *o, yyjson_val **e) {
     yyjson_val *a[A_N];
     TRY(args_fields(e[E_ARGS], a));
     if (!scalar_ok(e[E_CAT]) || !scalar_ok(e[E_NAME])) return BAIL;
-    int py = e[E_CAT] && yyjson_is_str(e[E_CAT]) && unsafe_yyjson_get_len(e[E_CAT]) == 15 &&
-             memcmp(unsafe_yyjson_get_str(e[E_CAT]), "python_function", 15) == 0;
-    PyObject *opid = NULL, *otid = NULL;
+    int py = e[E_CAT] && yyjson_is_str(e[E_CAT]) && KEY(e[E_CAT], "python_function");
     if (py) {
         col_t *f = o->f;
         size_t r = o->nf;
         TRY(number_field(e[E_TS], &F64(f, F_TS, r)));
         TRY(number_field(e[E_DUR], &F64(f, F_DUR, r)));
         TRY(str_code(&o->names, e[E_NAME], &I32(f, F_NAME, r)));
-        TRY(int_arg(a[A_PYID], &I64(f, F_PYID, r), o->f_oddargs, r, "python_id"));
-        TRY(int_arg(a[A_PYPARENT], &I64(f, F_PYPARENT, r), o->f_oddargs, r, "python_parent_id"));
-        /* the other args were type-checked by args_fields; frames keep none of them */
-        int rc = id_field(e[E_PID], &I64(f, F_PID, r), &opid);
-        if (!rc) rc = id_field(e[E_TID], &I64(f, F_TID, r), &otid);
-        if (!rc) rc = add_odd(o->f_odd, r, opid, otid);
-        else { Py_XDECREF(opid); Py_XDECREF(otid); }
-        if (rc) return rc;
+        TRY(int_arg(o, G_F, a[A_PYID], &I64(f, F_PYID, r), r, "python_id"));
+        TRY(int_arg(o, G_F, a[A_PYPARENT], &I64(f, F_PYPARENT, r), r, "python_parent_id"));
+        TRY(ids(o, G_F, r, e[E_PID], e[E_TID], &I64(f, F_PID, r), &I64(f, F_TID, r)));
         o->nf++;
         return 0;
     }
@@ -588,22 +608,18 @@ static int complete(out_t *o, yyjson_val **e) {
     TRY(number_field(e[E_DUR], &F64(x, X_DUR, r)));
     TRY(str_code(&o->cats, e[E_CAT], &I32(x, X_CAT, r)));
     TRY(str_code(&o->names, e[E_NAME], &I32(x, X_NAME, r)));
-    TRY(int_arg(a[A_EXT], &I64(x, X_EXT, r), o->x_oddargs, r, "external_id"));
-    TRY(int_arg(a[A_EXT21], &I64(x, X_EXT21, r), o->x_oddargs, r, "external_id_2021"));
-    TRY(int_arg(a[A_CORR], &I64(x, X_CORR, r), o->x_oddargs, r, "correlation"));
+    TRY(int_arg(o, G_X, a[A_EXT], &I64(x, X_EXT, r), r, "external_id"));
+    TRY(int_arg(o, G_X, a[A_EXT21], &I64(x, X_EXT21, r), r, "external_id_2021"));
+    TRY(int_arg(o, G_X, a[A_CORR], &I64(x, X_CORR, r), r, "correlation"));
     TRY(gpu_arg(a[A_DEVICE], &I64(x, X_DEV, r)));
     TRY(gpu_arg(a[A_STREAM], &I64(x, X_STREAM, r)));
-    TRY(float_arg(a[A_BYTES], &F64(x, X_BYTES, r), o->x_oddargs, r, "bytes"));
-    TRY(float_arg(a[A_FLOPS], &F64(x, X_FLOPS, r), o->x_oddargs, r, "flops"));
+    TRY(float_arg(o, G_X, a[A_BYTES], &F64(x, X_BYTES, r), r, "bytes"));
+    TRY(float_arg(o, G_X, a[A_FLOPS], &F64(x, X_FLOPS, r), r, "flops"));
     TRY(raw_code(&o->raws, a[A_TYPES], &I32(x, X_TYPES, r)));
     TRY(raw_code(&o->raws, a[A_DIMS], &I32(x, X_DIMS, r)));
     TRY(raw_code(&o->raws, a[A_CONC], &I32(x, X_CONC, r)));
-    TRY(comm_tuple(o, r, a));
-    int rc = id_field(e[E_PID], &I64(x, X_PID, r), &opid);
-    if (!rc) rc = id_field(e[E_TID], &I64(x, X_TID, r), &otid);
-    if (!rc) rc = add_odd(o->x_odd, r, opid, otid);
-    else { Py_XDECREF(opid); Py_XDECREF(otid); }
-    if (rc) return rc;
+    TRY(comm_rec(o, r, a));
+    TRY(ids(o, G_X, r, e[E_PID], e[E_TID], &I64(x, X_PID, r), &I64(x, X_TID, r)));
     o->nx++;
     return 0;
 }
@@ -615,21 +631,11 @@ static int metadata(out_t *o, yyjson_val **e) {
     if (!scalar_ok(e[E_NAME]) || !scalar_ok(e[E_PID]) || !scalar_ok(e[E_TID])) return BAIL;
     if (!(e[E_NAME] && yyjson_is_str(e[E_NAME]) && KEY(e[E_NAME], "process_name"))) return 0;
     if (!e[E_ARGS] || yyjson_is_null(e[E_ARGS])) return 0;
-    PyObject *pid = e[E_PID] ? py_scalar(e[E_PID]) : (Py_INCREF(Py_None), Py_None);
-    PyObject *name = a[A_NAME] ? py_scalar(a[A_NAME]) : (Py_INCREF(Py_None), Py_None);
-    if (!pid || !name) {
-        Py_XDECREF(pid);
-        Py_XDECREF(name);
-        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return BAIL; }
-        return FAIL;
-    }
-    PyObject *t = PyTuple_Pack(2, pid, name);
-    Py_DECREF(pid);
-    Py_DECREF(name);
-    if (!t) return FAIL;
-    int rc = PyList_Append(o->meta, t);
-    Py_DECREF(t);
-    return rc ? FAIL : 0;
+    rec_t *r = rec(o, R_META, G_X, 0);
+    if (!r) return FAIL;
+    r->v[0] = e[E_PID];
+    r->v[1] = a[A_NAME];
+    return 0;
 }
 
 /* An instant: only the profiler's `[memory]` ones are kept (memory_table.py). */
@@ -640,16 +646,11 @@ static int instant(out_t *o, yyjson_val **e) {
     double ts;
     TRY(number_field(e[E_TS], &ts));
     int64_t scratch;
-    PyObject *opid = NULL, *otid = NULL;
-    int rc = id_field(e[E_PID], &scratch, &opid);
-    if (!rc) rc = id_field(e[E_TID], &scratch, &otid);
-    if (rc || !(e[E_NAME] && yyjson_is_str(e[E_NAME]) && KEY(e[E_NAME], "[memory]"))) {
-        Py_XDECREF(opid);
-        Py_XDECREF(otid);
-        return rc;
-    }
-    Py_XDECREF(opid);
-    Py_XDECREF(otid);
+    yyjson_val *odd;
+    int any = 0;
+    TRY(id_field(e[E_PID], &scratch, &odd, &any));
+    TRY(id_field(e[E_TID], &scratch, &odd, &any));
+    if (!(e[E_NAME] && yyjson_is_str(e[E_NAME]) && KEY(e[E_NAME], "[memory]"))) return 0;
     yyjson_val *dtype = NULL, *dev = NULL, *bytes = NULL, *addr = NULL, *alloc = NULL, *reserved = NULL;
     if (args && yyjson_is_obj(args)) {
         size_t i, max;
@@ -667,18 +668,13 @@ static int instant(out_t *o, yyjson_val **e) {
     col_t *m = o->m;
     size_t r = o->nm;
     F64(m, M_TS, r) = ts;
-    TRY(memory_int(dtype, &I64(m, M_DTYPE, r), o->m_oddargs, r, "device_type"));
-    TRY(memory_int(dev, &I64(m, M_DEV, r), o->m_oddargs, r, "device"));
-    TRY(memory_int(addr, &I64(m, M_ADDR, r), o->m_oddargs, r, "addr"));
-    TRY(float_arg(bytes, &F64(m, M_BYTES, r), o->m_oddargs, r, "bytes"));
-    TRY(float_arg(alloc, &F64(m, M_ALLOC, r), o->m_oddargs, r, "total_allocated"));
-    TRY(float_arg(reserved, &F64(m, M_RESERVED, r), o->m_oddargs, r, "total_reserved"));
-    opid = otid = NULL;
-    rc = id_field(e[E_PID], &I64(m, M_PID, r), &opid);
-    if (!rc) rc = id_field(e[E_TID], &I64(m, M_TID, r), &otid);
-    if (!rc) rc = add_odd(o->m_odd, r, opid, otid);
-    else { Py_XDECREF(opid); Py_XDECREF(otid); }
-    if (rc) return rc;
+    TRY(memory_int(o, dtype, &I64(m, M_DTYPE, r), r, "device_type"));
+    TRY(memory_int(o, dev, &I64(m, M_DEV, r), r, "device"));
+    TRY(memory_int(o, addr, &I64(m, M_ADDR, r), r, "addr"));
+    TRY(float_arg(o, G_M, bytes, &F64(m, M_BYTES, r), r, "bytes"));
+    TRY(float_arg(o, G_M, alloc, &F64(m, M_ALLOC, r), r, "total_allocated"));
+    TRY(float_arg(o, G_M, reserved, &F64(m, M_RESERVED, r), r, "total_reserved"));
+    TRY(ids(o, G_M, r, e[E_PID], e[E_TID], &I64(m, M_PID, r), &I64(m, M_TID, r)));
     o->nm++;
     return 0;
 }
@@ -692,10 +688,7 @@ static int event(out_t *o, yyjson_val *ev) {
     yyjson_val *ph = e[E_PH];
     if (!ph || !yyjson_is_str(ph) || unsafe_yyjson_get_len(ph) != 1) return BAIL;
     char c = unsafe_yyjson_get_str(ph)[0];
-    if (c == 'X') {
-        /* pid / tid typed int | str | None; ts, dur int | float | None (checked as read) */
-        return complete(o, e);
-    }
+    if (c == 'X') return complete(o, e);
     if (c == 'M') return metadata(o, e);
     if (c == 'i') return instant(o, e);
     if (c && strchr(SKIPPED_PHASES, c)) return 0; /* recognised, its fields skipped */
@@ -720,6 +713,93 @@ static int too_deep(yyjson_doc *doc) {
     return 0;
 }
 
+static int walk(out_t *o, yyjson_doc *doc) {
+    yyjson_val *root = yyjson_doc_get_root(doc);
+    if (!yyjson_is_arr(root) || too_deep(doc)) return BAIL;
+    size_t i, max;
+    yyjson_val *ev;
+    yyjson_arr_foreach(root, i, max, ev) {
+        int rc = event(o, ev);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---------- Python objects, with the GIL ---------- */
+
+/* A JSON value as the Python object msgspec would give: numbers, text, null (and NULL: absent),
+   booleans; a container as None (read as absent where kept: op_labels.py). NULL with
+   UnicodeDecodeError for text Python's decoder refuses. */
+static PyObject *py_value(yyjson_val *v) {
+    if (!v) Py_RETURN_NONE;
+    switch (yyjson_get_type(v)) {
+    case YYJSON_TYPE_BOOL: return PyBool_FromLong(yyjson_get_bool(v));
+    case YYJSON_TYPE_STR: return PyUnicode_DecodeUTF8(unsafe_yyjson_get_str(v), (Py_ssize_t)unsafe_yyjson_get_len(v), "strict");
+    case YYJSON_TYPE_NUM:
+        if (yyjson_is_uint(v)) return PyLong_FromUnsignedLongLong(v->uni.u64);
+        if (yyjson_is_sint(v)) return PyLong_FromLongLong(v->uni.i64);
+        return PyFloat_FromDouble(v->uni.f64);
+    default: Py_RETURN_NONE;
+    }
+}
+
+static PyObject *id_value(yyjson_val *v) {
+    if (v == NOT_ODD) Py_RETURN_FALSE; /* False: the row's int64 is right */
+    return py_value(v);
+}
+
+static int append_new(PyObject *list, PyObject *item) {
+    if (!item) return -1;
+    int rc = PyList_Append(list, item);
+    Py_DECREF(item);
+    return rc;
+}
+
+/* The records as lists: per group odd_ids (row, pid, tid) and odd_args (row, column, value);
+   comm (row, 6 values); process_names (pid, name). */
+static int records(out_t *o, PyObject **odd_ids, PyObject **odd_args, PyObject *comm, PyObject *meta) {
+    for (size_t i = 0; i < o->recs.len; i++) {
+        rec_t *r = &VEC_AT(o->recs, rec_t, i);
+        PyObject *item;
+        switch (r->kind) {
+        case R_IDS:
+            item = Py_BuildValue("(nNN)", (Py_ssize_t)r->row, id_value(r->v[0]), id_value(r->v[1]));
+            if (append_new(odd_ids[r->group], item)) return -1;
+            break;
+        case R_ARG:
+            item = Py_BuildValue("(nsN)", (Py_ssize_t)r->row, r->col, py_value(r->v[0]));
+            if (append_new(odd_args[r->group], item)) return -1;
+            break;
+        case R_COMM:
+            item = Py_BuildValue("(nNNNNNN)", (Py_ssize_t)r->row, py_value(r->v[0]), py_value(r->v[1]), py_value(r->v[2]),
+                                 py_value(r->v[3]), py_value(r->v[4]), py_value(r->v[5]));
+            if (append_new(comm, item)) return -1;
+            break;
+        default:
+            item = Py_BuildValue("(NN)", py_value(r->v[0]), py_value(r->v[1]));
+            if (append_new(meta, item)) return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *group_dict(col_t *cols, const char **names, int n, size_t rows, PyObject *odd_ids, PyObject *odd_args) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int k = 0; k < n; k++) {
+        if (PyByteArray_Resize(cols[k].buf, (Py_ssize_t)(rows * cols[k].width)) ||
+            PyDict_SetItemString(d, names[k], cols[k].buf)) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    if (PyDict_SetItemString(d, "odd_ids", odd_ids) || PyDict_SetItemString(d, "odd_args", odd_args)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
 static void out_free(out_t *o) {
     for (int k = 0; k < X_N; k++) Py_XDECREF(o->x[k].buf);
     for (int k = 0; k < F_N; k++) Py_XDECREF(o->f[k].buf);
@@ -727,47 +807,46 @@ static void out_free(out_t *o) {
     table_free(&o->cats);
     table_free(&o->names);
     table_free(&o->raws);
-    Py_XDECREF(o->x_odd);
-    Py_XDECREF(o->f_odd);
-    Py_XDECREF(o->m_odd);
-    Py_XDECREF(o->comm);
-    Py_XDECREF(o->meta);
-    Py_XDECREF(o->x_oddargs);
-    Py_XDECREF(o->f_oddargs);
-    Py_XDECREF(o->m_oddargs);
+    free(o->recs.data);
 }
 
 static int out_init(out_t *o, size_t n) {
-    memset(o, 0, sizeof(*o));
+    o->recs.width = sizeof(rec_t);
     for (int k = 0; k < X_N; k++) if (col_new(&o->x[k], n, X_WIDTH[k])) return -1;
     for (int k = 0; k < F_N; k++) if (col_new(&o->f[k], n, F_WIDTH[k])) return -1;
     for (int k = 0; k < M_N; k++) if (col_new(&o->m[k], n, M_WIDTH[k])) return -1;
-    if (table_init(&o->cats) || table_init(&o->names) || table_init(&o->raws)) return -1;
-    o->x_odd = PyList_New(0);
-    o->f_odd = PyList_New(0);
-    o->m_odd = PyList_New(0);
-    o->comm = PyList_New(0);
-    o->meta = PyList_New(0);
-    o->x_oddargs = PyList_New(0);
-    o->f_oddargs = PyList_New(0);
-    o->m_oddargs = PyList_New(0);
-    return (o->x_odd && o->f_odd && o->m_odd && o->comm && o->meta && o->x_oddargs && o->f_oddargs && o->m_oddargs) ? 0 : -1;
+    if (table_init(&o->cats) || table_init(&o->names) || table_init(&o->raws)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
-static PyObject *columns_dict(col_t *cols, const char **names, int n, size_t rows, PyObject *odd, PyObject *oddargs) {
-    PyObject *d = PyDict_New();
-    if (!d) return NULL;
-    for (int k = 0; k < n; k++) {
-        if (col_finish(&cols[k], rows) || PyDict_SetItemString(d, names[k], cols[k].buf)) {
-            Py_DECREF(d);
-            return NULL;
-        }
-    }
-    if (PyDict_SetItemString(d, "odd_ids", odd) || PyDict_SetItemString(d, "odd_args", oddargs)) {
-        Py_DECREF(d);
-        return NULL;
-    }
-    return d;
+/* The result dict, or NULL (a Python error: MemoryError, or a UnicodeDecodeError the caller
+   turns into None). */
+static PyObject *result_of(out_t *o, size_t n) {
+    PyObject *lists[10] = {NULL};
+    for (int i = 0; i < 8; i++) lists[i] = PyList_New(0);
+    PyObject *result = NULL, *x = NULL, *f = NULL, *m = NULL, *cats = NULL, *names = NULL, *raws = NULL;
+    for (int i = 0; i < 8; i++) if (!lists[i]) goto done;
+    PyObject **odd_ids = lists, **odd_args = lists + 3;
+    if (records(o, odd_ids, odd_args, lists[6], lists[7])) goto done;
+    if (!(cats = labels_list(&o->cats, 0)) || !(names = labels_list(&o->names, 0)) || !(raws = labels_list(&o->raws, 1))) goto done;
+    if (!(x = group_dict(o->x, X_NAMES, X_N, o->nx, odd_ids[G_X], odd_args[G_X]))) goto done;
+    if (!(f = group_dict(o->f, F_NAMES, F_N, o->nf, odd_ids[G_F], odd_args[G_F]))) goto done;
+    if (!(m = group_dict(o->m, M_NAMES, M_N, o->nm, odd_ids[G_M], odd_args[G_M]))) goto done;
+    result = Py_BuildValue("{s:n,s:O,s:O,s:O,s:O,s:O,s:O,s:O,s:O}", "events", (Py_ssize_t)n, "complete", x, "frames", f,
+                           "memory", m, "cat_labels", cats, "name_labels", names, "raw_labels", raws, "comm", lists[6],
+                           "process_names", lists[7]);
+done:
+    for (int i = 0; i < 8; i++) Py_XDECREF(lists[i]);
+    Py_XDECREF(x);
+    Py_XDECREF(f);
+    Py_XDECREF(m);
+    Py_XDECREF(cats);
+    Py_XDECREF(names);
+    Py_XDECREF(raws);
+    return result;
 }
 
 static PyObject *events(PyObject *self, PyObject *args) {
@@ -780,6 +859,8 @@ static PyObject *events(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "range outside the buffer");
         return NULL;
     }
+    out_t o;
+    memset(&o, 0, sizeof(o));
     /* "[" + the range + "]" at the start of an arena, parsed in place (yyjson would copy the
        bytes anyway, and the caller's buffer stays as it was: the msgspec path may need it);
        yyjson's values in the rest of the arena. */
@@ -788,7 +869,7 @@ static PyObject *events(PyObject *self, PyObject *args) {
     size = (size + ARENA_STEP - 1) / ARENA_STEP * ARENA_STEP; /* windows of a file differ by a few bytes */
     yyjson_doc *doc = NULL;
     char *mem = NULL;
-    int at = -1, tries = 0;
+    int at = -1, tries = 0, rc = 0;
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         at = arena_take(size, &mem);
@@ -808,48 +889,33 @@ static PyObject *events(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (!mem) return PyErr_NoMemory();
-    if (!doc) { /* not JSON (or a cut inside a value): the msgspec path says why */
-        arena_give(at, mem, size);
-        Py_RETURN_NONE;
+    /* the columns, one row per event at most, made with the GIL; then the walk without it */
+    size_t n = doc ? yyjson_arr_size(yyjson_doc_get_root(doc)) : 0;
+    if (doc && out_init(&o, n)) rc = -1;
+    if (doc && !rc) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = walk(&o, doc);
+        Py_END_ALLOW_THREADS
     }
-    yyjson_val *root = yyjson_doc_get_root(doc);
-    if (!yyjson_is_arr(root) || too_deep(doc)) {
-        yyjson_doc_free(doc);
-        arena_give(at, mem, size);
-        Py_RETURN_NONE;
-    }
-    size_t n = yyjson_arr_size(root);
-    out_t o;
     PyObject *result = NULL;
-    if (out_init(&o, n)) goto done;
-    size_t i, max;
-    yyjson_val *ev;
-    int rc = 0;
-    yyjson_arr_foreach(root, i, max, ev) {
-        rc = event(&o, ev);
-        if (rc) break;
+    if (!mem || rc == FAIL) {
+        PyErr_NoMemory();
+    } else if (rc == -1) {
+        /* out_init's error is set */
+    } else if (!doc || rc == BAIL) {
+        Py_INCREF(Py_None); /* not JSON (or a cut inside a value), or odd: the msgspec path */
+        result = Py_None;
+    } else {
+        result = result_of(&o, n);
+        if (!result && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
     }
-    if (rc == BAIL) {
-        if (!PyErr_Occurred()) { Py_INCREF(Py_None); result = Py_None; }
-        goto done;
-    }
-    if (rc == FAIL) goto done;
-    PyObject *x = columns_dict(o.x, X_NAMES, X_N, o.nx, o.x_odd, o.x_oddargs);
-    PyObject *f = x ? columns_dict(o.f, F_NAMES, F_N, o.nf, o.f_odd, o.f_oddargs) : NULL;
-    PyObject *m = f ? columns_dict(o.m, M_NAMES, M_N, o.nm, o.m_odd, o.m_oddargs) : NULL;
-    if (m)
-        result = Py_BuildValue("{s:n,s:N,s:N,s:N,s:O,s:O,s:O,s:O,s:O}", "events", (Py_ssize_t)n, "complete", x,
-                               "frames", f, "memory", m, "cat_labels", o.cats.labels, "name_labels",
-                               o.names.labels, "raw_labels", o.raws.labels, "comm", o.comm, "process_names", o.meta);
-    else {
-        Py_XDECREF(x);
-        Py_XDECREF(f);
-    }
-done:
     out_free(&o);
-    yyjson_doc_free(doc);
-    arena_give(at, mem, size);
+    if (doc) yyjson_doc_free(doc);
+    if (mem) arena_give(at, mem, size);
     return result;
 }
 
@@ -867,7 +933,7 @@ static PyMethodDef methods[] = {
     {"events", events, METH_VARARGS,
      "events(buffer, lo, hi) -> dict of columns, or None: the events `buffer[lo:hi]` (the inside of "
      "a JSON array: events and the commas between them), read in one pass (None: the typed msgspec "
-     "decode must read them). The GIL is released while the bytes are parsed."},
+     "decode must read them). The GIL is released while the bytes are parsed and walked."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_columnar", NULL, -1, methods, NULL, NULL, NULL, NULL};
