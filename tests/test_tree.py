@@ -101,6 +101,11 @@ def test_tree_columns_on_the_owlv2_trace():
     assert (found >= 0).all()
     assert (tree.ts[found] <= tree.ts).all() and (tree.end[found] >= tree.end).all()
 
+    # chains of many nodes at once are chain() node by node (-1: the empty chain)
+    nodes = np.r_[np.arange(0, len(tree), 97), -1, ops[:50]]
+    assert tree.chains(nodes) == [tree.chain(int(n)) if n >= 0 else () for n in nodes]
+    assert tree.chains(nodes, skip=None) == [tree.chain(int(n), None) if n >= 0 else () for n in nodes]
+    assert tree.chains(np.array([], dtype=np.int64)) == []
 
 def test_enclosing_an_instant_between_two_ops(tmp_path):
     # two sibling ops on one thread, [0, 5] and [10, 20], the second holding a child [12, 14]:

@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, comm_arg_table
-from .intervals import covered_before, exact_sums, merge_intervals, thread_groups, tuple_codes
+from .intervals import (covered_before, exact_sums, first_positions, merge_intervals, occurs_once,
+                        sorted_group_sums, thread_groups, tuple_codes)
 
 if TYPE_CHECKING:
     from .stragglers import Ranks
@@ -224,11 +225,11 @@ def _call_bytes(trace: Trace, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray
     if not (nodes >= 0).any():
         return out
     tree = host_tree(trace)
-    names = pd.Index([str(n) for n in tree.names])
+    names = tree.texts
     ev = trace.events
     for i, prefix in enumerate(_CALL_PREFIXES):
-        call = _climb(tree.parent, nodes, np.asarray(names.str.startswith(prefix), dtype=bool)[tree.name])
-        alone = (call >= 0) & (pd.Series(call).map(pd.Series(call[call >= 0]).value_counts()).to_numpy() == 1)
+        call = _climb(tree.parent, nodes, np.array([n.startswith(prefix) for n in names], dtype=bool)[tree.name])
+        alone = occurs_once(call)
         if not alone.any():
             continue
         rows = ev.index.get_indexer(tree.row[call[alone]])
@@ -239,11 +240,12 @@ def _call_bytes(trace: Trace, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _operand_bytes(types: pd.Series, dims: pd.Series, rows: np.ndarray) -> np.ndarray:
     """The largest plain tensor operand (`Input Dims` sizes x its `Input type`'s element size)
     of each row, NaN where none is both shaped and typed; each distinct pair computed once."""
-    pairs = pd.DataFrame({"t": types.cat.codes.to_numpy()[rows], "d": dims.cat.codes.to_numpy()[rows]})
-    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(pairs))
+    t, d = types.cat.codes.to_numpy()[rows], dims.cat.codes.to_numpy()[rows]
+    codes = tuple_codes(t, d)
+    first = first_positions(codes)
     tl, dl = types.cat.categories, dims.cat.categories
-    values = np.array([_largest(tl[t] if t >= 0 else "", dl[d] if d >= 0 else "") for t, d in uniques],
-                      dtype=float)
+    values = np.array([_largest(tl[a] if a >= 0 else "", dl[b] if b >= 0 else "")
+                       for a, b in zip(t[first].tolist(), d[first].tolist())], dtype=float)
     return values[codes]
 
 
@@ -292,8 +294,8 @@ def _called_kind(trace: Trace, nodes: np.ndarray) -> np.ndarray:
     if not (nodes >= 0).any():
         return np.full(len(nodes), None, dtype=object)
     tree = host_tree(trace)
-    names = pd.Index([str(n) for n in tree.names])
-    is_collective = np.asarray(names.str.contains(_COLLECTIVE_OP), dtype=bool)[tree.name]
+    names = tree.texts
+    is_collective = np.array([bool(_COLLECTIVE_OP.search(n)) for n in names], dtype=bool)[tree.name]
     op = _climb(tree.parent, nodes, is_collective)
     kinds = _first_match(names, _CALLED)
     return np.where(op >= 0, kinds[tree.name[np.maximum(op, 0)]], None)
@@ -320,10 +322,9 @@ def _op_arg_codes(trace: Trace, nodes: np.ndarray) -> np.ndarray:
     if not (nodes >= 0).any():
         return out
     tree = host_tree(trace)
-    is_op = (pd.Index([str(n) for n in tree.names]) == COMM_OP)[tree.name]
+    is_op = np.array([n == COMM_OP for n in tree.texts], dtype=bool)[tree.name]
     op = _climb(tree.parent, nodes, is_op)
-    found = op >= 0
-    alone = found & (pd.Series(op).map(pd.Series(op[found]).value_counts()).to_numpy() == 1)
+    alone = occurs_once(op)
     ev = trace.events
     rows = ev.index.get_indexer(tree.row[op[alone]])
     out[alone] = ev["comm_args"].cat.codes.to_numpy()[rows]
@@ -406,10 +407,13 @@ def site_table(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
     has = node >= 0
     if has.any():  # each launching op's site found and trimmed once
         uniq, inverse = np.unique(node[has], return_inverse=True)
-        found = [_trim(x) for x in op_sites(trace, host_tree(trace).row[uniq])]
+        trimmed: dict[str, str] = {}  # the sites repeat: each distinct one trimmed once
+        found = [trimmed[x] if x in trimmed else trimmed.setdefault(x, _trim(x))
+                 for x in op_sites(trace, host_tree(trace).row[uniq])]
         site[has] = np.asarray(found, dtype=object)[inverse.ravel()]
-    k = pd.DataFrame({"kind": kernels["kind"].to_numpy(), "site": site, "dur": kernels["dur"].to_numpy()})
-    out = k.groupby(["kind", "site"], as_index=False).agg(count=("dur", "size"), total_us=("dur", "sum"))
+    (kind, site), count, total = sorted_group_sums([kernels["kind"].to_numpy(dtype=object), site],
+                                                   kernels["dur"].to_numpy())
+    out = pd.DataFrame({"kind": kind, "site": site, "count": count, "total_us": total})
     return out.sort_values("total_us", ascending=False, ignore_index=True)[SITE_COLUMNS]
 
 

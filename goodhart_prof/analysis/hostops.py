@@ -124,16 +124,19 @@ def fresh_moves(trace: Trace) -> pd.DataFrame:
     names = trace.events["name"].cat.categories
     # No move op anywhere in the trace: no fresh move, and no need for the op structure.
     ops = top_level_ops(trace) if names.isin(MOVES).any() else _top_level_ops(trace, none=True)
-    top = ops[ops["top"].to_numpy()]
-    pos = np.flatnonzero(top["name"].isin(MOVES).to_numpy())
-    pos = pos[~inside_torch_annotation(trace, top.iloc[pos])]  # asked for the move ops only
-    names = np.asarray(top["name"].cat.categories, dtype=object)
-    prev = top["prev_top"].cat.codes.to_numpy()
+    # the top-level ops by position (selecting the whole table's top rows costs milliseconds)
+    tops = np.flatnonzero(ops["top"].to_numpy())
+    is_move = ops["name"].cat.categories.isin(MOVES)
+    codes = ops["name"].cat.codes.to_numpy()[tops]
+    pos = np.flatnonzero(is_move[np.maximum(codes, 0)] & (codes >= 0))
+    pos = pos[~inside_torch_annotation(trace, ops.iloc[tops[pos]])]  # asked for the move ops only
+    names = np.asarray(ops["name"].cat.categories, dtype=object)
+    prev = ops["prev_top"].cat.codes.to_numpy()[tops]
 
     def label(codes: np.ndarray) -> np.ndarray:
         return np.where(codes >= 0, names[np.maximum(codes, 0)], "") if len(names) else codes.astype(str)
-    moves = top.iloc[pos].assign(
-        creator=label(prev[pos]), next=label(top["next_top"].cat.codes.to_numpy()[pos]),
+    moves = ops.iloc[tops[pos]].assign(
+        creator=label(prev[pos]), next=label(ops["next_top"].cat.codes.to_numpy()[tops[pos]]),
         before=label(np.where(pos > 0, prev[np.maximum(pos - 1, 0)], -1)))  # the op before the creator
     # torch.tensor(data) records empty -> to -> lift_fresh -> detach_: the first `to` is part of
     # it (no move); a `to` after that detach_ moves host data.

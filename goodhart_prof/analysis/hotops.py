@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import dense_codes, exact_sums, stable_order
+from .intervals import dense_codes, exact_sums, sorted_rows, stable_order
 from .tree import host_tree
 
 COLUMNS = ["name", "calls", "self_us", "total_us", "self_pct", "total_pct"]
@@ -50,8 +50,7 @@ def hot_ops(trace: Trace) -> pd.DataFrame:
                           "calls": np.bincount(inverse, minlength=len(codes)).astype(np.int64),
                           "self_us": sums["self_us"], "total_us": sums["total_us"],
                           "self_pct": sums["self_us"] * share, "total_pct": sums["total_us"] * share})
-    return table.sort_values(["self_us", "name"], ascending=[False, True],
-                             kind="stable").reset_index(drop=True)[COLUMNS]
+    return sorted_rows(table, ["self_us", "name"], [False, True])[COLUMNS]
 
 
 def host_us(table: pd.DataFrame) -> float:

@@ -226,23 +226,32 @@ def step_windows(trace: Trace) -> StepWindows:
 
 
 def _step_windows(trace: Trace) -> StepWindows:
-    from .intervals import segment_merge
+    from .intervals import first_positions, segment_merge, tuple_codes
     from .links import gpu_launches
     from .tree.host import iterations
     steps = find_iterations(trace).table
     if steps.empty:
         return StepWindows(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0), np.zeros(0))
-    per = steps.groupby(["rank", "step"], sort=True).agg(ts=("ts", "min"), end=("end", "max"))
-    ts, end = per["ts"].to_numpy(float), per["end"].to_numpy(float).copy()
+    # per (rank, step), in (rank, step) order: its rows' first start and last end (NaN skipped)
+    r, s = steps["rank"].to_numpy(np.int64), steps["step"].to_numpy(np.int64)
+    group = tuple_codes(r, s)
+    n = int(group.max()) + 1
+    ts, end = np.full(n, np.nan), np.full(n, np.nan)
+    np.fmin.at(ts, group, steps["ts"].to_numpy(float))
+    np.fmax.at(end, group, steps["end"].to_numpy(float))
+    first = first_positions(group)
+    rank, g_step = r[first], s[first]
     links = gpu_launches(trace)
-    known = links[links["launch_row"].to_numpy() >= 0]
-    step = iterations(trace, known["rank"].to_numpy(np.int64), known["launch_ts"].to_numpy(float))
+    known = links["launch_row"].to_numpy() >= 0
+    l_rank = links["rank"].to_numpy(np.int64)[known]
+    step = iterations(trace, l_rank, links["launch_ts"].to_numpy(float)[known])
     inside = step >= 0
-    at = per.index.get_indexer(pd.MultiIndex.from_arrays(
-        [known["rank"].to_numpy(np.int64)[inside], step[inside]]))
+    codes = tuple_codes(np.r_[rank, l_rank[inside]], np.r_[g_step, step[inside]])
+    slot = np.full(int(codes.max()) + 1, -1, dtype=np.int64)
+    slot[codes[:n]] = np.arange(n)
+    at = slot[codes[n:]]
     ok = at >= 0
-    np.maximum.at(end, at[ok], known["end"].to_numpy(float)[inside][ok])
-    rank = per.index.get_level_values("rank").to_numpy(np.int64)
+    np.maximum.at(end, at[ok], links["end"].to_numpy(float)[known][inside][ok])
     order = np.lexsort((ts, rank))
     rank, ts, end = rank[order], ts[order], end[order]
     first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])

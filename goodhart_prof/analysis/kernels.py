@@ -41,6 +41,7 @@ import pandas as pd
 from ..trace.model import Trace
 from .kernel_rules import (CATEGORIES, CATEGORY_RULES, LAYOUT_TRANSPOSE, LIBRARIES, LIBRARY_RULES,
                            OP_OVERRIDES, OP_RULES)
+from .intervals import sorted_rows
 
 # Demangled names often open with a return type (`void `, `std::enable_if<...>::type `), which
 # would hide a `^` anchor; the rules look at the name with that prefix removed.
@@ -247,8 +248,7 @@ def kernel_table(trace: Trace) -> pd.DataFrame:
         "mean_us": groups["sum"] / groups["count"], "min_us": groups["min"], "max_us": groups["max"]})
     total = g["dur"].sum()
     out["pct"] = 100.0 * out["total_us"] / total if total > 0 else 0.0
-    out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
-    return out[KERNEL_COLUMNS].reset_index(drop=True)
+    return sorted_rows(out, ["total_us", "name"], [False, True])[KERNEL_COLUMNS]
 
 
 def _by(trace: Trace, column: str, columns: list[str]) -> pd.DataFrame:
@@ -269,8 +269,7 @@ def _by(trace: Trace, column: str, columns: list[str]) -> pd.DataFrame:
         per_pair = np.bincount(codes * n_lib + libs, weights=dur, minlength=len(values) * n_lib)
         best = per_pair.reshape(len(values), n_lib).argmax(axis=1)
         out["library"] = np.array(LIBRARIES, dtype=object)[best[groups["key"]]]
-    out = out.sort_values(["total_us", column], ascending=[False, True], kind="stable")
-    return out[columns].reset_index(drop=True)
+    return sorted_rows(out, ["total_us", column], [False, True])[columns]
 
 
 def category_table(trace: Trace) -> pd.DataFrame:

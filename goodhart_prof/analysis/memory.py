@@ -126,7 +126,7 @@ def iteration_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
     sp_end = np.maximum.reduceat(steps["end"].to_numpy(float)[order], bounds)
     ev_ts, ev_bytes = events["ts"].to_numpy(), events["bytes"].to_numpy()
     ev_it, ev_allocated = events["iteration"].to_numpy(), events["allocated"].to_numpy()
-    rows = []
+    parts: dict[str, list] = {c: [] for c in ITERATION_COLUMNS}
     for key, pos in thread_groups(events, tuple(KEYS)).items():
         mine = np.flatnonzero(sp_rank == key[0])
         if not len(mine):
@@ -139,16 +139,17 @@ def iteration_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
         at = np.searchsorted(steps_of, it[inside])
         b = b[inside]
         n = len(steps_of)
-        rows.append(pd.DataFrame({
-            "rank": key[0], "device_type": key[1], "device": key[2], "iteration": steps_of,
-            "allocations": np.bincount(at, weights=b > 0, minlength=n).astype(np.int64),
-            "alloc_bytes": np.bincount(at, weights=np.where(b > 0, b, 0.0), minlength=n),
-            "net_bytes": np.bincount(at, weights=np.nan_to_num(b), minlength=n),
-            "allocated_end": np.where(last >= 0, allocated[np.maximum(last, 0)], np.nan),
-            "wall_us": sp_end[mine] - sp_ts[mine]}))
-    if not rows:
+        for c, v in zip(ITERATION_COLUMNS, (
+                np.full(n, key[0], dtype=np.int64), np.full(n, key[1], dtype=np.int64),
+                np.full(n, key[2], dtype=np.int64), steps_of,
+                np.bincount(at, weights=b > 0, minlength=n).astype(np.int64),
+                np.bincount(at, weights=np.where(b > 0, b, 0.0), minlength=n),
+                np.bincount(at, weights=np.nan_to_num(b), minlength=n),
+                np.where(last >= 0, allocated[np.maximum(last, 0)], np.nan), sp_end[mine] - sp_ts[mine])):
+            parts[c].append(v)
+    if not parts["rank"]:
         return pd.DataFrame(columns=ITERATION_COLUMNS)
-    out = pd.concat(rows, ignore_index=True)[ITERATION_COLUMNS]
+    out = pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})
     return out.astype({"allocations": np.int64, "iteration": np.int64})
 
 
@@ -212,13 +213,14 @@ def site_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
     most first (ties: by phase, then op). Phase and op come from the host tree node holding each
     event. Grouped with numpy: a pandas groupby with a median costs ten times more."""
     kept = (events["iteration"].to_numpy() >= 0) & (events["bytes"].to_numpy() > 0)
-    inside = events[kept]
-    if inside.empty:
+    if not kept.any():
         return pd.DataFrame(columns=SITE_COLUMNS)
-    phase_c, op_c, labels = _phase_and_op(trace, inside)
-    b = inside["bytes"].to_numpy(float)
+    # the columns read, by position (a selection of the whole table costs a millisecond)
+    col = {c: events[c].to_numpy()[kept] for c in ("rank", "pid", "tid", "ts", "bytes", "iteration", *KEYS)}
+    phase_c, op_c, labels = _phase_and_op(trace, col)
+    b = col["bytes"].astype(float)
     live = np.where(_still_live(events)[kept], b, 0.0)
-    keys = [inside[c].to_numpy() for c in KEYS]
+    keys = [col[c] for c in KEYS]
     # the labels present, ranked as their text sorts (a groupby's order; equal texts, one rank)
     present = np.unique(np.concatenate((phase_c, op_c)))
     text, at = np.unique(labels[present].astype(str), return_inverse=True)
@@ -235,32 +237,32 @@ def site_table(trace: Trace, events: pd.DataFrame) -> pd.DataFrame:
     lo, hi = starts + (counts - 1) // 2, starts + counts // 2
     first = order[starts]
     device = tuple_codes(*keys)
-    pairs = np.unique(tuple_codes(device, inside["iteration"].to_numpy()), return_index=True)[1]
+    pairs = np.unique(tuple_codes(device, col["iteration"]), return_index=True)[1]
     its_per_device = np.bincount(device[pairs])  # distinct iterations with an allocation
-    out = pd.DataFrame({c: k[first] for c, k in zip(KEYS, keys)})
-    out["phase"] = phase_u[phase_c.ravel()[first]].astype(object)
-    out["op"] = op_u[op_c.ravel()[first]].astype(object)
-    out["allocations"] = counts.astype(np.int64)
-    out["alloc_bytes"] = np.bincount(group, weights=b, minlength=n)
-    out["per_iteration"] = counts / its_per_device[device[first]]
-    out["median_bytes"] = (sorted_b[lo] + sorted_b[hi]) / 2
-    out["live_bytes"] = np.bincount(group, weights=live, minlength=n)
-    rank = np.lexsort((-out["alloc_bytes"].to_numpy(), -counts, *[k[first] for k in keys[::-1]]))
-    return out.take(rank).reset_index(drop=True)[SITE_COLUMNS]
+    alloc_bytes = np.bincount(group, weights=b, minlength=n)
+    rank = np.lexsort((-alloc_bytes, -counts, *[k[first] for k in keys[::-1]]))
+    at = first[rank]
+    return pd.DataFrame({**{c: k[at] for c, k in zip(KEYS, keys)},
+                         "phase": phase_u[phase_c.ravel()[at]].astype(object),
+                         "op": op_u[op_c.ravel()[at]].astype(object),
+                         "allocations": counts[rank].astype(np.int64), "alloc_bytes": alloc_bytes[rank],
+                         "per_iteration": (counts / its_per_device[device[first]])[rank],
+                         "median_bytes": ((sorted_b[lo] + sorted_b[hi]) / 2)[rank],
+                         "live_bytes": np.bincount(group, weights=live, minlength=n)[rank]})
 
 
-def _phase_and_op(trace: Trace, ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _phase_and_op(trace: Trace, ev: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The innermost annotation (ProfilerStep#N excluded) and the outermost cpu op around each
-    event on its thread, by the host tree, as codes into the labels returned with them (the
-    host tree's names, then `(none)` for events with none)."""
+    event (columns rank, pid, tid, ts) on its thread, by the host tree, as codes into the labels
+    returned with them (the host tree's names, then `(none)` for events with none)."""
     tree = host_tree(trace)
-    names = np.asarray([str(x) for x in tree.names] + ["(none)"], dtype=object)
+    names = np.asarray(tree.texts + ["(none)"], dtype=object)
     none = len(names) - 1
-    n = len(ev)
+    n = len(ev["ts"])
     if not len(tree):
         return np.full(n, none, dtype=np.int64), np.full(n, none, dtype=np.int64), names
-    ts = ev["ts"].to_numpy()
-    node = tree.enclosing(ev["rank"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy(), ts, ts)
+    ts = ev["ts"]
+    node = tree.enclosing(ev["rank"], ev["pid"], ev["tid"], ts, ts)
     has = node >= 0
     at = np.maximum(node, 0)
     own = tree.is_annotation[at] & ~tree.is_step[at]

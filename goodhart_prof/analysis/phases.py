@@ -67,40 +67,45 @@ def phases_by_rank(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
     at = at[~np.isin(name_codes_all[at], name_codes(ev, STEP))]
     ann = pd.DataFrame({c: ev[c].to_numpy()[at] for c in ("rank", "pid", "tid", "ts", "end", "dur")})
     steps = step_table(trace)
-    launches = gpu_launches(trace)
-    launches = launches[launches["launch_row"].to_numpy() >= 0]
-    gpu_us = launches["dur"].to_numpy()
-    is_kernel = (ev["cat"].loc[launches["gpu_row"].to_numpy()] == "kernel").to_numpy(float)
+    links = gpu_launches(trace)
+    known = np.flatnonzero(links["launch_row"].to_numpy() >= 0)
+    # the columns read, by position (a selection of the whole table costs a millisecond)
+    launches = pd.DataFrame({c: links[c].to_numpy()[known] for c in ("rank", "pid", "tid", "launch_ts")})
+    gpu_us = links["dur"].to_numpy()[known]
+    cat = ev["cat"]
+    kernel = cat.cat.categories.get_indexer(["kernel"])[0]
+    is_kernel = ((cat.cat.codes.to_numpy()[ev.index.get_indexer(links["gpu_row"].to_numpy()[known])] == kernel)
+                 & (kernel >= 0)).astype(float)
 
     thread = ("rank", "pid", "tid")
     ann_gpu, ann_kernels = sums_inside(ann, launches, "launch_ts", [gpu_us, is_kernel], thread)
     (ann_syncs,) = sums_inside(ann, points, "ts", [None], thread)
     step_gpu, step_kernels = sums_inside(steps, launches, "launch_ts", [gpu_us, is_kernel], ("rank",))
 
-    parts = []
+    parts = []  # each part's columns as arrays, joined once
     if len(ann):
         keys, inverse = _keys(ann["rank"].to_numpy(), name_codes_all[at])
         names = ev["name"].cat.categories[keys[:, 1]].astype(str)
-        a = pd.DataFrame({"rank": keys[:, 0], "name": np.asarray(names, dtype=object),
-                          "kind": "annotation", "iteration": -1, "count": np.bincount(inverse),
-                          **exact_sums(inverse, len(keys), cpu_us=ann["dur"].to_numpy(), gpu_us=ann_gpu,
-                                       gpu_kernels=ann_kernels, syncs=ann_syncs)})
-        parts.append(a)
+        n = len(keys)
+        parts.append({"rank": keys[:, 0], "name": np.asarray(names, dtype=object),
+                      "kind": np.full(n, "annotation", dtype=object), "iteration": np.full(n, -1),
+                      "count": np.bincount(inverse),
+                      **exact_sums(inverse, n, cpu_us=ann["dur"].to_numpy(), gpu_us=ann_gpu,
+                                   gpu_kernels=ann_kernels, syncs=ann_syncs)})
     if not steps.empty:
         keys, inverse = _keys(steps["rank"].to_numpy(), steps["step"].to_numpy())
         syncs = _counts_at(keys, points["rank"].to_numpy(np.int64), points["iteration"].to_numpy(np.int64))
         label = "ProfilerStep#{}" if find_iterations(trace).how == "marked" else "iteration#{}"
-        s = pd.DataFrame({"rank": keys[:, 0],
-                          "name": np.array([label.format(i) for i in keys[:, 1]], dtype=object),
-                          "kind": "iteration", "iteration": keys[:, 1], "count": np.bincount(inverse),
-                          **exact_sums(inverse, len(keys), cpu_us=steps["dur"].to_numpy(),
-                                       gpu_us=step_gpu, gpu_kernels=step_kernels),
-                          "syncs": np.asarray(syncs, dtype=np.int64)})
-        parts.append(s)
+        n = len(keys)
+        parts.append({"rank": keys[:, 0], "name": np.array([label.format(i) for i in keys[:, 1]], dtype=object),
+                      "kind": np.full(n, "iteration", dtype=object), "iteration": keys[:, 1],
+                      "count": np.bincount(inverse),
+                      **exact_sums(inverse, n, cpu_us=steps["dur"].to_numpy(),
+                                   gpu_us=step_gpu, gpu_kernels=step_kernels),
+                      "syncs": np.asarray(syncs, dtype=np.int64)})
     if not parts:
         return _empty(RANK_COLUMNS)
-    out = pd.concat(parts, ignore_index=True)[RANK_COLUMNS]
-    return out.astype({c: _TYPES[c] for c in RANK_COLUMNS if _TYPES[c] is not object})
+    return _frame({c: np.concatenate([p[c].astype(_TYPES[c]) for p in parts]) for c in RANK_COLUMNS})
 
 
 def _counts_at(keys: np.ndarray, rank: np.ndarray, iteration: np.ndarray) -> np.ndarray:
@@ -120,28 +125,44 @@ def _keys(rank: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def over_ranks(by_rank: pd.DataFrame) -> pd.DataFrame:
     """One row per phase: the median rank's row, with ranks, median_rank, cpu_max_us, max_rank
-    (module docstring). Annotations by cpu_us, largest first, then the iterations in step order."""
+    (module docstring). Annotations by cpu_us, largest first, then the iterations in step order.
+    On numpy arrays (a handful of rows: pandas sorts and selections cost milliseconds)."""
     if by_rank.empty:
         return _empty(COLUMNS)
+    col = {c: by_rank[c].to_numpy() for c in RANK_COLUMNS}
+    kind, name = (_text_order(by_rank[c]) for c in ("kind", "name"))
+    cpu, rank = col["cpu_us"].astype(float), col["rank"]
     # Within a phase: ranks by CPU time (ties: lower rank first), so the median is a position.
-    t = by_rank.sort_values(["kind", "name", "cpu_us", "rank"], kind="stable").reset_index(drop=True)
-    key = t["kind"].astype(str) + "\0" + t["name"].astype(str)
-    start = np.flatnonzero(np.r_[True, key.to_numpy()[1:] != key.to_numpy()[:-1]])
+    t = np.lexsort((rank, cpu, name, kind))  # stable: rows of equal keys keep their order
+    kind, name, cpu, rank = kind[t], name[t], cpu[t], rank[t]
+    start = np.flatnonzero(np.r_[True, (kind[1:] != kind[:-1]) | (name[1:] != name[:-1])])
     size = np.diff(np.r_[start, len(t)])
     median = start + (size - 1) // 2
-    cpu = t["cpu_us"].to_numpy()
-    rank = t["rank"].to_numpy()
     # the slowest rank: the largest cpu_us; among equals the lowest rank
     last = start + size - 1
     top = np.array([s + int(np.flatnonzero(cpu[s:e + 1] == cpu[e])[0]) for s, e in zip(start, last)],
                    dtype=np.int64)
-    out = t.iloc[median].drop(columns="rank").assign(
-        ranks=size, median_rank=rank[median], cpu_max_us=cpu[last], max_rank=rank[top])
-    ann = out[out["kind"] == "annotation"].sort_values(["cpu_us", "name"], ascending=[False, True],
-                                                       kind="stable")
-    its = out[out["kind"] == "iteration"].sort_values("iteration", kind="stable")
-    out = pd.concat([ann, its], ignore_index=True)[COLUMNS]
-    return out.astype({c: _TYPES[c] for c in COLUMNS if _TYPES[c] is not object})
+    row = t[median]  # each phase's median row, as a row of by_rank
+    is_ann = col["kind"][row] == "annotation"
+    ann = np.flatnonzero(is_ann)
+    ann = ann[np.lexsort((name[median][ann], -cpu[median][ann]))]
+    its = np.flatnonzero(col["kind"][row] == "iteration")
+    its = its[np.argsort(col["iteration"][row][its], kind="stable")]
+    pick = np.r_[ann, its]
+    extra = {"ranks": size, "median_rank": rank[median], "cpu_max_us": cpu[last], "max_rank": rank[top]}
+    return _frame({c: (col[c][row[pick]] if c in col else extra[c][pick]) for c in COLUMNS})
+
+
+def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """A table of these columns, each of its _TYPES dtype (texts: inferred, as pandas does)."""
+    return pd.DataFrame({c: v if _TYPES[c] is object else np.asarray(v, dtype=_TYPES[c])
+                         for c, v in columns.items()})
+
+
+def _text_order(values: pd.Series) -> np.ndarray:
+    """Each text's position among the distinct texts in sorted order (sorts as the texts do)."""
+    _, inverse = np.unique(values.to_numpy(dtype=object), return_inverse=True)
+    return inverse.ravel()
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, in_categories
-from .intervals import group_totals
+from .intervals import group_totals, sorted_rows
 from .kernels import gpu_with_category, launching_ops
 from .links import gpu_launches
 from .tree import host_tree
@@ -214,4 +214,4 @@ def precision_summary(table: pd.DataFrame) -> pd.DataFrame:
     """GEMM/conv kernel time per (dtype, source): columns dtype, source, count, total_us; most
     time first."""
     out = group_totals(table, ["dtype", "source"])
-    return out.sort_values(["total_us", "dtype"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    return sorted_rows(out, ["total_us", "dtype"], [False, True])

@@ -72,6 +72,7 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
     frames = (forest.enclosing(cols["rank"], cols["pid"], cols["tid"], cols["ts"], cols["end"])
               if forest is not None else np.full(len(points), -1, dtype=np.int64))
     placer = Placer(trace, tree, forest) if forest is not None else None
+    chains = tree.chains(starts)
     for p in range(len(points)):
         if not hosted[p]:
             out[p] = f"{names[p]} (no host call)"
@@ -87,8 +88,7 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
         if user is not None and torch_own[p] < 0:
             out[p] = _line(placer, at, int(frames[p]), int(starts[p]), names[p], user)
             continue
-        start = int(starts[p])
-        chain = tree.chain(start) if start >= 0 else ()
+        chain = chains[p]
         if calls[p] or own[p] < 0:
             chain = chain + (names[p],)
         if user is not None:  # torch's own, under the user's call: from the annotation down
@@ -119,11 +119,20 @@ def op_sites(trace: Trace, rows: pd.Index | np.ndarray) -> list[str]:
     """Sites of host ops (row labels in trace.events)."""
     if len(rows) == 0:
         return []
-    ev = trace.events.loc[np.asarray(rows)]
-    ops = pd.DataFrame({"rank": ev["rank"].to_numpy(), "pid": ev["pid"].to_numpy(),
-                        "tid": ev["tid"].to_numpy(), "ts": ev["ts"].to_numpy(),
-                        "end": ev["end"].to_numpy(), "row": ev.index.to_numpy(np.int64),
-                        "name": ev["name"].astype(str).to_numpy(), "hosted": True, "call": False})
+    ev = trace.events
+    rows = np.asarray(rows)
+    pos = ev.index.get_indexer(rows)
+    if (pos < 0).any():
+        raise KeyError(f"{int((pos < 0).sum())} rows are not in the trace's events")
+    codes = ev["name"].cat.codes.to_numpy()[pos]
+    if (codes < 0).any():  # an op without a name: as pandas writes it
+        names = ev["name"].iloc[pos].astype(str).to_numpy()
+    else:  # each distinct name made text once
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        cats = ev["name"].cat.categories
+        names = np.array([str(cats[c]) for c in uniq.tolist()], dtype=object)[inverse.ravel()]
+    ops = pd.DataFrame({**{c: ev[c].to_numpy()[pos] for c in ("rank", "pid", "tid", "ts", "end")},
+                        "row": rows.astype(np.int64), "name": names, "hosted": True, "call": False})
     return sites(trace, ops)
 
 

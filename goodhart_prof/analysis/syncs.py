@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace, in_categories
-from .intervals import group_totals, tuple_codes
+from .intervals import group_totals, sorted_rows, tuple_codes
 from .links import LAUNCH_CATS, gpu_launches
 from .line_sites import site_fields
 from .sites import sites
@@ -165,9 +165,12 @@ def _by_name(ev: pd.DataFrame, table: dict[str, Any], cats: tuple[str, ...]) -> 
     names = ev["name"].cat.categories
     wanted = np.flatnonzero(names.isin(list(table)))
     if len(wanted) == 0:
-        return ev.iloc[:0]
+        return ev[_READ].iloc[:0]
     mask = np.isin(ev["name"].cat.codes.to_numpy(), wanted) & in_categories(ev["cat"], cats)
-    return ev[mask]
+    return ev[_READ].iloc[np.flatnonzero(mask)]  # the columns read (all of them cost milliseconds)
+
+
+_READ = ["rank", "pid", "tid", "ts", "dur", "end", "name", "correlation"]
 
 
 def _frame(sel: pd.DataFrame, kind, prio=0) -> pd.DataFrame:
@@ -175,30 +178,40 @@ def _frame(sel: pd.DataFrame, kind, prio=0) -> pd.DataFrame:
                          "tid": sel["tid"].to_numpy(), "ts": sel["ts"].to_numpy(),
                          "dur": sel["dur"].to_numpy(), "end": sel["end"].to_numpy(),
                          "kind": kind, "prio": prio, "row": sel.index.to_numpy(np.int64),
-                         "name": sel["name"].astype(str).to_numpy(), "hosted": True})
+                         "name": _texts(sel["name"]), "hosted": True})
+
+
+def _texts(names: pd.Series) -> np.ndarray:
+    """A categorical column as text (`astype(str)`), each distinct value made text once."""
+    codes = names.cat.codes.to_numpy()
+    if (codes < 0).any():  # a missing name: as pandas writes it
+        return names.astype(str).to_numpy()
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    cats = names.cat.categories
+    return np.array([str(cats[c]) for c in uniq.tolist()], dtype=object)[inverse.ravel()]
 
 
 def _candidate_ops(ev: pd.DataFrame) -> pd.DataFrame:
     sel = _by_name(ev, _OPS, ("cpu_op",))
-    names = sel["name"].astype(str)
-    return _frame(sel, names.map(lambda n: _OPS[n][0]).to_numpy(),
-                  names.map(lambda n: _OPS[n][1]).to_numpy())
+    names = _texts(sel["name"])
+    return _frame(sel, np.array([_OPS[n][0] for n in names], dtype=object),
+                  np.array([_OPS[n][1] for n in names], dtype=np.int64))
 
 
 def _candidate_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """Runtime sync calls by name, plus the calls Kineto's cuda_sync events point at."""
     calls = _by_name(ev, _RUNTIME, LAUNCH_CATS)
-    out = _frame(calls, calls["name"].astype(str).map(_RUNTIME).to_numpy())
+    out = _frame(calls, np.array([_RUNTIME[n] for n in _texts(calls["name"])], dtype=object))
     syncs = _by_name(ev, _CUDA_SYNC, ("cuda_sync",))
     if syncs.empty:
         return out
-    rt = ev[in_categories(ev["cat"], LAUNCH_CATS) & (ev["correlation"].to_numpy() >= 0)]
+    at = np.flatnonzero(in_categories(ev["cat"], LAUNCH_CATS) & (ev["correlation"].to_numpy() >= 0))
     link = pd.DataFrame({"rank": syncs["rank"].to_numpy(),
                          "correlation": syncs["correlation"].to_numpy(),
                          "sync_row": syncs.index.to_numpy(np.int64),
                          "sync_kind": syncs["name"].astype(str).map(_CUDA_SYNC).to_numpy()})
-    right = pd.DataFrame({"rank": rt["rank"].to_numpy(), "correlation": rt["correlation"].to_numpy(),
-                          "call_row": rt.index.to_numpy(np.int64)})
+    right = pd.DataFrame({"rank": ev["rank"].to_numpy()[at], "correlation": ev["correlation"].to_numpy()[at],
+                          "call_row": ev.index.to_numpy(np.int64)[at]})
     right = right.drop_duplicates(["rank", "correlation"])
     link = link.merge(right, on=["rank", "correlation"], how="left")
     matched = link[link["call_row"].notna()]
@@ -207,9 +220,9 @@ def _candidate_calls(ev: pd.DataFrame) -> pd.DataFrame:
     matched = matched[~calls.str.contains("EventQuery", regex=False).to_numpy()]
     new_rows = matched["call_row"].astype(np.int64)
     fresh = ~new_rows.isin(out["row"]).to_numpy()
-    extra = _frame(ev.loc[new_rows[fresh].to_numpy()], matched["sync_kind"].to_numpy()[fresh])
+    extra = _frame(ev[_READ].loc[new_rows[fresh].to_numpy()], matched["sync_kind"].to_numpy()[fresh])
     orphan = link[link["call_row"].isna()]
-    lone = _unhosted(ev.loc[orphan["sync_row"].to_numpy()], orphan["sync_kind"].to_numpy())
+    lone = _unhosted(ev[_READ].loc[orphan["sync_row"].to_numpy()], orphan["sync_kind"].to_numpy())
     return pd.concat([out, extra.drop_duplicates("row"), lone], ignore_index=True)
 
 
@@ -220,13 +233,14 @@ def _memcpys(trace: Trace) -> pd.DataFrame:
     names = ev["name"].cat.categories
     dtoh = names[[any(k in n for k in _DTOH) for n in names]]
     pageable = names[[n.startswith(_HTOD_PAGEABLE) for n in names]]
-    gpu = ev[(ev["cat"] == "gpu_memcpy").to_numpy() & ev["name"].isin(dtoh.union(pageable)).to_numpy()]
+    gpu = ev[_READ].iloc[np.flatnonzero((ev["cat"] == "gpu_memcpy").to_numpy()
+                                        & ev["name"].isin(dtoh.union(pageable)).to_numpy())]
     if gpu.empty:
         return _frame(gpu, np.array([], dtype=object))
     links = gpu_launches(trace).set_index("gpu_row").loc[gpu.index]
     kind = np.where(gpu["name"].isin(dtoh).to_numpy(), "memcpy_dtoh", "memcpy_htod_pageable")
     has = links["launch_row"].to_numpy() >= 0
-    hosted = _frame(ev.loc[links["launch_row"].to_numpy()[has]], kind[has])
+    hosted = _frame(ev[_READ].loc[links["launch_row"].to_numpy()[has]], kind[has])
     return pd.concat([hosted.drop_duplicates("row"), _unhosted(gpu[~has], kind[~has])],
                      ignore_index=True)
 
@@ -242,7 +256,8 @@ def _waits_on_device(ev: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
     keep = np.ones(len(ops), dtype=bool)
     if ops.empty:
         return keep
-    rt = ev[in_categories(ev["cat"], LAUNCH_CATS)]
+    at = np.flatnonzero(in_categories(ev["cat"], LAUNCH_CATS))
+    rt = pd.DataFrame({c: ev[c].to_numpy()[at] for c in ("rank", "pid", "tid", "ts")})  # the columns read
     on_gpu_rank = ops["rank"].isin(rt["rank"].unique()).to_numpy()
     (calls,) = sums_inside(ops, rt, "ts", [None])
     return ~on_gpu_rank | (calls > 0)
@@ -317,11 +332,10 @@ def sync_summary(points: pd.DataFrame) -> SyncSummary:
     sites = group_totals(points, ["kind", "site"])
     # a site is on a background thread when every one of its points is (its waits hold up nothing)
     fg = group_totals(points[~_background_of(points)], ["kind", "site"])
-    sites["background"] = ~pd.MultiIndex.from_frame(sites[["kind", "site"]]).isin(
-        pd.MultiIndex.from_frame(fg[["kind", "site"]])) if not fg.empty else True
-    sites = sites.sort_values(
-        ["count", "total_us", "kind", "site"], ascending=[False, False, True, True],
-        kind="stable").reset_index(drop=True)
-    per_it = (group_totals(points, ["iteration", "kind"])[["iteration", "kind", "count"]]
-              .sort_values(["iteration", "kind"], kind="stable").reset_index(drop=True))
+    in_fg = set(zip(fg["kind"].tolist(), fg["site"].tolist()))
+    sites["background"] = np.array([k not in in_fg for k in zip(sites["kind"].tolist(), sites["site"].tolist())],
+                                   dtype=bool)
+    sites = sorted_rows(sites, ["count", "total_us", "kind", "site"], [False, False, True, True])
+    per_it = sorted_rows(group_totals(points, ["iteration", "kind"])[["iteration", "kind", "count"]],
+                         ["iteration", "kind"])
     return SyncSummary(int(len(points)), by_kind, sites, per_it)

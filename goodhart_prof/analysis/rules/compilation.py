@@ -24,25 +24,34 @@ _FUSED_KERNELS = 3  # what a fused step launches (the step count, one kernel per
 
 def _unfused_adam(ctx: Context) -> Finding | None:
     ev = ctx.trace.events
-    steps = ev.iloc[rows_named(ev, _OPT_STEP, ("user_annotation", "cpu_op"))]
-    if steps.empty:
+    at = rows_named(ev, _OPT_STEP, ("user_annotation", "cpu_op"))
+    if not len(at):
         return None
+    # the columns read, by position (a selection of every column costs milliseconds)
+    steps = pd.DataFrame({c: ev[c].to_numpy()[at] for c in ("rank", "pid", "tid", "ts", "end", "dur")},
+                         index=ev.index[at])
     links = gpu_launches(ctx.trace)
     links = links[links["launch_row"].to_numpy() >= 0]
     found = [part["gpu_row"].to_numpy() for _, part in launched_inside(steps, links)]
     inside = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
-    kernels = ev.loc[inside]
-    kernels = kernels[(kernels["cat"] == "kernel").to_numpy()]
-    if any(_FUSED_OPT.search(str(n)) for n in kernels["name"].unique()):  # each name once
+    pos = ev.index.get_indexer(inside)
+    kernel = ev["cat"].cat.categories.get_indexer(["kernel"])[0]
+    pos = pos[(ev["cat"].cat.codes.to_numpy()[pos] == kernel) & (kernel >= 0)]
+    names = ev["name"].cat.categories
+    codes = ev["name"].cat.codes.to_numpy()[pos]
+    counts = np.bincount(codes[codes >= 0], minlength=len(names))  # each distinct name matched once
+    present = np.flatnonzero(counts).tolist()
+    if any(_FUSED_OPT.search(str(names[c])) for c in present) or (
+            (codes < 0).any() and _FUSED_OPT.search("nan")):
         return None
-    per_step = len(kernels) / len(steps)
+    per_step = len(pos) / len(steps)
     if per_step < UNFUSED_ADAM.limit("kernels_per_step"):
         return None
-    kinds = sorted({str(n).split("#", 1)[1].split(".")[0] for n in steps["name"].astype(str)})
-    counts = kernels["name"].value_counts(sort=False)  # each distinct name matched once
-    multi = int(sum(int(c) for n, c in counts.items() if c and _MULTI_TENSOR.search(str(n))))
-    impl = "foreach" if multi >= len(kernels) / 2 else "for-loop"
-    gpu_us, cpu_us = float(kernels["dur"].sum()), float(steps["dur"].sum())
+    kinds = sorted({str(n).split("#", 1)[1].split(".")[0]
+                    for n in ev["name"].cat.categories[ev["name"].cat.codes.to_numpy()[at]]})
+    multi = int(sum(int(counts[c]) for c in present if _MULTI_TENSOR.search(str(names[c]))))
+    impl = "foreach" if multi >= len(pos) / 2 else "for-loop"
+    gpu_us, cpu_us = float(np.nansum(ev["dur"].to_numpy()[pos])), float(np.nansum(steps["dur"].to_numpy()))
     # the step's time (host or GPU, the longer) scales with its kernel count; fused keeps ~3
     saved = max(gpu_us, cpu_us) * max(0.0, 1.0 - _FUSED_KERNELS / per_step)
     return Finding(
@@ -52,7 +61,7 @@ def _unfused_adam(ctx: Context) -> Finding | None:
          "kernels_per_step": round(per_step, 1), "multi_tensor_kernels": int(multi),
          "gpu_us": round(gpu_us, 3), "cpu_us": round(cpu_us, 3)},
         optimizer_fix(kinds, impl),
-        **UNFUSED_ADAM.estimated(ctx.per_iteration(saved, steps["rank"].unique())))
+        **UNFUSED_ADAM.estimated(ctx.per_iteration(saved, pd.unique(steps["rank"].to_numpy()))))
 
 
 def optimizer_fix(kinds: list[str], impl: str) -> str:

@@ -7,9 +7,10 @@ unknown precision is not judged.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from ..intervals import group_totals
+from ..intervals import group_totals, sorted_rows
 from ..precision import FULL_PRECISION, LOW_PRECISION, kernel_precision, precision_summary
 from .base import Context, Finding, Need, Rule, Threshold
 from .savings import Saving
@@ -22,19 +23,21 @@ def _no_amp(ctx: Context) -> Finding | None:
         return None  # no GPU here runs 16-bit math faster than fp32: autocast saves nothing
     table = kernel_precision(ctx.trace)
     total = ctx.kernel_total
-    mm_us = float(table["dur"].sum()) if not table.empty else 0.0
+    # on the columns' arrays (sums as pandas sums a column: NaN skipped, pairwise)
+    dur, dtype = table["dur"].to_numpy(float), table["dtype"].to_numpy(object)
+    mm_us = float(np.nansum(dur)) if len(table) else 0.0
     if total <= 0 or mm_us <= 0 or mm_us / total < NO_AMP.limit("gemm_conv_share"):
         return None
-    known = table[table["dtype"] != "unknown"]
-    known_us = float(known["dur"].sum())
+    known = dtype != "unknown"
+    known_us = float(np.nansum(dur[known]))
     if known_us / mm_us < NO_AMP.limit("known_fraction"):
         return None  # most GEMM/conv time is of unknown precision: the rule cannot judge
-    low_us = float(known.loc[known["dtype"].isin(LOW_PRECISION), "dur"].sum())
-    full_us = float(known.loc[known["dtype"].isin(FULL_PRECISION), "dur"].sum())
+    low, full = known & np.isin(dtype, LOW_PRECISION), known & np.isin(dtype, FULL_PRECISION)
+    low_us, full_us = float(np.nansum(dur[low])), float(np.nansum(dur[full]))
     if full_us <= 0 or low_us / known_us >= NO_AMP.limit("low_precision_fraction"):
         return None
-    full_rows = known.loc[known["dtype"].isin(FULL_PRECISION), "gpu_row"].to_numpy()
-    ranks = ctx.trace.events.loc[full_rows, "rank"].unique()
+    ev = ctx.trace.events
+    ranks = pd.unique(ev["rank"].to_numpy()[ev.index.get_indexer(table["gpu_row"].to_numpy()[full])])
     return Finding(
         "no_amp", "medium",
         f"GEMM/conv kernels run in fp32 or TF32 ({100 * full_us / known_us:.0f}% of the GEMM/conv "
@@ -102,20 +105,23 @@ def _amp_fix(ctx: Context) -> str:
 def _by_dtype(table: pd.DataFrame) -> dict[str, dict]:
     """dtype -> its GEMM/conv time and that time per source (op_input_type, kernel_name, unknown)."""
     out: dict[str, dict] = {}
-    for row in precision_summary(table).itertuples(index=False):
-        entry = out.setdefault(row.dtype, {"total_us": 0.0, "sources": {}})
-        entry["total_us"] = round(entry["total_us"] + float(row.total_us), 3)
-        entry["sources"][row.source] = round(float(row.total_us), 3)
+    summary = precision_summary(table)
+    for dtype, source, total_us in zip(*(summary[c].tolist() for c in ("dtype", "source", "total_us"))):
+        entry = out.setdefault(dtype, {"total_us": 0.0, "sources": {}})
+        entry["total_us"] = round(entry["total_us"] + float(total_us), 3)
+        entry["sources"][source] = round(float(total_us), 3)
     return out
 
 
 def _top_kernels(table: pd.DataFrame) -> list[dict]:
     """The GEMM/conv kernels with the most time, each with its dtype, source and launching op."""
     grouped = group_totals(table, ["name", "dtype", "source", "op"])
-    grouped = grouped.sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
-    return [{"name": r.name, "dtype": r.dtype, "source": r.source, "op": r.op, "count": int(r.count),
-             "total_us": round(float(r.total_us), 3)}
-            for r in grouped.head(TOP_KERNELS).itertuples(index=False)]
+    grouped = sorted_rows(grouped, ["total_us", "name"], [False, True])
+    top = grouped.head(TOP_KERNELS)
+    return [{"name": name, "dtype": dtype, "source": source, "op": op, "count": int(count),
+             "total_us": round(float(total_us), 3)}
+            for name, dtype, source, op, count, total_us in
+            zip(*(top[c].tolist() for c in ("name", "dtype", "source", "op", "count", "total_us")))]
 
 
 NO_AMP = Rule(

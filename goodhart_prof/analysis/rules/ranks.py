@@ -114,14 +114,18 @@ STRAGGLER = Rule(
 
 def _exposed(ctx: Context) -> Finding | None:
     ranks = ctx.analysis.ranks
-    table = ranks.ranks.astype({"step_us": float})
-    table = table[table["step_us"].notna()]  # communication outside the traced steps has no step to share
-    if table.empty:
+    r = ranks.ranks
+    step_us = r["step_us"].to_numpy(float)
+    at = np.flatnonzero(~np.isnan(step_us))  # communication outside the traced steps has no step to share
+    if not len(at):
         return None
+    col = {c: r[c].to_numpy(float)[at] for c in ("comm_us", "exposed_us", "wait_us")}
+    rank, iteration = r["rank"].to_numpy()[at], r["iteration"].to_numpy()[at]
     # waiting at a collective for a later rank is the straggler's cost, not the transfer's
-    waiting = np.minimum(table["wait_us"], table["exposed_us"])
-    per_rank = table.assign(transfer_us=table["exposed_us"] - waiting, waiting_us=waiting).groupby(
-        "rank")[["step_us", "comm_us", "exposed_us", "transfer_us", "waiting_us"]].mean()
+    waiting = np.minimum(col["wait_us"], col["exposed_us"])
+    per_rank = pd.DataFrame({"step_us": step_us[at], "comm_us": col["comm_us"], "exposed_us": col["exposed_us"],
+                             "transfer_us": col["exposed_us"] - waiting, "waiting_us": waiting}
+                            ).groupby(rank).mean()
     per_rank["share"] = per_rank["transfer_us"] / per_rank["step_us"]
     worst_rank = int(per_rank["share"].idxmax())
     worst = per_rank.loc[worst_rank]
@@ -131,7 +135,7 @@ def _exposed(ctx: Context) -> Finding | None:
     comm = ctx.analysis.communication
     mine = comm.collectives[comm.collectives["rank"] == worst_rank].sort_values("total_us", ascending=False)
     top = mine.iloc[0]
-    n_it = max(1, int(table.loc[table["rank"] == worst_rank, "iteration"].nunique()))
+    n_it = max(1, len(np.unique(iteration[rank == worst_rank])))
     per_it, mean_us = float(top["count"]) / n_it, float(top["total_us"]) / max(float(top["count"]), 1.0)
     sites = comm.sites[comm.sites["kind"] == top["kind"]]
     site = str(sites.iloc[0]["site"]) if len(sites) else ""
@@ -139,8 +143,8 @@ def _exposed(ctx: Context) -> Finding | None:
                 "of_which_waiting_us": round(float(worst["waiting_us"]), 3),
                 "step_us": round(float(worst["step_us"]), 3), "share_of_step": round(float(worst["share"]), 4),
                 "overlap": round(float(overlap), 4),
-                "collectives": ", ".join(f"{r.kind} {int(r.count)}x {_ms(r.total_us)}"
-                                         for r in mine.head(3).itertuples()),
+                "collectives": ", ".join(f"{kind} {int(count)}x {_ms(total_us)}" for kind, count, total_us in
+                                         zip(*(mine[c].head(3).tolist() for c in ("kind", "count", "total_us")))),
                 "top_kind_per_iteration": round(per_it, 1), "top_kind_mean_us": round(mean_us, 3),
                 "called_from": site, "ranks": int(per_rank.shape[0])}
     if ranks.reason:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Frames, Trace, name_codes, rows_named
-from ..intervals import segment_searchsorted, stable_order, thread_groups
+from ..intervals import first_positions, segment_searchsorted, stable_order, thread_groups, tuple_codes
 from .parents import climb, parents_depths_ranks, start_order
 from .threads import ThreadSpans
 
@@ -99,6 +99,11 @@ class HostTree:
         return out
 
     @cached_property
+    def texts(self) -> list[str]:
+        """Each name code's name as text."""
+        return [str(n) for n in self.names]
+
+    @cached_property
     def spans(self) -> ThreadSpans:
         """The threads numbered in tree order (tree/threads.py), for queries on many threads."""
         return ThreadSpans(self.threads)
@@ -161,6 +166,28 @@ class HostTree:
             cache[p] = chain
         return chain
 
+    def chains(self, nodes: np.ndarray, skip: "re.Pattern[str] | None" = STEP) -> list[tuple[str, ...]]:
+        """`chain` of each node (-1: the empty chain), for many nodes at once: their ancestors'
+        name codes climbed level by level in numpy, each distinct chain's names looked up once
+        (the ops of a collective, a logging call: thousands of nodes, a few chains)."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if not len(nodes):
+            return []
+        names, skipped = self._chain_names(skip)
+        skip_code = np.asarray(skipped, dtype=bool)
+        levels, at = [], nodes
+        while (at >= 0).any():
+            code = np.where(at >= 0, self.name[np.maximum(at, 0)], -1)
+            code[(code >= 0) & skip_code[np.maximum(code, 0)]] = -1
+            levels.append(code)
+            at = np.where(at >= 0, self.parent[np.maximum(at, 0)], -1)
+        if not levels:
+            return [()] * len(nodes)
+        inverse = tuple_codes(*levels)  # equal chains, equal codes
+        rows = np.stack(levels[::-1], axis=1)[first_positions(inverse)].tolist()  # outermost first
+        found = [tuple(names[c] for c in row if c >= 0) for row in rows]
+        return [found[i] for i in inverse.tolist()]
+
     def names_matching(self, pattern: "re.Pattern[str]") -> np.ndarray:
         """Per name code: whether `pattern` matches the name at its start; once per pattern."""
         per = self.__dict__.setdefault("_names_matching", {})
@@ -173,7 +200,7 @@ class HostTree:
         """Each name code's text and whether `skip` matches it, found once per pattern."""
         per = self.__dict__.setdefault("_chain_names_by", {})
         if skip not in per:
-            names = [str(n) for n in self.names]
+            names = self.texts
             per[skip] = (names, [skip is not None and bool(skip.match(n)) for n in names])
         return per[skip]
 
