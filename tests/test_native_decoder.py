@@ -180,3 +180,38 @@ def test_random_odd_values_read_the_same(tmp_path, monkeypatch):
         assert_same(native, _load(path, False, monkeypatch), f"case {k}: {data[:3000]!r}")
         both += count.columns
     assert both > 150  # most mutations stay on the native path (others are handed over, and agree)
+
+
+def _inflated_size(path: Path) -> int:
+    with path.open("rb") as fh:
+        fh.seek(-4, 2)
+        return int.from_bytes(fh.read(4), "little")
+
+
+@pytest.mark.parametrize("path", [p for p in FIXTURES if p.suffix == ".gz" and p.stat().st_size > 20_000
+                                  and _inflated_size(p) <= 64 << 20][:8], ids=lambda p: p.name)
+def test_gzip_read_while_inflated_reads_the_same(path, monkeypatch):
+    """native_gzip.py: the first half parsed while the rest is inflated, in small steps here."""
+    from goodhart_prof.trace import native_gzip
+    monkeypatch.setattr(columnar, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(native_gzip, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(native_gzip, "TAIL_BYTES", 4 << 10)
+    read = []
+    real = native_gzip.document
+    monkeypatch.setattr(native_gzip, "document", lambda p: read.append(out := real(p)) or out)
+    assert_same(_load(path, True, monkeypatch), _load(path, False, monkeypatch), path.name)
+    assert read and read[0] is not None
+
+
+def test_gzip_document_bigger_than_its_trailer_says_goes_the_other_way(tmp_path, monkeypatch):
+    """Two gzip members: the trailer gives the last one's size only; past PIECE_BYTES the native
+    way stops and the piece-by-piece way reads the file, with the same tables."""
+    from goodhart_prof.trace import native_gzip
+    doc = json.dumps({"traceEvents": _base_events() * 50}).encode()
+    path = tmp_path / "two.json.gz"
+    path.write_bytes(gzip.compress(doc[:len(doc) // 2]) + gzip.compress(doc[len(doc) // 2:]))
+    monkeypatch.setattr(columnar, "PARALLEL_BYTES", 1)
+    monkeypatch.setattr(native_gzip, "PIECE_BYTES", len(doc) // 3)
+    monkeypatch.setattr(native_gzip, "CHUNK_BYTES", 4 << 10)
+    assert native_gzip.document(path) is None
+    assert_same(_load(path, True, monkeypatch), _load(path, False, monkeypatch), "two members")

@@ -24,7 +24,7 @@ from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
 from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, trace_files, world_size
 from .memory_table import concat_memory, empty_memory
 from .model import Frames, LoadCost, Trace
-from . import columnar, ranges
+from . import columnar, native_gzip, ranges
 from .pieces import PIECE_BYTES, BadCut, file_frame, gzip_chunks, merge_headers
 from .progress import Progress, progress_bar
 from .tables import assign_ranks, concat_tables
@@ -103,6 +103,9 @@ _FATAL = (FileChanged, AmbiguousDoc)
 def _streamed_gzip(path: Path, progress: "Progress | None") -> "tuple[list[ranges.Piece] | None, Any]":
     """A gzip file: inflated in steps; a document over PIECE_BYTES is decoded piece by piece
     (inflated again: cheap beside decoding), a smaller one comes back as `read_bytes` gives it."""
+    native = native_gzip.document(path)
+    if native is not None:
+        return [ranges.Piece(**vars(native))], None
     head: list[bytes] = []
     total = 0
     try:

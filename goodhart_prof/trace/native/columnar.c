@@ -849,13 +849,65 @@ done:
     return result;
 }
 
+#define MAX_PARTS 1024
+
+/* The buffers of `obj` (one bytes-like object, or a list of them read as one) and their total. */
+static int get_parts(PyObject *obj, Py_buffer *parts, Py_ssize_t *count, Py_ssize_t *total) {
+    int list = PyList_Check(obj) || PyTuple_Check(obj);
+    Py_ssize_t n = list ? PySequence_Fast_GET_SIZE(obj) : 1;
+    if (n > MAX_PARTS) {
+        PyErr_SetString(PyExc_ValueError, "too many buffers");
+        return -1;
+    }
+    *total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = list ? PySequence_Fast_GET_ITEM(obj, i) : obj;
+        if (PyObject_GetBuffer(item, &parts[i], PyBUF_SIMPLE)) {
+            for (Py_ssize_t j = 0; j < i; j++) PyBuffer_Release(&parts[j]);
+            return -1;
+        }
+        *total += parts[i].len;
+    }
+    *count = n;
+    return 0;
+}
+
+/* Bytes lo..hi of the parts, read as one, into dst. */
+static void copy_parts(char *dst, Py_buffer *parts, Py_ssize_t count, Py_ssize_t lo, Py_ssize_t hi) {
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < count && at < hi; i++) {
+        Py_ssize_t a = at, b = at + parts[i].len;
+        Py_ssize_t from = lo > a ? lo : a, to = hi < b ? hi : b;
+        if (from < to) {
+            memcpy(dst, (char *)parts[i].buf + (from - a), (size_t)(to - from));
+            dst += to - from;
+        }
+        at = b;
+    }
+}
+
 static PyObject *events(PyObject *self, PyObject *args) {
     (void)self;
-    Py_buffer view;
-    Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
-    if (lo < 0 || hi < lo || hi > view.len) {
-        PyBuffer_Release(&view);
+    PyObject *obj;
+    Py_ssize_t lo, hi, count = 0, total = 0;
+    if (!PyArg_ParseTuple(args, "Onn", &obj, &lo, &hi)) return NULL;
+    Py_buffer *parts = PyMem_Malloc(sizeof(Py_buffer) * MAX_PARTS);
+    if (!parts) return PyErr_NoMemory();
+    if ((PyList_Check(obj) || PyTuple_Check(obj)) && !(obj = PySequence_Fast(obj, "buffers"))) {
+        PyMem_Free(parts);
+        return NULL;
+    } else if (!(PyList_Check(obj) || PyTuple_Check(obj))) {
+        Py_INCREF(obj);
+    }
+    int bad = get_parts(obj, parts, &count, &total);
+    Py_DECREF(obj);
+    if (bad) {
+        PyMem_Free(parts);
+        return NULL;
+    }
+    if (lo < 0 || hi < lo || hi > total) {
+        for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&parts[i]);
+        PyMem_Free(parts);
         PyErr_SetString(PyExc_ValueError, "range outside the buffer");
         return NULL;
     }
@@ -874,7 +926,7 @@ static PyObject *events(PyObject *self, PyObject *args) {
     for (;;) {
         at = arena_take(size, &mem);
         if (!mem) break;
-        memcpy(mem + 1, (char *)view.buf + lo, (size_t)(hi - lo));
+        copy_parts(mem + 1, parts, count, lo, hi);
         mem[0] = '[';
         mem[len - 1] = ']';
         memset(mem + len, 0, YYJSON_PADDING_SIZE);
@@ -888,7 +940,8 @@ static PyObject *events(PyObject *self, PyObject *args) {
         size = head + (size - head) * 2;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
+    for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&parts[i]);
+    PyMem_Free(parts);
     /* the columns, one row per event at most, made with the GIL; then the walk without it */
     size_t n = doc ? yyjson_arr_size(yyjson_doc_get_root(doc)) : 0;
     if (doc && out_init(&o, n)) rc = -1;
@@ -932,7 +985,8 @@ static PyMethodDef methods[] = {
     {"release", release, METH_NOARGS, "release() -> None: give the memory kept between parses back to the system."},
     {"events", events, METH_VARARGS,
      "events(buffer, lo, hi) -> dict of columns, or None: the events `buffer[lo:hi]` (the inside of "
-     "a JSON array: events and the commas between them), read in one pass (None: the typed msgspec "
+     "a JSON array: events and the commas between them; `buffer` may be a list of buffers, read as "
+     "one), read in one pass (None: the typed msgspec "
      "decode must read them). The GIL is released while the bytes are parsed and walked."},
     {NULL, NULL, 0, NULL}};
 
