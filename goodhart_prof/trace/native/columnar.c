@@ -64,6 +64,14 @@ static char *map_bytes(size_t size) {
     return p == MAP_FAILED ? NULL : p;
 }
 static void unmap_bytes(char *p, size_t size) { munmap(p, size); }
+
+/* A process forked while another thread held the lock or an arena (the loader's release thread,
+   a parse) would wait forever: its copy starts with the lock free and every arena free (no
+   thread of the child uses them). */
+static void child_after_fork(void) {
+    pthread_mutex_init(&arena_lock, NULL);
+    for (int i = 0; i < ARENAS; i++) arenas[i].busy = 0;
+}
 #endif
 
 /* An arena of at least `size` bytes (the smallest free one that fits, else a free one remapped
@@ -992,4 +1000,9 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_columnar", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__columnar(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__columnar(void) {
+#ifndef _WIN32
+    pthread_atfork(NULL, NULL, child_after_fork);
+#endif
+    return PyModule_Create(&module);
+}
