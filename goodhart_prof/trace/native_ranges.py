@@ -76,7 +76,7 @@ def file_events(path: Path, before: os.stat_result, start: int, end: int,
                 buf = buffers[k % len(buffers)]
                 k += 1
                 want = min(len(buf), end - pos)
-                got = os.preadv(fh.fileno(), [memoryview(buf)[:want]], pos)
+                got = _read_at(fh, memoryview(buf)[:want], pos)
                 if got < want:
                     raise FileChanged(before, os.fstat(fh.fileno()), pos + got)
                 if pos + got < end:
@@ -96,6 +96,14 @@ def file_events(path: Path, before: os.stat_result, start: int, end: int,
     except _Handed:
         return None
     return results
+
+
+def _read_at(fh, view: memoryview, pos: int) -> int:
+    """Read into `view` from offset `pos` (pread where the OS has it; no seek shared with others)."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fh.fileno(), [view], pos)
+    fh.seek(pos)
+    return fh.readinto(view) or 0
 
 
 def _window(chunk: bytes, hi: int) -> "tuple[columnar.NativeTables, int]":
