@@ -49,39 +49,41 @@ class RankTables:
         from .links import gpu_launches
         ev = trace.events
         at = np.flatnonzero(ev["rank"].to_numpy() == rank)
-        sub = ev.iloc[at]
-        self.labels = sub.index.to_numpy()
-        self.ts = sub["ts"].to_numpy(float)
-        self.dur = sub["dur"].to_numpy(float)
-        self.pid = sub["pid"].to_numpy()
-        self.tid = sub["tid"].to_numpy()
-        names = sub["name"]
-        self.code = names.cat.codes.to_numpy()
+        # the rank's rows of each column read (a copy of every column of them costs milliseconds;
+        # a trace of one rank: the columns themselves)
+        at = slice(None) if len(at) == len(ev) else at
+        self.labels = ev.index.to_numpy()[at]
+        self.ts = ev["ts"].to_numpy(float)[at]
+        self.dur = ev["dur"].to_numpy(float)[at]
+        self.pid = ev["pid"].to_numpy()[at]
+        self.tid = ev["tid"].to_numpy()[at]
+        names = ev["name"]
+        self.code = names.cat.codes.to_numpy()[at]
         self.names = names.cat.categories.astype(str).to_numpy(object)
-        self.is_lock = in_categories(names, LOCK_CALLS)
-        self.is_blocking = in_categories(names, BLOCKING_CALLS)
-        self.is_context = in_categories(names, ("Context Sync",))
-        cat = sub["cat"]
-        self.is_host = in_categories(cat, HOST_CATS) & (self.dur > 0)
-        self.is_gpu = in_categories(cat, GPU_ACTIVITY_CATS)
-        self.is_sync = in_categories(cat, ("cuda_sync",))
-        self.corr = sub["correlation"].to_numpy()
-        self.device = sub["device"].to_numpy()
-        self.stream = sub["stream"].to_numpy()
+        self.is_lock = in_categories(names, LOCK_CALLS)[at]
+        self.is_blocking = in_categories(names, BLOCKING_CALLS)[at]
+        self.is_context = in_categories(names, ("Context Sync",))[at]
+        cat = ev["cat"]
+        self.is_host = in_categories(cat, HOST_CATS)[at] & (self.dur > 0)
+        self.is_gpu = in_categories(cat, GPU_ACTIVITY_CATS)[at]
+        self.is_sync = in_categories(cat, ("cuda_sync",))[at]
+        self.corr = ev["correlation"].to_numpy()[at]
+        self.device = ev["device"].to_numpy()[at]
+        self.stream = ev["stream"].to_numpy()[at]
         sorted_labels = bool((np.diff(self.labels) > 0).all())
-        index = None if sorted_labels else pd.Series(np.arange(len(at)), index=self.labels)
+        index = None if sorted_labels else pd.Series(np.arange(len(self.labels)), index=self.labels)
 
         def pos(rows: np.ndarray) -> np.ndarray:  # rows of this rank -> positions
             return np.searchsorted(self.labels, rows) if sorted_labels else index.reindex(rows).to_numpy()
         links = gpu_launches(trace)
-        links = links[(links["rank"].to_numpy() == rank) & (links["launch_row"].to_numpy() >= 0)]
-        self.gpu_pos = pos(links["gpu_row"].to_numpy())
-        self.launch_pos = pos(links["launch_row"].to_numpy())
+        mine = (links["rank"].to_numpy() == rank) & (links["launch_row"].to_numpy() >= 0)
+        self.gpu_pos = pos(links["gpu_row"].to_numpy()[mine])
+        self.launch_pos = pos(links["launch_row"].to_numpy()[mine])
         self.queue_launch, self.queue_kernel = _queue_lengths(
             self.device[self.gpu_pos], self.stream[self.gpu_pos],
             self.ts[self.launch_pos], self.ts[self.gpu_pos])
         # the runtime call each cuda_sync event waited in (same correlation)
-        self.sync_pos = np.flatnonzero(self.is_sync & in_categories(names, ("Stream Sync", "Context Sync")))
+        self.sync_pos = np.flatnonzero(self.is_sync & in_categories(names, ("Stream Sync", "Context Sync"))[at])
         wanted = self.corr[self.sync_pos]
         calls = np.flatnonzero(self.is_host & (self.corr >= 0) & np.isin(self.corr, wanted))
         first_call = {}

@@ -240,14 +240,14 @@ def kernel_table(trace: Trace) -> pd.DataFrame:
     groups = _groups(key, g["dur"].to_numpy())
     names = g["name"].cat.categories
     k = groups["key"]
+    total = g["dur"].sum()
     out = pd.DataFrame({
         "name": np.array([str(names[i]) for i in k // (n_cat * n_lib)], dtype=object),
         "category": cat_names[(k // n_lib) % n_cat].astype(object),
         "library": lib_names[k % n_lib].astype(object),
         "count": groups["count"], "total_us": groups["sum"],
-        "mean_us": groups["sum"] / groups["count"], "min_us": groups["min"], "max_us": groups["max"]})
-    total = g["dur"].sum()
-    out["pct"] = 100.0 * out["total_us"] / total if total > 0 else 0.0
+        "mean_us": groups["sum"] / groups["count"], "min_us": groups["min"], "max_us": groups["max"],
+        "pct": 100.0 * groups["sum"] / total if total > 0 else np.zeros(len(k))})
     return sorted_rows(out, ["total_us", "name"], [False, True])[KERNEL_COLUMNS]
 
 
@@ -259,17 +259,16 @@ def _by(trace: Trace, column: str, columns: list[str]) -> pd.DataFrame:
     values = np.asarray(g[column].cat.categories, dtype=object)
     dur = g["dur"].to_numpy()
     groups = _groups(codes, dur)
-    out = pd.DataFrame({column: values[groups["key"]],
-                        "count": groups["count"], "total_us": groups["sum"]})
     total = g["dur"].sum()
-    out["pct"] = 100.0 * out["total_us"] / total if total > 0 else 0.0
+    out = {column: values[groups["key"]], "count": groups["count"], "total_us": groups["sum"],
+           "pct": 100.0 * groups["sum"] / total if total > 0 else np.zeros(len(groups["key"]))}
     if "library" in columns and column != "library":  # the library with most of the time
         libs = g["library"].cat.codes.to_numpy(np.int64)
         n_lib = len(LIBRARIES)
         per_pair = np.bincount(codes * n_lib + libs, weights=dur, minlength=len(values) * n_lib)
         best = per_pair.reshape(len(values), n_lib).argmax(axis=1)
         out["library"] = np.array(LIBRARIES, dtype=object)[best[groups["key"]]]
-    return sorted_rows(out, ["total_us", column], [False, True])[columns]
+    return sorted_rows(pd.DataFrame(out), ["total_us", column], [False, True])[columns]
 
 
 def category_table(trace: Trace) -> pd.DataFrame:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..syncs import device_ranks
+from ..intervals import dense_codes
 from ..recorder import record_full_advice
 from ..setup import drop_setup
 from ..tree import host_tree
@@ -85,7 +86,6 @@ class Need(enum.Enum):
     MEMORY = "memory events"
 
     def present(self, ctx: "Context") -> bool:
-        ev = ctx.trace.events
         a = ctx.analysis
         if self is Need.COMMUNICATION:
             return a.communication is not None and not a.communication.overlap.empty
@@ -104,8 +104,8 @@ class Need(enum.Enum):
         # Training: autograd's backward ops on the host (GPU kernel names do not count: a
         # forward kernel can be named `...Backward...` by a library, and an inference trace has
         # no autograd engine).
-        names = ev["name"].cat.categories[host].astype(str)
-        return bool(names.str.contains(BACKWARD).any())
+        texts = host_tree(ctx.trace).texts  # the host names (each one's text, made once per tree)
+        return any(BACKWARD.search(texts[c]) for c in host.tolist())
 
     def why(self, ctx: "Context") -> str:
         """Why the trace lacks it: `absent`, or for RANKS what the rank tables said."""
@@ -190,7 +190,7 @@ class Context:
     @cached_property
     def host_name_codes(self) -> np.ndarray:
         """Codes of the names of cpu ops and user annotations: the host call tree's nodes."""
-        return np.unique(host_tree(self.trace).name)
+        return dense_codes(host_tree(self.trace).name)[0]  # np.unique's, by counting
 
     @cached_property
     def device_ranks(self) -> set:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import pandas as pd
 
 from ..idle import OTHER
 from ..capture import capture_count, captured_us
@@ -15,11 +16,11 @@ from .savings import Saving
 
 def _tiny_batch(ctx: Context) -> Finding | None:
     a, gpu = ctx.analysis, ctx.trace.gpu
-    kernels = gpu[gpu["cat"] == "kernel"]
+    kernels = pd.Series(gpu["dur"].to_numpy()[(gpu["cat"] == "kernel").to_numpy()])  # their durations
     if len(kernels) < TINY_BATCH.limit("min_kernels") or a.gpu.empty:
         return None
     util = float(a.gpu["busy_us"].sum() / max(a.gpu["span_us"].sum(), 1e-9))
-    median = float(kernels["dur"].median())
+    median = float(kernels.median())
     if util >= TINY_BATCH.limit("utilization") or median >= TINY_BATCH.limit("median_kernel_us"):
         return None
     captured = _captured(ctx)

@@ -80,7 +80,13 @@ class HostTree:
             child, par = child[order], par[order]
             ts, end = self.ts[child], self.end[child]
             # union of each parent's children: clip each start to the reach of the ones before
-            reach = pd.Series(end).groupby(par).cummax().to_numpy()
+            # each parent's running maximum of ends: ends coded in (parent, end) order never
+            # reach across parents (the codes of a later parent are all larger); NaN: pandas
+            code = tuple_codes(par, end)
+            value = np.empty(int(code.max()) + 1)
+            value[code] = end
+            reach = (value[np.maximum.accumulate(code)] if not np.isnan(end).any()
+                     else pd.Series(end).groupby(par).cummax().to_numpy())
             before = np.r_[-np.inf, reach[:-1]]
             before[np.r_[True, par[1:] != par[:-1]]] = -np.inf  # a parent's first child
             covered = np.where(ts >= before, dur[child], np.maximum(0.0, end - before))
