@@ -119,9 +119,12 @@ def categorize_names(names: Iterable[str]) -> np.ndarray:
 
 def _codes(values) -> tuple[np.ndarray, pd.Index]:
     series = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        series = series.cat.remove_unused_categories()
-        return series.cat.codes.to_numpy(), series.cat.categories
+    if isinstance(series.dtype, pd.CategoricalDtype):  # the categories used, in their order
+        codes, cats = series.cat.codes.to_numpy().astype(np.int64), series.cat.categories
+        used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(cats)))
+        remap = np.full(len(cats) + 1, -1, dtype=np.int64)  # [-1]: a missing value stays -1
+        remap[used] = np.arange(len(used))
+        return remap[codes], cats[used]
     codes, uniques = pd.factorize(series, use_na_sentinel=True)
     return codes, pd.Index(uniques)
 

@@ -21,12 +21,12 @@ _NOT_WORK = ("communication", "memcpy", "memset")
 def _dominant_kernel(ctx: Context) -> Finding | None:
     g = gpu_with_category(ctx.trace)
     total = float(g["dur"].sum())
-    work = g[~in_categories(g["category"], _NOT_WORK)]
-    if work.empty or total <= 0:
+    keep = ~in_categories(g["category"], _NOT_WORK)
+    if not keep.any() or total <= 0:
         return None
     limit = DOMINANT_KERNEL.limit("share")
-    dur = work["dur"].to_numpy()
-    name_codes, op_codes = work["name"].cat.codes.to_numpy(), work["op"].cat.codes.to_numpy()
+    dur = g["dur"].to_numpy()[keep]  # the work's columns read; its rows taken once it dominates
+    name_codes, op_codes = g["name"].cat.codes.to_numpy()[keep], g["op"].cat.codes.to_numpy()[keep]
     by_name, by_op = _sums_by_code(name_codes, dur), _sums_by_code(op_codes, dur)
     name_share = float(by_name.iloc[0]) / total
     op_share = float(by_op.iloc[0]) / total if len(by_op) else 0.0
@@ -36,6 +36,7 @@ def _dominant_kernel(ctx: Context) -> Finding | None:
         subject, rows = "op", op_codes == by_op.index[0]
     else:
         return None
+    work = g[keep]
     mine = work[rows]
     top = mine.groupby("name", observed=True, sort=False)["dur"].sum().idxmax()
     kern = mine[(mine["name"] == top).to_numpy()]

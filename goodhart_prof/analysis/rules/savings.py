@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace
+from ..intervals import first_positions, tuple_codes
 from ..setup import setup_bounds
 from ..tree import step_table
 
@@ -81,10 +82,17 @@ class Basis:
 
 def basis(trace: Trace) -> Basis:
     steps = step_table(trace)
-    if not steps.empty:
-        per = steps.groupby(["rank", "step"], sort=False)["dur"].max()  # one per (rank, iteration)
-        units = per.groupby(level="rank").size()
-        return Basis("iteration", float(per.mean()), {int(r): int(n) for r, n in units.items()})
+    if not steps.empty:  # one duration per (rank, iteration): its rows' longest (NaN skipped)
+        rank = steps["rank"].to_numpy(np.int64)
+        group = tuple_codes(rank, steps["step"].to_numpy(np.int64))
+        per = np.full(int(group.max()) + 1, np.nan)
+        np.fmax.at(per, group, steps["dur"].to_numpy(float))
+        first = first_positions(group)
+        per = per[np.argsort(first, kind="stable")]  # in order of appearance, as pandas sums them
+        known = ~np.isnan(per)  # the mean as pandas takes it: NaN as 0 in the sum, not counted
+        mean = np.where(known, per, 0.0).sum() / known.sum() if known.any() else np.nan
+        ranks, units = np.unique(rank[first], return_counts=True)
+        return Basis("iteration", float(mean), {int(r): int(n) for r, n in zip(ranks.tolist(), units.tolist())})
     ev = trace.events
     if ev.empty:
         return Basis("trace", float("nan"), {})
