@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
-from .intervals import covered_before, merge_intervals, thread_groups
+from .intervals import covered_before, merge_intervals, sorted_rows, thread_groups, tuple_codes
 
 # Ends of one collective on its ranks, after the clock offsets: NCCL completes a collective on all
 # ranks within a few microseconds (DLRM's 8 V100 ranks: 0-7 us); 100 us leaves room for larger
@@ -167,8 +167,9 @@ def rank_iterations(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
                      "compute_us": float((ke - ks).sum()), "comm_us": comm_us,
                      "exposed_us": comm_us - overlapped, "wait_us": 0.0, "last_count": 0})
     out = pd.DataFrame(rows, columns=RANK_COLUMNS)
-    if not out.duplicated(["iteration", "rank"]).any():  # one device per rank: nothing to add up
-        return out.sort_values(["iteration", "rank"], ignore_index=True)
+    pairs = tuple_codes(out["iteration"].to_numpy(np.int64), out["rank"].to_numpy(np.int64))
+    if len(np.unique(pairs)) == len(pairs):  # one device per rank: nothing to add up
+        return sorted_rows(out, ["iteration", "rank"])
     # a rank with several devices: its devices' figures add up
     return out.groupby(["iteration", "rank"], as_index=False).agg(
         step_us=("step_us", "first"), compute_us=("compute_us", "sum"), comm_us=("comm_us", "sum"),
