@@ -77,14 +77,18 @@ void arena_give(int at, char *mem, size_t size) {
     UNLOCK();
 }
 
-void release_arenas(void) {
+void release_arenas(size_t keep) {
+    size_t kept = 0;
     LOCK();
     for (int i = 0; i < ARENAS; i++) {
-        if (!arenas[i].busy && arenas[i].mem) {
-            unmap_bytes(arenas[i].mem, arenas[i].size);
-            arenas[i].mem = NULL;
-            arenas[i].size = 0;
+        if (arenas[i].busy || !arenas[i].mem) continue;
+        if (kept + arenas[i].size <= keep) {
+            kept += arenas[i].size;
+            continue;
         }
+        unmap_bytes(arenas[i].mem, arenas[i].size);
+        arenas[i].mem = NULL;
+        arenas[i].size = 0;
     }
     UNLOCK();
 }

@@ -10,8 +10,8 @@
    (NULL: out of memory). Give it back with arena_give. */
 int arena_take(size_t size, char **mem);
 void arena_give(int at, char *mem, size_t size);
-/* Unmap the arenas no parse holds. */
-void release_arenas(void);
+/* Unmap the arenas no parse holds, but up to `keep` bytes of them (the next load's). */
+void release_arenas(size_t keep);
 /* Register the fork handler (a child starts with the lock and every arena free). */
 void arenas_at_fork(void);
 

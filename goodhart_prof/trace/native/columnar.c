@@ -270,17 +270,18 @@ static PyObject *events(PyObject *self, PyObject *args) {
     return result;
 }
 
-static PyObject *release(PyObject *self, PyObject *unused) {
+static PyObject *release(PyObject *self, PyObject *args) {
     (void)self;
-    (void)unused;
+    Py_ssize_t keep = 0;
+    if (!PyArg_ParseTuple(args, "|n", &keep)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    release_arenas();
+    release_arenas(keep > 0 ? (size_t)keep : 0);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"release", release, METH_NOARGS, "release() -> None: give the memory kept between parses back to the system."},
+    {"release", release, METH_VARARGS, "release(keep=0) -> None: give the memory kept between parses back to the system, but up to `keep` bytes."},
     {"events", events, METH_VARARGS,
      "events(buffer, lo, hi) -> dict of columns, or None: the events `buffer[lo:hi]` (the inside of "
      "a JSON array: events and the commas between them; `buffer` may be a list of buffers, read as "
