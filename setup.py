@@ -5,7 +5,7 @@ built (no C compiler), the install goes on and the loader uses the msgspec path 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension(
-    "goodhart_prof.trace._columnar",
+    "goodhart_prof.trace.cdecoder",
     sources=[f"goodhart_prof/trace/native/{name}.c" for name in ("columnar", "walk", "intern", "arena", "yyjson")],
     include_dirs=["goodhart_prof/trace/native"],
     extra_compile_args=["-O2"],

@@ -32,7 +32,7 @@ FIXTURES = sorted(p for p in DATA.rglob("*") if p.is_file() and p.name.endswith(
 
 if columnar._columnar is None:
     if os.environ.get("CI"):  # .ci/run builds it (setup.py): its absence there is a failure
-        raise RuntimeError("the native decoder (goodhart_prof.trace._columnar) was not built")
+        raise RuntimeError("the native decoder (goodhart_prof.trace.cdecoder) was not built")
     pytest.skip("the native decoder is not built here (no C compiler)", allow_module_level=True)
 
 

@@ -19,23 +19,23 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from . import times
-from .columns import NUMBERS, _parse_int, categorical_of, float_or_nan, int_id, recode, values_column
+from .columns import NUMBERS, parse_int, categorical_of, float_or_nan, int_id, recode, values_column
 from .decode import DecodeError, TraceDoc, decode
 from .frame import events_end, events_start
 from .memory_table import empty_memory, memory_frame
 from .model import Frames
+from .piece import Piece
 from .op_labels import CONCRETE_INPUTS, INPUT_DIMS, INPUT_TYPES, comm_args_of, label_codes
 from .pieces import check_frame, find_cut, head_doc, merge_headers, tail_doc
 from .tables import complete_table, frame_keep, ranks_from_names
 
 try:
-    from . import _columnar
+    from . import cdecoder as _columnar
 except ImportError:  # not built here (no compiler), or built for another Python
     _columnar = None
 
@@ -44,19 +44,7 @@ _BOM = b"\xef\xbb\xbf"
 _RAW_KEYS = {INPUT_TYPES: "input_types", INPUT_DIMS: "input_dims", CONCRETE_INPUTS: "concrete_inputs"}
 
 
-@dataclass
-class NativeTables:
-    table: pd.DataFrame
-    frames: Frames
-    pid_rank: dict[int, int]
-    header: TraceDoc
-    skipped: int
-    memory: pd.DataFrame
-    unfit: int
-    decoded: int
-
-
-def events_tables(raw) -> "NativeTables | None":
+def events_tables(raw) -> "Piece | None":
     """A piece `[event, ...]` of an events array, or None (the msgspec path reads it)."""
     if not AVAILABLE:
         return None
@@ -69,7 +57,7 @@ def events_tables(raw) -> "NativeTables | None":
     return tables(cols, merge_headers([]))
 
 
-def document_tables(raw) -> "NativeTables | None":
+def document_tables(raw) -> "Piece | None":
     """A whole document: its head and tail (the fields around the events) by the msgspec
     decoder, its events array natively; None when it cannot be split that cheaply or any part
     is not plain (the whole-document decode then reads it, with its errors and leniency)."""
@@ -186,7 +174,7 @@ def join(a: dict, b: dict) -> dict:
     return out
 
 
-def tables(cols: dict, header: TraceDoc) -> NativeTables:
+def tables(cols: dict, header: TraceDoc) -> Piece:
     """The tables of a piece from its columns (`parse`) and its header fields."""
     ids: dict[str, int] = {}
     names = np.empty(len(cols["name_labels"]), dtype=object)
@@ -194,7 +182,7 @@ def tables(cols: dict, header: TraceDoc) -> NativeTables:
     table, skipped, unfit = _complete(cols["complete"], cols, names, ids)
     frames, frame_skipped, frame_unfit = _frames(cols["frames"], names, ids)
     pid_rank = ranks_from_names(cols["process_names"], ids)
-    return NativeTables(table, frames, pid_rank, header, skipped + frame_skipped, _memory(cols["memory"], ids),
+    return Piece(table, frames, pid_rank, header, skipped + frame_skipped, _memory(cols["memory"], ids),
                         unfit + frame_unfit, cols["events"])
 
 
@@ -209,7 +197,7 @@ def _ids(c: dict, ids: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     return pid, tid
 
 
-_INT_COLUMN = (np.int64, _parse_int, (int,))   # columns.int_column's rules
+_INT_COLUMN = (np.int64, parse_int, (int,))   # columns.int_column's rules
 _FLOAT_COLUMN = (np.float64, float_or_nan, NUMBERS)
 MEMORY_ABSENT = np.iinfo(np.int64).min  # columnar.c: a `[memory]` int arg that is absent
 
@@ -340,4 +328,4 @@ def _memory(c: dict, ids: dict[str, int]) -> pd.DataFrame:
                         col["total_allocated"], col["total_reserved"], col["addr"])
 
 
-__all__ = ["AVAILABLE", "NativeTables", "events_tables", "document_tables", "parse", "tables", "join", "release"]
+__all__ = ["AVAILABLE", "Piece", "events_tables", "document_tables", "parse", "tables", "join", "release"]

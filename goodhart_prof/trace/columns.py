@@ -52,7 +52,7 @@ def text_id(text: str) -> int:
     return -2 - int.from_bytes(digest, "little")
 
 
-def _parse_int(v) -> int:
+def parse_int(v) -> int:
     if v.__class__ is int:
         return v if INT64_MIN <= v <= INT64_MAX else -1
     if v.__class__ is str and v.isascii() and v.isdigit() and len(v) < 19:  # "²" is a digit to isdigit
@@ -96,7 +96,7 @@ NUMBERS = (int, float)
 
 
 def int_column(items: list, attr: str) -> np.ndarray:
-    return column(items, attr, np.int64, _parse_int, _INT)
+    return column(items, attr, np.int64, parse_int, _INT)
 
 
 def float_or_nan(v) -> float:

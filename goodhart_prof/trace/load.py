@@ -105,7 +105,7 @@ def _streamed_gzip(path: Path, progress: "Progress | None") -> "tuple[list[range
     (inflated again: cheap beside decoding), a smaller one comes back as `read_bytes` gives it."""
     native = native_gzip.document(path)
     if native is not None:
-        return [ranges.Piece(**vars(native))], None
+        return [native], None
     head: list[bytes] = []
     total = 0
     try:

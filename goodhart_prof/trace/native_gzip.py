@@ -15,10 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import columnar
+from .piece import Piece
 from .decode import DecodeError, decode
 from .file_bytes import GZIP_MAGIC, gunzip_limit, inflate_chunks, read_all
 from .frame import events_end, events_start
-from .pieces import _BOUNDARY, PIECE_BYTES, check_frame, head_doc, merge_headers, tail_doc
+from .pieces import BOUNDARY, PIECE_BYTES, check_frame, head_doc, merge_headers, tail_doc
 
 CHUNK_BYTES = 4 << 20  # inflated a step at a time, so the parse can start halfway
 TAIL_BYTES = 1 << 20   # the fields after the events are looked for in this much of the end
@@ -58,7 +59,7 @@ class _Inflated:
             self.cond.wait_for(lambda: self.finished or self.total >= nbytes)
 
 
-def document(path: Path) -> "columnar.NativeTables | None":
+def document(path: Path) -> "Piece | None":
     """The tables of a gzip file's document, or None (the loader's other ways read it)."""
     if not columnar.AVAILABLE:
         return None
@@ -79,7 +80,7 @@ def document(path: Path) -> "columnar.NativeTables | None":
         inflated.thread.join()
 
 
-def _read(inflated: _Inflated, size: int) -> "columnar.NativeTables | None":
+def _read(inflated: _Inflated, size: int) -> "Piece | None":
     inflated.wait_for(size // 2)
     with inflated.cond:
         chunks = list(inflated.chunks)
@@ -122,7 +123,7 @@ def _cut_after(chunks: list[bytes], at: int) -> "tuple[int, int] | None":
     offset = 0
     for chunk in chunks:
         if offset + len(chunk) > at:
-            found = _BOUNDARY.search(chunk, max(0, at - offset))
+            found = BOUNDARY.search(chunk, max(0, at - offset))
             if found is not None:
                 return offset + found.start(), offset + found.end() - 1
         offset += len(chunk)

@@ -12,7 +12,6 @@ go the msgspec way (ranges.py over processes, or pieces.py): None here.
 from __future__ import annotations
 
 import os
-import re
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,13 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from . import columnar
+from .piece import Piece
 from .file_bytes import FileChanged, same_file
-from .pieces import merge_headers
+from .pieces import BOUNDARY, merge_headers
 from .progress import Progress
 
 WINDOW_BYTES = 48 << 20
 IN_FLIGHT = 2
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
 class _Handed(Exception):
@@ -43,7 +42,7 @@ def last_cut(buf, n: int) -> "tuple[int, int] | None":
         tail = bytes(view[lo:n])
         at = tail.rfind(b"}")
         while at >= 0:
-            found = _BOUNDARY.match(tail, at)
+            found = BOUNDARY.match(tail, at)
             if found is not None:
                 return lo + at, lo + found.end() - 1
             at = tail.rfind(b"}", 0, at)
@@ -55,7 +54,7 @@ def last_cut(buf, n: int) -> "tuple[int, int] | None":
 def file_events(path: Path, before: os.stat_result, start: int, end: int,
                 progress: "Progress | None" = None) -> "list | None":
     """The events `start..end` of a plain file (`[` at start - 1, `]` at end) as native tables
-    (columnar.NativeTables), in file order; None when a window is not read natively."""
+    (Piece), in file order; None when a window is not read natively."""
     if not columnar.AVAILABLE:
         return None
     results = []
@@ -106,7 +105,7 @@ def _read_at(fh, view: memoryview, pos: int) -> int:
     return fh.readinto(view) or 0
 
 
-def _window(chunk: bytes, hi: int) -> "tuple[columnar.NativeTables, int]":
+def _window(chunk: bytes, hi: int) -> "tuple[Piece, int]":
     cols = columnar.parse(chunk, 0, hi)
     if cols is None:
         raise _Handed()

@@ -19,7 +19,7 @@ from .decode import ArrayEnd, DecodeError, TraceDoc, ambiguous
 from .file_bytes import FileChanged, gunzip_limit, inflate_chunks, read_all, same_file
 from .frame import HEAD_LIMIT, TAIL_LIMIT, TAIL_WINDOW, events_end, events_start, top_keys
 
-_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 PIECE_BYTES = 64 << 20  # a document bigger than this is decoded piece by piece (bounded memory); the
 #                         loader cuts a plain one into byte ranges of its events, one process each
 TAIL_GUARD = 4 << 20  # no cut this close to the end (the fields after the events are not cut)
@@ -134,7 +134,7 @@ class _Cutter:
     def events(self, ends_doc: bool) -> list:
         search, failures = 1, 0
         while True:
-            match = _BOUNDARY.search(self.buf, max(self.piece_bytes, search))
+            match = BOUNDARY.search(self.buf, max(self.piece_bytes, search))
             if self.more and (match is None or len(self.buf) - match.end() < TAIL_GUARD):
                 self.read()
                 continue
@@ -215,7 +215,7 @@ def find_cut(fh, pos: int, limit: int, size: int = 1 << 20) -> "tuple[int, int] 
     buffer), before `limit`: (index of the `}`, index of the `{`)."""
     while pos < limit:
         window = pread(fh, min(size, limit - pos) + 64, pos)
-        match = _BOUNDARY.search(window)
+        match = BOUNDARY.search(window)
         if match is not None and pos + match.end() <= limit:
             return pos + match.start(), pos + match.end() - 1
         pos += size

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import os
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from ..errors import TraceError
 from ..textsafe import quote_path
 from . import columnar, native_ranges
 from .columns import new_ids
+from .piece import Piece
 from .decode import TraceDoc, decode, decode_events
 from .memory_table import memory_table
-from .model import Frames
 from .pieces import (PIECE_BYTES, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks,
                      split_range, stream_pieces)
 from .progress import Progress
@@ -41,24 +39,12 @@ FIRST_PIECE_SHARE = 0.62  # measured: the worker also maps pages, pickles and sh
 PARALLEL_DOC_BYTES = 24 << 20
 
 
-@dataclass
-class Piece:
-    table: pd.DataFrame
-    frames: Frames
-    pid_rank: dict[int, int]
-    header: TraceDoc
-    skipped: int
-    memory: pd.DataFrame
-    unfit: int = 0    # of `skipped`: beyond 2^53 us (times.fits)
-    decoded: int = 0  # events the piece decoded (any phase)
-
-
 def piece_of(raw) -> Piece:
     """A whole document, or the head or tail of a cut one (a document with no events): its
     events natively when it can (columnar.py), else by the typed msgspec decode."""
     native = columnar.document_tables(raw)
     if native is not None:
-        return Piece(**vars(native))
+        return native
     doc, skipped = decode(raw)
     return tables_of(doc, skipped)
 
@@ -67,7 +53,7 @@ def events_of(raw) -> Piece:
     """A piece `[event, ...]` of a cut document's events array (natively when it can)."""
     native = columnar.events_tables(raw)
     if native is not None:
-        return Piece(**vars(native))
+        return native
     doc, skipped = decode_events(raw)
     return tables_of(doc, skipped)
 
@@ -174,7 +160,7 @@ def native_file_ranges(path: Path, before: os.stat_result, frame: tuple, progres
     read = native_ranges.file_events(path, before, start, end, progress)
     if read is None:
         return None
-    return [piece_of(head)] + [Piece(**vars(t)) for t in read] + [piece_of(tail)]
+    return [piece_of(head)] + read + [piece_of(tail)]
 
 
 def buffer_ranges(path: Path, raw, parts: int, piece_bytes: int = PIECE_BYTES) -> "list[Piece] | None":

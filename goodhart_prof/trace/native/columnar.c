@@ -9,7 +9,7 @@
    same tables or the error. So this is a fast path only: it never decides anything the msgspec
    path would decide differently.
 
-   Values are cleaned as tables.py cleans them (columns.py `_parse_int`, `_gpu_id`, NaN for an
+   Values are cleaned as tables.py cleans them (columns.py `parse_int`, `_gpu_id`, NaN for an
    absent number); what columns.py reads by Python's own rules (text in a number field, a null
    id) is handed over as Python values (odd_ids, odd_args). Names and categories are interned
    (codes in order of first appearance, into lists of str or None); `Input type`, `Input Dims`
@@ -289,9 +289,9 @@ static PyMethodDef methods[] = {
      "decode must read them). The GIL is released while the bytes are parsed and walked."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_columnar", NULL, -1, methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "cdecoder", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__columnar(void) {
+PyMODINIT_FUNC PyInit_cdecoder(void) {
     arenas_at_fork();
     return PyModule_Create(&module);
 }
