@@ -15,11 +15,19 @@ import goodhart_prof.trace.decode as decoder
 import goodhart_prof.trace.load as loader
 import goodhart_prof.trace.pieces as cutter
 import goodhart_prof.trace.ranges as ranges
+from goodhart_prof.trace import columnar
 from goodhart_prof.trace.load import load
 
 DATA = Path(__file__).parent / "data"
 V100 = DATA / "hta" / "v100_ddp_rank1.json.gz"  # 35 MB of JSON, memory events, 2 GPUs' kernels
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def msgspec_way(monkeypatch):
+    """These tests are about the msgspec way's pieces and ranges: the native decoder (which reads
+    windows of its own, tests/test_native_decoder.py and test_loader.py) is off here."""
+    monkeypatch.setattr(columnar, "AVAILABLE", False)
 
 
 def same_trace(a, b) -> None:
