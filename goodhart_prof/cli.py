@@ -6,10 +6,11 @@ import sys
 
 import click
 
-from . import __version__, run_options
+from . import __version__
+from .capture import run_options
 from .errors import UserError, out_of_memory, run_cli, warn
 from .textsafe import printable, quote_path
-from .settings import DEFAULT_MODE, DEFAULT_WINDOW, MODES, SettingsError, parse_iterations
+from .capture.settings import DEFAULT_MODE, DEFAULT_WINDOW, MODES, SettingsError, parse_iterations
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,7 +54,7 @@ def run(iterations, mode, verbose, name, **trainer_values):
     metrics.jsonl; OUTPUT_DIR/latest then points at it. --resume continues the run --name names,
     else the newest run with a checkpoint, in its own folder.
     """
-    from . import runs
+    from .capture import runs
 
     root = runs.output_root(trainer_values["output_dir"], os.environ)
     window = iterations if iterations is not None else run_options.env_window(os.environ)
@@ -82,7 +83,7 @@ def run(iterations, mode, verbose, name, **trainer_values):
 
 def _latest(what: str) -> str:
     """The latest run's folder under PROF_OUTPUT_DIR or traces, for a command given no PATH."""
-    from . import runs
+    from .capture import runs
 
     run = runs.latest_run(runs.output_root(None, os.environ))
     click.echo(printable(f"{what} the latest run: {run.describe()}"), err=True)
@@ -154,7 +155,7 @@ def _analyze(path, as_json, top, rank, device, hta, progress, html_file, force, 
         trace = trace.select(rank, device)
     result = run_analysis(trace)
     if html_file:
-        from .report.html import write_html
+        from .report.html.page import write_html
         write_html(result, html_file, force)
         click.echo(f"wrote {quote_path(html_file)}", err=True)
     if as_json:
@@ -163,7 +164,7 @@ def _analyze(path, as_json, top, rank, device, hta, progress, html_file, force, 
         explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
         click.echo(json.dumps(to_document(result, top if explicit_top else None), indent=1))
         return
-    from .report.text import render, render_hta
+    from .report.text.report import render, render_hta
     console = _console()
     render(result, console, top)
     if hta:
@@ -207,9 +208,9 @@ def diff(a, b, root, as_json, html_file, force, top):
     A and B are trace files, folders, run folders or run names under the root. Without them:
     the last two complete runs under the root (by run.json `created`).
     """
-    from . import runs
+    from .capture import runs
     from .analysis import analyze as run_analysis
-    from .analysis.compare import compare
+    from .analysis.compare.comparison import compare
     from .trace.load import load
     from .trace.run import read_run
 
@@ -232,17 +233,17 @@ def diff(a, b, root, as_json, html_file, force, top):
     with out_of_memory(a, b):
         comparison = compare(run_analysis(load(a)), run_analysis(load(b)), *runs)
         if html_file:
-            from .report.diff_html import write_html
+            from .report.diff.page import write_html
             write_html(comparison, html_file, force=force, top=top)
             click.echo(f"wrote {quote_path(html_file)}", err=True)
         if as_json:
             import json
-            from .report.diff_json import to_document
+            from .report.diff.document import to_document
             explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
             click.echo(json.dumps(to_document(comparison, top if explicit_top else None), indent=1,
                                   allow_nan=False))
             return
-        from .report.diff_text import render as render_diff
+        from .report.diff.text import render as render_diff
         render_diff(comparison, _console(), top)
 
 
@@ -304,9 +305,9 @@ def export(path, output, force):
     """Export a trace with our analysis (utilization counters, sync instants, launch flows) for
     the Perfetto UI. Without PATH: the latest run."""
     from .analysis import analyze as run_analysis
-    from .report.export_common import check_output
-    from .report.perfetto import output_format, write_perfetto
-    from .report.chrome_json import write_chrome_json
+    from .report.export.common import check_output
+    from .report.export.perfetto import output_format, write_perfetto
+    from .report.export.chrome_json import write_chrome_json
     from .trace.load import load
 
     fmt = output_format(output)

@@ -12,10 +12,10 @@ first). Row fields (`FIELDS`):
 | date, created | local date (markdown) and ISO timestamp (JSONL) of the append |
 | change | what this run changed (`--change`) |
 | trace | PATH as given |
-| iteration_ms | median CPU time of one `ProfilerStep#N` over the counted iterations (warm-up excluded; per iteration the largest rank's: `analysis/noise.py`), ms; without counted iterations, the mean over all steps |
-| iteration_ms_low, _high, _n | its interval (`analysis/spread.py`) and number of iterations (JSONL only) |
+| iteration_ms | median CPU time of one `ProfilerStep#N` over the counted iterations (warm-up excluded; per iteration the largest rank's: `analysis/compare/noise.py`), ms; without counted iterations, the mean over all steps |
+| iteration_ms_low, _high, _n | its interval (`analysis/compare/spread.py`) and number of iterations (JSONL only) |
 | env_steps_per_s | median env-steps/s over the run's throughput iterations (metrics.jsonl of the run folder PATH is or lies in: untraced, warm-up excluded, `trace/run.py`); without metrics.jsonl, run.json's `env_steps_per_s` (no spread); empty without a run |
-| env_steps_per_s_low, _high, _n | the median's interval (`analysis/spread.py`) and the number of iterations (JSONL only; null: no spread recorded) |
+| env_steps_per_s_low, _high, _n | the median's interval (`analysis/compare/spread.py`) and the number of iterations (JSONL only; null: no spread recorded) |
 | gpu_busy_pct | GPU busy / span over all devices, % |
 | syncs_per_iteration | sync points inside `ProfilerStep#N` per step |
 | top_kernel, top_kernel_pct | the kernel with the most GPU time and its share of GPU activity time, % |
@@ -120,7 +120,7 @@ def _run(path: str | os.PathLike):
 def throughput(run) -> dict[str, Any]:
     """The row's env-steps/s fields: the median and interval of the run's per-iteration values
     (metrics.jsonl), else run.json's figure without spread, else nothing (no run)."""
-    from .analysis.spread import median_interval
+    from .analysis.compare.spread import median_interval
 
     empty = {"env_steps_per_s": None, "env_steps_per_s_low": None, "env_steps_per_s_high": None,
              "env_steps_per_s_n": None}
@@ -146,8 +146,8 @@ def memcpy_htod_us(trace) -> float:
 
 def iteration_time(analysis, run) -> dict[str, Any]:
     """The iteration time fields: median and interval over the counted iterations (ms)."""
-    from .analysis.compare import mean_iteration_us
-    from .analysis.noise import ITERATION_TIME, noise
+    from .analysis.compare.summary import mean_iteration_us
+    from .analysis.compare.noise import ITERATION_TIME, noise
 
     n = noise(analysis, run)
     if not n.n:
@@ -165,7 +165,7 @@ def measure(analysis, path: str | os.PathLike) -> dict[str, Any]:
 
 def _measured(analysis, path: str | os.PathLike, run) -> dict[str, Any]:
     """`measure`, with the run record (or None) of the run path belongs to already read."""
-    from .analysis.compare import syncs_per_iteration
+    from .analysis.compare.summary import syncs_per_iteration
 
     busy, span = float(analysis.gpu["busy_us"].sum()), float(analysis.gpu["span_us"].sum())
     top = analysis.kernels.iloc[0] if len(analysis.kernels) else None
@@ -397,7 +397,7 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _noise_verdict(field: str, a: dict[str, Any], b: dict[str, Any], verdict: str | None) -> str | None:
     """better/worse only when both rows carry intervals that do not overlap (module docstring)."""
-    from .analysis.spread import MIN_ITERATIONS
+    from .analysis.compare.spread import MIN_ITERATIONS
 
     spreads = [(r.get(f"{field}_low"), r.get(f"{field}_high"), r.get(f"{field}_n")) for r in (a, b)]
     if any(not isinstance(n, int) or (n >= MIN_ITERATIONS and (lo is None or hi is None))

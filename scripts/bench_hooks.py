@@ -48,8 +48,8 @@ from typing import Any
 
 import torch
 
-import goodhart_prof.hooks as prof_hooks
-from goodhart_prof.hooks import ProfilerHooks, ProfSettings, make_hooks
+import goodhart_prof.capture.hooks as prof_hooks
+from goodhart_prof.capture.hooks import ProfilerHooks, ProfSettings, make_hooks
 from benchlib import ForeignLoad, device_name, sync
 from trainer.config import ConfigError, build_config, to_dict
 from trainer.env import GoodhartGridWorld

@@ -7,7 +7,7 @@ only how the events spread over entities changes:
   few      4 host threads, 1 rank, 1 GPU, 4 streams, ~40 distinct names (the reference)
   threads  the units spread over `--threads` host threads (default 100,000)
   ranks    one merged trace of `--ranks` ranks (default 20,000; `process_name` "rank N", GPU
-           streams as goodhart_prof/merge.py writes them)
+           streams as goodhart_prof/trace/merge.py writes them)
   names    every kernel a distinct name (`--units` of them)
   ops      every cpu op a distinct name
   streams  the kernels spread over 10,000 streams

@@ -77,7 +77,7 @@ from benchlib import ForeignLoad  # noqa: E402
 from goodhart_prof.analysis import analyze  # noqa: E402
 from goodhart_prof.analysis.rules import ZOO_RULES  # noqa: E402
 from goodhart_prof.fileio import write_json  # noqa: E402 (atomic: a temp file, then os.replace)
-from goodhart_prof.settings import parse_iterations  # noqa: E402
+from goodhart_prof.capture.settings import parse_iterations  # noqa: E402
 from goodhart_prof.trace.load import load  # noqa: E402
 from trainer import antipatterns  # noqa: E402
 

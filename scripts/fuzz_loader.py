@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Fuzz the trace loader for a while: `python scripts/fuzz_loader.py [--seconds 60] [--seed S]`.
 
-Damaged versions of real traces (tests/trace_mutations.py: dropped keys, values of the wrong
+Damaged versions of real traces (tests/support/trace_mutations.py: dropped keys, values of the wrong
 type or out of range, NaN/Infinity, cut or garbage bytes, gzip or not), plus the hand-made
-broken corpus (tests/broken_corpus.py) once at the start, go through the property that
-tests/test_loader_properties.py checks in a bounded run: the loader loads the file and the
+broken corpus (tests/support/broken_corpus.py) once at the start, go through the property that
+tests/trace/test_load_properties.py checks in a bounded run: the loader loads the file and the
 analysis and both reports run, or it raises TraceError with a one-line message naming the file.
 
 Hypothesis generates the inputs in rounds of 200 with fresh randomness, without shrinking (a

@@ -32,7 +32,7 @@ Wheels: the GPU image lacks msgspec, isal, perfetto and plotly and reaches no re
 one of those packages is missing, they are installed first with `pip --no-index --target` into
 the work folder, which every child then has on its PYTHONPATH.
 
---dry-run: the same steps on the CPU at tiny sizes, with a 90 s budget (tests/test_gpu_acceptance.py
+--dry-run: the same steps on the CPU at tiny sizes, with a 90 s budget (tests/e2e/test_gpu_acceptance.py
 runs it, so the script cannot rot between GPU draws). docs/gpu.md has the plan's estimate, what
 each figure means and where the results go.
 """

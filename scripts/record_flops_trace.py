@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Record tests/data/ours/cpu_flops_ops.json.gz: a small CPU trace of GEMM, batched GEMM,
 convolution and attention ops with shapes and torch's own FLOP estimate (`with_flops=True`), for
-tests/test_efficiency.py to check our FLOP formulas against torch's `flops` arg.
+tests/analysis/gpu/test_efficiency.py to check our FLOP formulas against torch's `flops` arg.
 
     python scripts/record_flops_trace.py [OUT]
 

@@ -59,7 +59,7 @@ def snapshot(path: Path) -> dict:
 
     from goodhart_prof.analysis import analyze
     from goodhart_prof.report.json_report import to_document
-    from goodhart_prof.report.text import render
+    from goodhart_prof.report.text.report import render
     from goodhart_prof.trace.load import load
     try:
         result = analyze(load(path, progress=False))

@@ -14,7 +14,7 @@ metrics.jsonl):
    median over their last 10% within --max-growth (5%) of the median over their first 10%.
    (Not the distance from the RSS before the window: the window's peak may leave the heap
    somewhat larger, which costs a bounded few MB and stays put; GOODHART_HEAP_GUARD=1 narrows
-   it, goodhart_prof/heap_guard.py. It is printed, not judged. --heap-guard runs with it.)
+   it, goodhart_prof/capture/heap_guard.py. It is printed, not judged. --heap-guard runs with it.)
 
 Prints a table of RSS by progress for each run and, as its last line, one JSON object with the
 figures and the verdicts. Exit code 1 when a verdict fails. Timings do not matter here, so a

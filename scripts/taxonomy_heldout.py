@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from goodhart_prof.analysis.kernels import kernel_table  # noqa: E402
+from goodhart_prof.analysis.gpu.kernels import kernel_table  # noqa: E402
 from goodhart_prof.trace.load import load  # noqa: E402
 
 

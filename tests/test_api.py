@@ -4,14 +4,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import goodhart_prof
 from goodhart_prof.analysis import analyze
 from goodhart_prof.report.json_report import to_document
 from goodhart_prof.trace.load import load
+from tests.support.paths import DATA
 
-V100 = Path(__file__).parent / "data" / "hta" / "v100_ddp_rank1.json.gz"
+V100 = DATA / "hta" / "v100_ddp_rank1.json.gz"
 
 
 def test_one_call_gives_the_analysis_and_the_cli_json():

@@ -6,8 +6,8 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("goodhart_prof", "trainer")
 SCANNED = ("goodhart_prof", "trainer", "scripts")
 

@@ -15,9 +15,9 @@ import pytest
 
 from goodhart_prof import perflog
 
-from helpers import clean_env, run_main
+from tests.support.helpers import clean_env, run_main
+from tests.support.paths import DATA
 
-DATA = Path(__file__).parent / "data"
 H100 = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
 MI250 = DATA / "hta" / "mi250_minitoy_rocm.json.gz"
 N_CELLS = len(perflog.COLUMNS)

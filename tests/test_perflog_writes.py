@@ -13,9 +13,10 @@ from goodhart_prof import perflog
 from goodhart_prof.analysis import analyze
 from goodhart_prof.errors import UserError
 from goodhart_prof.trace.load import load
-from mounts import fill, small_disk
+from tests.support.mounts import fill, small_disk
+from tests.support.paths import DATA
 
-MI250 = Path(__file__).parent / "data" / "hta" / "mi250_minitoy_rocm.json.gz"
+MI250 = DATA / "hta" / "mi250_minitoy_rocm.json.gz"
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import click
 
-from goodhart_prof import run_options
+from goodhart_prof.capture import run_options
 from goodhart_prof.errors import UserError, run_cli
 from goodhart_prof.fileio import take_folder_lock, write_error
-from goodhart_prof.hooks import ProfSettings, SettingsError
-from goodhart_prof.runs import refuse_finished
+from goodhart_prof.capture.hooks import ProfSettings, SettingsError
+from goodhart_prof.capture.runs import refuse_finished
 
 from .config import Config, ConfigError, build_config, to_dict
 from .launch import (RankFailed, clear_earlier_outputs, describe_failure, earlier_outputs,

@@ -167,7 +167,7 @@ def clip_grad_norm_with_readback(params: list[torch.Tensor], max_norm: float) ->
 # covers the default window (iterations 50-55 of 56, plus the warm-up's loss): allocated memory
 # grows every iteration up to iteration KEPT_LOSSES - 2 (one loss per iteration and one from the
 # warm-up), then stays flat. Measured with the CUDA preset's network under bf16 autocast
-# (tests/test_zoo.py pins it): one kept loss holds 4,446,912 B (its graph's saved activations, the
+# (tests/trainer/test_antipatterns.py pins it): one kept loss holds 4,446,912 B (its graph's saved activations, the
 # bf16 weight copies autocast made for it, the float32 value head's input), so the history holds
 # at most 64 x 4,446,912 B = 284,602,368 B (about 285 MB).
 VALUED_ROWS = 256

@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from goodhart_prof.run_options import MAX_SEED
-from goodhart_prof.settings import DEFAULT_OUTPUT_DIR
+from goodhart_prof.capture.run_options import MAX_SEED
+from goodhart_prof.capture.settings import DEFAULT_OUTPUT_DIR
 
 MAX_SIZE = 2**31 - 1  # a size of the world or the model: torch's int32 index limit
 POPART_BETA = 0.1  # the default, here only (trainer/policy.py PopArtValueHead gives the reason)

@@ -28,8 +28,8 @@ import torch
 
 from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import write_json, writing
-from goodhart_prof.hooks import ProfSettings, trace_name, traced_iterations
-from goodhart_prof.runs import CREATED
+from goodhart_prof.capture.hooks import ProfSettings, trace_name, traced_iterations
+from goodhart_prof.capture.runs import CREATED
 from goodhart_prof.textsafe import quote_path
 
 from .config import Config
@@ -243,7 +243,7 @@ def merge_traces(traces: dict[int, Path], trace_dir: Path) -> Path | None:
     if not traces:
         return None
     try:
-        from goodhart_prof.merge import merge_rank_traces
+        from goodhart_prof.trace.merge import merge_rank_traces
     except ModuleNotFoundError as exc:
         sys.stderr.write(f"{quote_path(trace_dir)}: rank traces written, not merged: {exc.name} is "
                          f"not installed (pip install {exc.name}; goodhart-prof analyze reads the "

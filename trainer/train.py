@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from goodhart_prof.fileio import writing
-from goodhart_prof.hooks import NoHooks, ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import NoHooks, ProfSettings, make_hooks
 
 from . import antipatterns
 from .config import Config

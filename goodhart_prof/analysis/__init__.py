@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..trace.model import Trace
-from .burstiness import DeviceBurstiness
-from .comm import Communication
-from .critical_path import CriticalPath
-from .memory import Memory
-from .efficiency import Efficiency
+from .gpu.burstiness import DeviceBurstiness
+from .ranks.communication import Communication
+from .critical.path import CriticalPath
+from .memory.usage import Memory
+from .gpu.efficiency import Efficiency
 from .rules.base import Finding, NotJudged
-from .stragglers import Ranks
-from .syncs import SyncSummary
+from .ranks.stragglers import Ranks
+from .host.syncs import SyncSummary
 from .timing import Stages
 
 
@@ -47,17 +47,17 @@ class Analysis:
 
 def analyze(trace: Trace) -> Analysis:
     from . import rules
-    from .burstiness import burstiness
-    from .comm import comm_kernels, communication, has_communication
-    from .critical_path import critical_path
-    from .efficiency import efficiency
-    from .gpu_time import gpu_time
-    from .kernels import category_table, kernel_table, library_table
-    from .memory import memory
-    from .hotops import hot_ops
-    from .phases import over_ranks, phases_by_rank
-    from .stragglers import empty_ranks, rank_tables
-    from .syncs import split_host_reads, sync_points, sync_summary
+    from .gpu.burstiness import burstiness
+    from .ranks.communication import comm_kernels, communication, has_communication
+    from .critical.path import critical_path
+    from .gpu.efficiency import efficiency
+    from .gpu.device_time import gpu_time
+    from .gpu.kernels import category_table, kernel_table, library_table
+    from .memory.usage import memory
+    from .host.hottest_ops import hot_ops
+    from .host.phases import over_ranks, phases_by_rank
+    from .ranks.stragglers import empty_ranks, rank_tables
+    from .host.syncs import split_host_reads, sync_points, sync_summary
 
     st = Stages()
     points, reads = st.run("sync_points", lambda: split_host_reads(trace, sync_points(trace)))

@@ -307,7 +307,7 @@ def per_segment(values: np.ndarray, bounds: np.ndarray, fn, flat: bool = False) 
     """fn applied to each segment [bounds[i], bounds[i+1]) of `values` at once: segments of
     equal length are stacked as the rows of a matrix and fn(matrix) gives one result row per
     segment (numpy's reductions along the rows of a row-major matrix round exactly as on each
-    row alone: tests/test_scale.py). Segments of n distinct lengths cost n calls, at most
+    row alone: tests/analysis/test_scale.py). Segments of n distinct lengths cost n calls, at most
     sqrt(2 * len(values)). Results: one row per segment (NaN for empty segments), or with
     `flat`, fn's rows laid out as `values` (fn keeps each row's length)."""
     values = np.asarray(values)

@@ -227,7 +227,7 @@ def step_windows(trace: Trace) -> StepWindows:
 
 def _step_windows(trace: Trace) -> StepWindows:
     from .intervals import first_positions, segment_merge, tuple_codes
-    from .links import gpu_launches
+    from .host.links import gpu_launches
     from .tree.host import iterations
     steps = find_iterations(trace).table
     if steps.empty:

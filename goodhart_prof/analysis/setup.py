@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..trace.model import Trace
 from .iterations import find_iterations
-from .links import gpu_launches
+from .host.links import gpu_launches
 
 TOP_OPS = 3
 
@@ -131,7 +131,7 @@ def _setup(trace: Trace) -> Setup:
 
 def _calls(trace: Trace) -> list[dict[str, Any]]:
     """The runtime calls of idle.py's kinds that start in setup, per (kind, name), longest first."""
-    from .host_segments import KINDS, runtime_calls
+    from .gpu.host_segments import KINDS, runtime_calls
     from .tree import host_tree
     tree = host_tree(trace)
     ts, end, code, kind, lo, hi = runtime_calls(trace, tree)

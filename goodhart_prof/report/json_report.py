@@ -98,7 +98,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
 def _not_recorded(trace) -> "dict[str, Any] | None":
     """A trace with GPUs but no GPU activity recorded (gpu_time.unrecorded_gpu): what shows the
     GPUs were there, and the sentence the reports print; None otherwise."""
-    from ..analysis.gpu_time import unrecorded_gpu
+    from ..analysis.gpu.device_time import unrecorded_gpu
     u = unrecorded_gpu(trace)
     if u is None:
         return None
@@ -107,12 +107,12 @@ def _not_recorded(trace) -> "dict[str, Any] | None":
 
 
 def _phases_json(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    from ..analysis.phases import phases_json
+    from ..analysis.host.phases import phases_json
     return phases_json(frame)
 
 
 def _host_ops_json(frame: pd.DataFrame, top: int | None) -> dict[str, Any]:
-    from ..analysis.hotops import hot_ops_json
+    from ..analysis.host.hottest_ops import hot_ops_json
     return hot_ops_json(frame, top)
 
 

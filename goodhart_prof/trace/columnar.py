@@ -11,7 +11,7 @@ same tables or the error. Without the extension (no compiler; another Python on 
 
 The tables are then finished by the same code as the msgspec path's (`tables.complete_table`,
 `columns.categorical_of`, `op_labels.label_codes`, `memory_table.memory_frame`), so the two
-paths differ only in how values are read (tests/test_native_decoder.py compares them on every
+paths differ only in how values are read (tests/trace/test_columnar.py compares them on every
 fixture trace and on the broken corpus).
 """
 from __future__ import annotations

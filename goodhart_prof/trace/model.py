@@ -16,7 +16,7 @@
 | bytes | float64 | bytes moved by a memcpy/memset; NaN when absent |
 | input_types | category | a cpu op's or `nccl:*` annotation's `Input type` (record_shapes): the list joined by `, ` (`c10::BFloat16, c10::BFloat16, , Scalar`; a non-string entry is blank); NaN when absent, not a list or string, or on another row |
 | comm_args | category | what a collective moves, on `record_param_comms` cpu ops and NCCL/RCCL kernels that record it: `Collective name`, `In msg nelems`, `Out msg nelems`, `Group size`, `dtype`, `Process Group Name` joined by `|` (`allreduce|2873320|2873320|8|BFloat16|0`; an absent or unusable value is blank; `comm_arg_table` splits them); NaN elsewhere |
-| input_dims | category | the `Input Dims` (record_shapes) of a cpu op, or of an `nccl:*` annotation (a collective's buffers: analysis/comm.py): each input's sizes joined by `x`, inputs joined by `, ` (`141x512, 512x512, , `: blank for a scalar or 0-d tensor, `?` for a tensor list or an odd entry); NaN when absent or not a list, and on every other row |
+| input_dims | category | the `Input Dims` (record_shapes) of a cpu op, or of an `nccl:*` annotation (a collective's buffers: analysis/ranks/communication.py): each input's sizes joined by `x`, inputs joined by `, ` (`141x512, 512x512, , `: blank for a scalar or 0-d tensor, `?` for a tensor list or an odd entry); NaN when absent or not a list, and on every other row |
 | concrete_inputs | category | the `Concrete Inputs` of a cpu op named in SHAPED_OPS (newer torch: the scalar arguments as text) joined by `|` (`, , , [2, 2], [1, 1], [1, 1], False, [0, 0], 1` becomes `|||[2, 2]|[1, 1]|[1, 1]|False|[0, 0]|1`; a non-string entry is blank); NaN when absent and on every other row |
 | flops | float64 | a cpu op's `flops` (the profiler's own estimate, `with_flops=True`); NaN when absent |
 
@@ -83,7 +83,7 @@ NEVER_USER_FRAMES = ("torch/", "<built-in ")
 # user's behalf (torch.distributions' argument validation: `if not valid.all():`; torch.nn.utils'
 # clip_grad_norm_(error_if_nonfinite=True): `if torch.logical_or(norm.isnan(), norm.isinf()):`),
 # so that a read made inside them is put on torch's function and the user's line that called it
-# (analysis/sites.py). Not torch/utils/: on the real traces (TraceLens) nearly all its frames
+# (analysis/host/sites.py). Not torch/utils/: on the real traces (TraceLens) nearly all its frames
 # around reads are `_device.py` __torch_function__, which only passes the user's own ops through
 # `with torch.device(...)`; the rest is one DataLoader seed `.item()` per iterator. torch/profiler/:
 # the profiler synchronizes the device itself when a window starts or stops (`prof.step()`,
@@ -131,7 +131,7 @@ class Frames:
 COMM_ARG_FIELDS = ("collective", "in_nelems", "out_nelems", "group_size", "dtype", "process_group")
 COMM_TEXT_FIELDS = ("collective", "dtype", "process_group")
 # The cpu ops whose `Concrete Inputs` the loader keeps (the `concrete_inputs` column): the GEMM,
-# convolution and attention ops analysis/efficiency.py computes FLOPs for. Other ops' scalars are
+# convolution and attention ops analysis/gpu/efficiency.py computes FLOPs for. Other ops' scalars are
 # skipped at load. `Input Dims` are kept for every cpu op (rules/hostthreads.py judges ops on tiny
 # inputs): each distinct value is decoded once, ~0.5 us per op (13 ms for the 24k ops of the
 # OWLv2 trace).

@@ -40,7 +40,7 @@ from .run_json import read_run_json
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 WARMUP_ITERATIONS = 1  # the run's first iteration(s): compile, autotune, allocator growth
-MIN_SAMPLES = 3  # analysis/spread.py MIN_ITERATIONS: fewer values give no interval
+MIN_SAMPLES = 3  # analysis/compare/spread.py MIN_ITERATIONS: fewer values give no interval
 
 
 @dataclass

@@ -5,7 +5,7 @@ A run.json is a few KB (the trainer's config, versions, per-iteration memory): o
 `MAX_BYTES` is refused before it is read, and so is a nesting past the decoder's recursion limit.
 The fields read by `log add`, `diff` and the run folders are checked with msgspec (a `true` is
 not a number, a world size is 1 or more); every other field is kept as it is. Torch- and
-pandas-free: the run folders (goodhart_prof/runs.py) read it too.
+pandas-free: the run folders (goodhart_prof/capture/runs.py) read it too.
 """
 from __future__ import annotations
 

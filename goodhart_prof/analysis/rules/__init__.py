@@ -31,7 +31,7 @@ BY_ID = {rule.id: rule for rule in RULES}
 
 def _why(need: Need, ctx: Context) -> str:
     """Need.why, except that a trace whose GPU activity was not recorded is not called CPU-only."""
-    from ..gpu_time import unrecorded_gpu
+    from ..gpu.device_time import unrecorded_gpu
     if need is Need.GPU and unrecorded_gpu(ctx.trace):
         return ("the trace has no GPU activity recorded (launch calls or listed GPUs but no kernel "
                 "events: the profiler's CUDA activity was off), not a CPU-only run")

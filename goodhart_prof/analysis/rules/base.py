@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..syncs import device_ranks
+from ..host.syncs import device_ranks
 from ..intervals import dense_codes
 from ..recorder import record_full_advice
 from ..setup import drop_setup

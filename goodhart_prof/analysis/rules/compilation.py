@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import rows_named
-from ..links import gpu_launches
+from ..host.links import gpu_launches
 from ..tree import launched_inside
 from .base import BACKWARD, Context, Finding, Need, Rule, Threshold
 from .savings import Saving

@@ -1,16 +1,16 @@
 """Copy rules: host-to-device copies that block (pageable memory) or need not exist (tensors made
-on the host, then moved). The op structure they read (fresh moves) is analysis/hostops.py's."""
+on the host, then moved). The op structure they read (fresh moves) is analysis/host/called_ops.py's."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace
-from ..gpu_time import unrecorded_gpu
-from ..hostops import fresh_moves, launch_in_cpu_op
-from ..links import gpu_launches
+from ..gpu.device_time import unrecorded_gpu
+from ..host.called_ops import fresh_moves, launch_in_cpu_op
+from ..host.links import gpu_launches
 from ..setup import drop_setup
-from ..sites import op_sites
+from ..host.sites import op_sites
 from ..tree import starts_inside
 from .base import Context, Finding, Need, Rule, Threshold, top_sites
 from .savings import Saving
@@ -113,7 +113,7 @@ def _cpu_alloc(ctx: Context) -> Finding | None:
         **CPU_ALLOC.estimated(ctx.per_iteration(host_us, ranks)))
 
 
-# Tensors made on the host by a torch factory and moved at once (analysis/hostops.py "fresh
+# Tensors made on the host by a torch factory and moved at once (analysis/host/called_ops.py "fresh
 # move"): every one is a tiny copy plus an allocation per step.
 CPU_ALLOC = Rule(
     "cpu_alloc", "copies", _cpu_alloc, needs=(Need.ITERATIONS,),

@@ -1,5 +1,5 @@
 """Dominance rules: one kernel, or one launching op, takes much of the GPU time. The finding names
-the op that launched it (GPU activity -> launch call -> innermost cpu op, analysis/kernels.py
+the op that launched it (GPU activity -> launch call -> innermost cpu op, analysis/gpu/kernels.py
 `launching_ops`) and, where a known faster path exists, which one (rules/dominance_advice.py)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 
 from ...trace.model import in_categories
 from ...trace.names import kernel_name
-from ..kernels import gpu_with_category
+from ..gpu.kernels import gpu_with_category
 from .base import Context, Finding, Need, Rule, Threshold
 from .dominance_advice import faster_path
 from .savings import Saving

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..kernels import layout_transposes, op_categories
+from ..gpu.kernels import layout_transposes, op_categories
 from .base import Context, Rule
 from .precision import amp_advice, compute_capabilities
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from ..compiled import BACKWARD, graph_label
-from ..idle import UNTRACED
+from ..gpu.compiled import BACKWARD, graph_label
+from ..gpu.idle import UNTRACED
 
 
 # A runtime call holding the host (idle.py's kinds) -> what to change.

@@ -1,7 +1,7 @@
 """Memory rules: the caching allocator holding far more than the tensors ever needed
 (`allocator_waste`), allocated memory that grows every iteration (`memory_growth`: tensors kept
 across iterations), and allocation churn in the hot loop (`alloc_churn`). They read
-analysis/memory.py's tables (the `[memory]` events of profile_memory=True)."""
+analysis/memory/usage.py's tables (the `[memory]` events of profile_memory=True)."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from ..intervals import thread_groups
-from ..memory import HOST, Memory
+from ..memory.usage import HOST, Memory
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .savings import Saving
 
@@ -30,7 +30,7 @@ def _gb(nbytes: float) -> str:
 def _mem(ctx: Context) -> Memory:
     mem = ctx.analysis.memory
     if mem is None:
-        from ..memory import memory
+        from ..memory.usage import memory
         mem = ctx.analysis.memory = memory(ctx.trace)
     return mem
 

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import rows_named
-from ..hostops import inside_torch_annotation, top_level_ops
+from ..host.called_ops import inside_torch_annotation, top_level_ops
 from ..tree import between, host_tree
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Precision rules: GEMM/conv time spent in fp32/TF32 kernels where 16-bit would do.
 
-The precision of each GEMM/conv kernel comes from analysis/precision.py: the launching op's
+The precision of each GEMM/conv kernel comes from analysis/gpu/precision.py: the launching op's
 `Input type` when the trace recorded shapes, else the types the kernel's name spells, else
 unknown. Unknown time is never counted as fp32: a trace whose GEMM/conv time is mostly of
 unknown precision is not judged.
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..intervals import group_totals, sorted_rows
-from ..precision import FULL_PRECISION, LOW_PRECISION, kernel_precision, precision_summary
+from ..gpu.precision import FULL_PRECISION, LOW_PRECISION, kernel_precision, precision_summary
 from .base import Context, Finding, Need, Rule, Threshold
 from .savings import Saving
 

@@ -1,7 +1,7 @@
 """Rank rules: one rank the others wait for at the collectives (`straggler_rank`), and
 communication the step cannot hide behind compute (`exposed_communication`).
 
-Both read the rank tables (analysis/stragglers.py): arrivals at matched collectives, and per
+Both read the rank tables (analysis/ranks/stragglers.py): arrivals at matched collectives, and per
 (iteration, rank) the step, compute, communication, exposed and waiting time.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..stragglers import Ranks
+from ..ranks.stragglers import Ranks
 from .base import Context, Finding, Need, Rule, Threshold
 from .savings import Saving
 

@@ -2,9 +2,9 @@
 
 All four have one shape: count the user's sync points of a kind (rules/origin.py), divide by the
 traced iterations, fire at a rate. Sync points on a background thread (a thread that launches no
-GPU work, analysis/syncs.py) are never counted: they hold up no launch (origin.foreground). What they save is the host's time in those calls (`SYNC_SAVING`).
+GPU work, analysis/host/syncs.py) are never counted: they hold up no launch (origin.foreground). What they save is the host's time in those calls (`SYNC_SAVING`).
 
-When the top site is inside torch's own Python code (analysis/sites.py: `torch: torch/... (called
+When the top site is inside torch's own Python code (analysis/host/sites.py: `torch: torch/... (called
 at LINE)`), the read is torch's, made on behalf of the user's call: the finding names the torch
 function and the user's line, and gives the fix that applies there (torch.distributions: its
 argument validation, `validate_args=False`; torch.nn.utils.clip_grad_norm_'s non-finite check:
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ..sites import torch_package
+from ..host.sites import torch_package
 from .base import Context, Finding, Need, Rule, Threshold, is_logging_site, on_host_only, top_sites
 from .origin import READBACK_KINDS, foreground, user_points
 from .savings import Saving

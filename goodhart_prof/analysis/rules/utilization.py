@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..idle import OTHER
-from ..capture import capture_count, captured_us
+from ..gpu.idle import OTHER
+from ..gpu.graph_capture import capture_count, captured_us
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .idle_advice import (GENERIC_FIX, compiled_first, compiled_fix, compiled_note, idle_fix, short_cause,
                           with_frame)
@@ -133,7 +133,7 @@ def _low_utilization(ctx: Context) -> Finding | None:
 
 def _captured(ctx: Context, rank: "int | None" = None, lo: float = -np.inf, hi: float = np.inf,
               idle_us: "float | None" = None) -> "str | None":
-    """Why utilization cannot be judged when graph capture (analysis/capture.py) covers at least
+    """Why utilization cannot be judged when graph capture (analysis/gpu/graph_capture.py) covers at least
     half of the GPU's idle time (of one device, or of all): captured launches run no kernel."""
     a = ctx.analysis
     rows = a.gpu if rank is None else a.gpu[a.gpu["rank"] == rank]

@@ -8,7 +8,7 @@ Run: PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=2-3 PROF_OUTPUT_DIR=out pytho
 import numpy as np
 import torch
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 
 def collect(model, it):

@@ -1,6 +1,6 @@
 """A regression loop with gradient clipping that raises on a non-finite norm, as users write it to
 catch divergence: clip_grad_norm_(..., error_if_nonfinite=True), whose check is a Python `if`
-on a tensor inside torch (a read-back every step). Instrumented with goodhart_prof.hooks, full
+on a tensor inside torch (a read-back every step). Instrumented with goodhart_prof.capture.hooks, full
 mode:
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=2-4 PROF_OUTPUT_DIR=OUT python clip_nonfinite.py
@@ -8,7 +8,7 @@ mode:
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1))

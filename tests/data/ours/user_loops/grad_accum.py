@@ -1,5 +1,5 @@
 """Gradient accumulation as users write it: 4 micro-batches per optimizer step, the running loss
-summed with .item() after each backward, AdamW; instrumented with goodhart_prof.hooks in lite
+summed with .item() after each backward, AdamW; instrumented with goodhart_prof.capture.hooks in lite
 mode (the default: no stacks, no shapes):
 
     PROF_ENABLED=1 PROF_ITERATIONS=2-4 PROF_OUTPUT_DIR=OUT python grad_accum.py
@@ -7,7 +7,7 @@ mode (the default: no stacks, no shapes):
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32))

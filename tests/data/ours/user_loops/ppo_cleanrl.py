@@ -1,5 +1,5 @@
 """CleanRL's ppo.py as users write it (one script, module-level loop), on a CartPole written in
-numpy (the physics of gymnasium's CartPole-v1), 4 envs, instrumented with goodhart_prof.hooks as
+numpy (the physics of gymnasium's CartPole-v1), 4 envs, instrumented with goodhart_prof.capture.hooks as
 docs/trainer.md says. Threads: `--threads N` calls torch.set_num_threads(N) (CleanRL leaves torch's
 default, one per core).
 
@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.optim as optim
 from torch.distributions.categorical import Categorical
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=0)

@@ -2,7 +2,7 @@
 to find. One intra-op thread (torch.set_num_threads(1)), data made once before the loop, no
 per-step read-back (the loss is summed on the device and read only on logging iterations:
 every 4th, none of them traced), no clipping, no masks, no branches on
-tensors, Adam(foreach) and zero_grad(set_to_none). Instrumented with goodhart_prof.hooks in full
+tensors, Adam(foreach) and zero_grad(set_to_none). Instrumented with goodhart_prof.capture.hooks in full
 mode:
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=1-3 PROF_OUTPUT_DIR=OUT python clean_control.py
@@ -10,7 +10,7 @@ mode:
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 torch.set_num_threads(1)
 torch.manual_seed(0)

@@ -2,14 +2,14 @@
 instability: `norm = clip_grad_norm_(params, 1.0)` then `if norm > 5.0: print(...)` (a Python
 branch on the returned norm tensor) before the optimizer step; an LR scheduler steps every
 iteration; the loss is printed only every 10th step (not in the traced window). Instrumented with
-goodhart_prof.hooks in lite mode (the default):
+goodhart_prof.capture.hooks in lite mode (the default):
 
     PROF_ENABLED=1 PROF_ITERATIONS=2-4 PROF_OUTPUT_DIR=OUT python clip_warn.py
 """
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(10, 32), nn.SiLU(), nn.Linear(32, 1))

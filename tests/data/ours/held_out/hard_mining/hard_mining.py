@@ -1,14 +1,14 @@
 """Online hard-example mining as users write it: per-sample losses, the indices of the hardest
 half picked with `torch.where(per_sample >= per_sample.median())` (one-argument where), the loss
 over those only, and an `assert torch.isfinite(loss)` guard before backward. Instrumented with
-goodhart_prof.hooks in full mode:
+goodhart_prof.capture.hooks in full mode:
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=2-4 PROF_OUTPUT_DIR=OUT python hard_mining.py
 """
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 3))

@@ -2,14 +2,14 @@
 the host and moved (`torch.zeros(...).to(device)`, twice: h0 and c0), the batch's logits and
 labels kept in lists for an epoch-end accuracy (the logits still attached to their graph), and
 the loss logged once per batch with `.item()`. torch's default threads. Instrumented with
-goodhart_prof.hooks in full mode:
+goodhart_prof.capture.hooks in full mode:
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=2-5 PROF_OUTPUT_DIR=OUT python lstm_tagger.py
 """
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 device = "cpu"
 torch.manual_seed(0)

@@ -3,7 +3,7 @@ step starts and ends with an explicit device synchronize (`torch.cpu.synchronize
 `torch.cuda.synchronize()` becomes on a CPU run) around `time.perf_counter()`, and every step
 logs the loss, the batch accuracy and the gradient norm with `.item()` (the norm read between
 clipping and the optimizer step); the per-step losses are also kept, detached, for an epoch
-mean. Instrumented with goodhart_prof.hooks (run once in full mode and once in lite mode):
+mean. Instrumented with goodhart_prof.capture.hooks (run once in full mode and once in lite mode):
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=3-6 PROF_OUTPUT_DIR=OUT/full python metrics_sync.py
     PROF_ENABLED=1 PROF_MODE=lite PROF_ITERATIONS=3-6 PROF_OUTPUT_DIR=OUT/lite python metrics_sync.py
@@ -13,7 +13,7 @@ import time
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 device = "cpu"
 sync = torch.cuda.synchronize if device == "cuda" else torch.cpu.synchronize

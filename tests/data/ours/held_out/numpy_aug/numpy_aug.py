@@ -2,7 +2,7 @@
 normalisation on the host), then handed to torch the way many scripts do it:
 `torch.from_numpy(xb).float().to(device)` and `torch.from_numpy(yb).to(device)` every step;
 predictions come back with `.detach().cpu().numpy()` for a numpy accuracy. Instrumented with
-goodhart_prof.hooks in full mode:
+goodhart_prof.capture.hooks in full mode:
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=2-4 PROF_OUTPUT_DIR=OUT python numpy_aug.py
 """
@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 device = "cpu"
 rng = np.random.default_rng(0)

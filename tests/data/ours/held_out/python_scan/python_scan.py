@@ -2,14 +2,14 @@
 by a Python loop over the tensor's elements (the way the maths is written on paper:
 `returns[t] = rewards[t] + gamma * returns[t + 1]`, then a per-element clamp-and-scale loop),
 hundreds of one-element ops per update; the loss is not logged. torch's default threads.
-Instrumented with goodhart_prof.hooks in full mode:
+Instrumented with goodhart_prof.capture.hooks in full mode:
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=2-4 PROF_OUTPUT_DIR=OUT python python_scan.py
 """
 import torch
 import torch.nn as nn
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 torch.manual_seed(0)
 T, gamma = 128, 0.99

@@ -4,7 +4,7 @@ conversions every env step (`th.as_tensor(obs, device=...)` in, `actions.cpu().n
 the sampled batch moved with `th.tensor(array, device=...)`, epsilon-greedy exploration, a
 soft target update (`polyak_update`, tau=0.005, every env step), Huber loss, `clip_grad_norm_`,
 `losses.append(loss.item())` logged as a numpy mean. One profiled iteration = one
-collect_rollouts + train cycle. Instrumented with goodhart_prof.hooks in full mode:
+collect_rollouts + train cycle. Instrumented with goodhart_prof.capture.hooks in full mode:
 
     PROF_ENABLED=1 PROF_MODE=full PROF_ITERATIONS=3-5 PROF_OUTPUT_DIR=OUT python sb3_dqn.py
 """
@@ -13,7 +13,7 @@ import torch as th
 import torch.nn as nn
 import torch.nn.functional as F
 
-from goodhart_prof.hooks import ProfSettings, make_hooks
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
 
 
 class VecCartPole:

@@ -1,0 +1,1 @@
+"""Memory per device from the profiler's `[memory]` events."""

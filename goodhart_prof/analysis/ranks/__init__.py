@@ -1,0 +1,1 @@
+"""Many ranks: communication per rank and ranks side by side (stragglers)."""

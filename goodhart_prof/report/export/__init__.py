@@ -1,0 +1,1 @@
+"""Exports of a trace for other viewers: native Perfetto protobuf and Chrome trace JSON."""

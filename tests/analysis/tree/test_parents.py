@@ -1,0 +1,161 @@
+"""The cheaper searches under the idle-cause attribution give what the plain ones give:
+searchsorted_many against np.searchsorted, ThreadSpans.latest_starting's per-run path against a
+search per query, climb against a walk up the parents one query at a time."""
+from __future__ import annotations
+
+import numpy as np
+
+from goodhart_prof.analysis import intervals
+from goodhart_prof.analysis.intervals import searchsorted_many
+from goodhart_prof.analysis.tree.parents import climb, holder_parents, start_order
+from goodhart_prof.analysis.tree.threads import ThreadSpans
+from tests.support.paths import DATA
+
+
+def test_searchsorted_many_equals_numpy_sorted_ties_nan_and_unsorted():
+    rng = np.random.default_rng(3)
+    values = np.sort(np.round(rng.exponential(50.0, 900), 0))  # many ties among the values
+    values = np.r_[values, np.nan]  # NaN sorts last: never before a number
+    sorted_q = np.sort(np.r_[np.round(rng.exponential(50.0, 9000), 0), values[:300]])
+    unsorted_q = rng.permutation(sorted_q)
+    for q in (sorted_q, unsorted_q, np.r_[sorted_q, np.nan], sorted_q[:100]):
+        for side in ("left", "right"):
+            got = searchsorted_many(values, q, side)
+            np.testing.assert_array_equal(got, np.searchsorted(values, q, side))
+    # the merged path is the one the sorted queries take (long enough, twice the values)
+    assert len(sorted_q) >= intervals.MERGE_MIN_QUERIES and len(sorted_q) >= 2 * len(values)
+    assert searchsorted_many(values, sorted_q, "right")[-1] == 900  # all numbers, not the NaN
+    assert searchsorted_many(values[:0], sorted_q, "left").tolist() == [0] * len(sorted_q)
+
+
+def _spans(bounds: np.ndarray) -> ThreadSpans:
+    return ThreadSpans({(0, 1, t): (int(a), int(b)) for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))})
+
+
+def test_latest_starting_per_run_equals_search_per_query():
+    rng = np.random.default_rng(5)
+    sizes = np.array([0, 5000, 3, 7000, 1])
+    bounds = np.r_[0, np.cumsum(sizes)]
+    ts = np.concatenate([np.sort(np.round(rng.uniform(0, 1000, s), 1)) for s in sizes])
+    spans = _spans(bounds)
+    # runs of one thread (sorted within a run: the merged search), -1 threads among them
+    thread = np.repeat([1, 3, -1, 0, 3, 2, 4, 1], [9000, 12000, 5, 10, 40, 7, 6000, 3])
+    q = np.concatenate([np.sort(np.round(rng.uniform(-10, 1010, n), 1))
+                        for n in (9000, 12000, 5, 10, 40, 7, 6000, 3)])
+    want = np.full(len(q), -1)
+    for i, (t, x) in enumerate(zip(thread.tolist(), q.tolist())):
+        if t >= 0:
+            a, b = bounds[t], bounds[t + 1]
+            k = int(np.searchsorted(ts[a:b], x, side="right"))
+            want[i] = a + k - 1 if k else -1
+    np.testing.assert_array_equal(spans.latest_starting(ts, thread, q), want)
+    mixed = rng.permutation(len(q))  # thousands of runs: the segment_searchsorted path
+    np.testing.assert_array_equal(spans.latest_starting(ts, thread[mixed], q[mixed]), want[mixed])
+    assert (want >= 0).sum() > 20000
+
+
+def test_climb_equals_walking_up_each_query():
+    rng = np.random.default_rng(11)
+    ts = np.sort(np.round(rng.uniform(0, 1000, 3000), 0))
+    end = ts + np.round(rng.exponential(30.0, 3000), 0)
+    parent = holder_parents(ts, end)
+    start = rng.integers(-1, 3000, 5000)
+    reach = np.where(start >= 0, end[np.maximum(start, 0)], 0) + np.round(rng.exponential(40.0, 5000), 0)
+    want = []
+    for s, r in zip(start.tolist(), reach.tolist()):
+        while s >= 0 and end[s] < r:
+            s = int(parent[s])
+        want.append(s)
+    got = climb(start, reach, end, parent)
+    np.testing.assert_array_equal(got, want)
+    assert (got >= 0).sum() > 1000 and (got != start).sum() > 1000
+
+
+def test_start_order_by_thread_equals_lexsort():
+    """start_order with threads: rows grouped by thread and sorted by start within it (ties of
+    equal starts, across threads too) give np.lexsort((-dur, ts, thread)); rows that are not
+    take the lexsort itself."""
+    rng = np.random.default_rng(2)
+    thread = np.sort(rng.integers(0, 6, 4000))
+    ts = np.concatenate([np.sort(rng.integers(0, 300, n)).astype(float) for n in np.bincount(thread)])
+    dur = rng.integers(0, 5, 4000).astype(float)
+    want = np.lexsort((-dur, ts, thread))
+    got = start_order(ts, dur, thread)
+    np.testing.assert_array_equal(got, want)
+    assert (got != np.arange(4000)).sum() > 500  # ties were reordered
+    shuffled = rng.permutation(4000)
+    np.testing.assert_array_equal(start_order(ts[shuffled], dur[shuffled], thread[shuffled]),
+                                  np.lexsort((-dur[shuffled], ts[shuffled], thread[shuffled])))
+    np.testing.assert_array_equal(start_order(ts[:300], dur[:300]), np.lexsort((-dur[:300], ts[:300])))
+
+
+def test_iterations_equals_the_last_step_starting_by_each_time(monkeypatch):
+    """tree.iterations: N of the step of the same rank that started last at or before ts (ties:
+    the later table row) when it still holds ts, else -1; ranks without steps, times before
+    the first step and between steps get -1."""
+    from goodhart_prof.analysis.tree import host
+    rng = np.random.default_rng(4)
+    rank = np.repeat([0, 2, 5], [40, 30, 1])
+    ts = np.round(rng.uniform(0, 1000, len(rank)), 0)
+    ts[5] = ts[6]  # a tie of starts on rank 0
+    steps = {"rank": rank, "ts": ts, "end": ts + np.round(rng.uniform(1, 60, len(rank)), 0),
+             "step": np.arange(len(rank)) * 10}
+    import pandas as pd
+    monkeypatch.setattr(host, "step_table", lambda trace: pd.DataFrame(steps))
+    q_rank = rng.choice([0, 1, 2, 5], 3000)
+    q_ts = np.r_[np.round(rng.uniform(-10, 1100, 2996), 0), ts[5], ts[5], ts[40], steps["end"][40]]
+    q_rank[-4:] = [0, 0, 2, 2]
+    want = []
+    for r, t in zip(q_rank.tolist(), q_ts.tolist()):
+        mine = [i for i in range(len(rank)) if rank[i] == r and ts[i] <= t]
+        best = max(mine, key=lambda i: (ts[i], i)) if mine else None
+        want.append(int(steps["step"][best]) if best is not None and t <= steps["end"][best] else -1)
+    got = host.iterations(None, q_rank, q_ts)
+    np.testing.assert_array_equal(got, want)
+    assert (got >= 0).sum() > 200 and (got[q_rank == 1] == -1).all() and got[-4] == 60
+
+
+def test_launch_join_keys_order_and_match_as_the_pairs_do():
+    """links._join_keys: equal keys for equal (rank, correlation) pairs and keys in the pairs'
+    order, packed (correlations from -1) and, past an int64, through dense codes."""
+    from goodhart_prof.analysis.host.links import _join_keys
+    rng = np.random.default_rng(9)
+    for corr_hi in (5000, 2 ** 61):
+        r_rank, g_rank = rng.integers(0, 4, 500), rng.integers(0, 4, 700)
+        r_corr = rng.integers(0, 300, 500) * (corr_hi // 300)
+        g_corr = np.where(rng.random(700) < 0.1, -1, rng.integers(0, 300, 700) * (corr_hi // 300))
+        r_key, g_key = _join_keys(r_rank, r_corr, g_rank, g_corr)
+        pairs = list(zip(np.r_[r_rank, g_rank].tolist(), np.r_[r_corr, g_corr].tolist()))
+        keys = np.r_[r_key, g_key].tolist()
+        by_pair = sorted(range(len(pairs)), key=lambda i: pairs[i])
+        assert [keys[i] for i in by_pair] == sorted(keys)  # the pairs' order
+        assert len(set(keys)) == len(set(pairs))  # equal pairs, equal keys; distinct, distinct
+    assert max(keys) < 2 ** 63 and min(g_corr) == -1
+
+
+def test_end_rank_orders_each_threads_ends_both_ways(monkeypatch):
+    """HostTree.end_rank: within each thread, ranks compare as the ends do (equal ends, equal
+    ranks), whether the tree is built thread by thread or for all threads at once."""
+
+    from goodhart_prof.analysis.tree import host
+    from goodhart_prof.trace.load import load
+    path = DATA / "hta" / "v100_ddp_rank1.json.gz"
+    trees = [host._build(load(path, progress=False))]
+    monkeypatch.setattr(host, "MANY_THREADS", 0)
+    trees.append(host._build(load(path, progress=False)))
+    for tree in trees:
+        assert len(tree.threads) >= 2
+        for a, b in tree.threads.values():
+            end, rank = tree.end[a:b], tree.end_rank[a:b]
+            by = np.argsort(end, kind="stable")
+            dense = np.r_[0, np.cumsum(end[by][1:] != end[by][:-1])]
+            np.testing.assert_array_equal(rank[by] - rank[by][0], dense)
+    np.testing.assert_array_equal(trees[0].parent, trees[1].parent)
+
+
+def test_stable_order_equals_numpy_stable_argsort():
+    from goodhart_prof.analysis.intervals import stable_order
+    rng = np.random.default_rng(6)
+    for codes in (rng.integers(0, 156, 50000), rng.integers(0, 2 ** 16, 50000), rng.integers(0, 2 ** 40, 5000),
+                  rng.integers(-3, 100, 5000), rng.integers(0, 9, 5000).astype(np.int8), np.zeros(0, dtype=np.int64)):
+        np.testing.assert_array_equal(stable_order(codes), np.argsort(codes, kind="stable"))

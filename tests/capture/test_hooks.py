@@ -1,0 +1,246 @@
+"""Profiler hooks: settings, the off path, the traced window, lite vs full, atomic writes."""
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import pytest
+import torch
+
+from goodhart_prof.fileio import atomic_path
+from goodhart_prof.capture.hooks import (PHASES, NoHooks, ProfilerHooks, ProfSettings, SettingsError,
+                                 make_hooks, parse_iterations)
+from goodhart_prof.trace.merge import merge_rank_traces
+from tests.support.helpers import read_trace, step_labels
+
+
+@pytest.mark.parametrize("text,expected", [("50-55", (50, 55)), ("7", (7, 7)), (" 0 - 3 ", (0, 3)),
+                                           ("12-12", (12, 12))])
+def test_parse_iterations_accepts(text, expected):
+    assert parse_iterations(text) == expected
+
+
+@pytest.mark.parametrize("text", ["55-50", "abc", "-3", "1-x", "", "3-", "1,2", "1.5"])
+def test_parse_iterations_rejects(text):
+    with pytest.raises(SettingsError):
+        parse_iterations(text)
+
+
+def test_settings_from_env_defaults_and_values(tmp_path):
+    off = ProfSettings.from_env({})
+    assert (off.enabled, off.first, off.last, off.mode, str(off.output_dir)) == (False, 50, 55, "lite", "traces")
+    on = ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_ITERATIONS": "3-4", "PROF_MODE": "full",
+                                "PROF_OUTPUT_DIR": str(tmp_path)})
+    assert (on.enabled, on.first, on.last, on.mode, on.output_dir) == (True, 3, 4, "full", tmp_path)
+    assert ProfSettings.from_env({"PROF_ENABLED": "true"}).enabled is True  # tests/capture/test_settings.py
+    assert on.traced(3) and on.traced(4) and not on.traced(5) and not off.traced(52)
+    with pytest.raises(SettingsError):
+        ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_MODE": "heavy"})  # checked when on
+
+
+def test_off_means_no_profiler_object_and_shared_noop():
+    hooks = make_hooks(ProfSettings(enabled=False))
+    assert isinstance(hooks, NoHooks)
+    assert hooks.phase("rollout") is hooks.phase("gae") is hooks.iteration(3)
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def _traced_loop(settings, iterations):
+    hooks = ProfilerHooks(settings, rank=0)
+    x = torch.randn(64, 64)
+    for it in iterations:
+        with hooks.iteration(it):
+            for name in PHASES:
+                with hooks.phase(name):
+                    x = torch.tanh(x @ x) * 0.5
+    hooks.close()
+    return hooks.trace_path
+
+
+def test_window_labels_equal_iterations_and_phases(tmp_path):
+    path = _traced_loop(ProfSettings(True, 4, 6, "lite", tmp_path), range(10))
+    events = read_trace(path)["traceEvents"]
+    assert step_labels(events) == ["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
+    annotations = {e["name"] for e in events if e.get("cat") == "user_annotation"}
+    assert set(PHASES) <= annotations
+    # Phases outside the window are not recorded: each phase appears once per traced iteration.
+    rollouts = [e for e in events if e.get("name") == "rollout" and e.get("ph") == "X"]
+    assert len(rollouts) == 3
+
+
+def _loop_seeing_warmups(monkeypatch, settings, iterations, slow_iteration=None, marks=None):
+    """Run a traced loop; returns (trace path or None, iterations in which the profiler was
+    prepared). Iteration `slow_iteration` sleeps 50 ms and runs aten::relu, which no other does;
+    `marks["slow_end_us"]` gets the wall clock (Unix us) at the end of its body."""
+    prepared: list[int] = []
+    current = [None]
+    original = torch.profiler.profile.prepare_trace
+
+    def prepare_trace(prof):
+        prepared.append(current[0])
+        original(prof)
+
+    monkeypatch.setattr(torch.profiler.profile, "prepare_trace", prepare_trace)
+    hooks = ProfilerHooks(settings, rank=0)
+    x = torch.randn(32, 32)
+    for it in iterations:
+        current[0] = it
+        with hooks.iteration(it):
+            with hooks.phase("rollout"):
+                x = torch.tanh(x @ x) * 0.5
+            if it == slow_iteration:
+                time.sleep(0.05)
+                x = torch.relu(x)
+                if marks is not None:
+                    marks["slow_end_us"] = time.time_ns() / 1000
+    hooks.close()
+    return (hooks.trace_path if hooks.trace_path.is_file() else None), prepared
+
+
+def test_warmup_iteration_is_recorded_nowhere(tmp_path, monkeypatch):
+    marks: dict = {}
+    path, prepared = _loop_seeing_warmups(monkeypatch, ProfSettings(True, 4, 6, "lite", tmp_path),
+                                          range(9), slow_iteration=3, marks=marks)
+    assert prepared == [3]  # the profiler was set up during the iteration before the window
+    doc = read_trace(path)
+    events = doc["traceEvents"]
+    assert step_labels(events) == ["ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]
+    start = min(e["ts"] for e in events if e.get("name") == "ProfilerStep#4")
+    spans = [e for e in events if e.get("ph") == "X"]
+    # Only the profiler's own span of the trace (cat "Trace") may open before ProfilerStep#4,
+    # and only after the warm-up iteration's body ended (order, not a time limit: a loaded machine
+    # only widens the moment between start_trace and the label). Kineto's ts are Unix us less
+    # baseTimeNanoseconds; 1 ms of slack for its clock conversion, against the 50 ms sleep a trace
+    # started during the warm-up would hold.
+    early = [e for e in spans if e["ts"] < start]
+    assert [e.get("cat") for e in early] in ([], ["Trace"])
+    base_us = doc.get("baseTimeNanoseconds", 0) / 1000
+    assert all(e["ts"] + base_us > marks["slow_end_us"] - 1000 for e in early), \
+        (marks, [e["ts"] + base_us for e in early])
+    assert not [e for e in spans if e["name"] == "aten::relu"]  # the warm-up's own op
+    assert len([e for e in spans if e["name"] == "rollout"]) == 3
+
+
+@pytest.mark.parametrize("first,last,iterations,warmup,labels", [
+    (0, 1, range(4), [0], [0, 1]),       # no iteration before 0: cold start in iteration 0
+    (4, 6, range(5, 9), [5], [5, 6]),    # resumed inside the window: cold start, labels as ever
+    (4, 6, range(4, 9), [4], [4, 5, 6]),  # resumed at first: cold start
+    (4, 6, range(3, 9), [3], [4, 5, 6]),  # resumed at first - 1: warm-up as usual
+])
+def test_window_without_room_for_warmup_starts_cold(tmp_path, monkeypatch, first, last, iterations,
+                                                    warmup, labels):
+    path, prepared = _loop_seeing_warmups(monkeypatch, ProfSettings(True, first, last, "lite",
+                                                                    tmp_path), iterations)
+    assert prepared == warmup
+    assert step_labels(read_trace(path)["traceEvents"]) == [f"ProfilerStep#{i}" for i in labels]
+
+
+def test_training_ending_in_the_warmup_writes_nothing(tmp_path, monkeypatch):
+    path, prepared = _loop_seeing_warmups(monkeypatch, ProfSettings(True, 4, 6, "lite", tmp_path),
+                                          range(4))
+    assert prepared == [3] and path is None and list(tmp_path.iterdir()) == []
+    assert not torch.autograd.profiler._is_profiler_enabled
+    later, _ = _loop_seeing_warmups(monkeypatch, ProfSettings(True, 1, 1, "lite", tmp_path / "b"),
+                                    range(3))  # the next profiler works normally
+    assert step_labels(read_trace(later)["traceEvents"]) == ["ProfilerStep#1"]
+
+
+def test_lite_has_no_shapes_or_stacks_full_has_both(tmp_path):
+    lite = read_trace(_traced_loop(ProfSettings(True, 1, 1, "lite", tmp_path / "lite"), range(3)))
+    full = read_trace(_traced_loop(ProfSettings(True, 1, 1, "full", tmp_path / "full"), range(3)))
+
+    def has_shapes(doc):
+        return any("Input Dims" in e.get("args", {}) for e in doc["traceEvents"])
+
+    def has_stacks(doc):
+        return any(e.get("cat") == "python_function" for e in doc["traceEvents"])
+
+    assert not has_shapes(lite) and not has_stacks(lite)
+    assert has_shapes(full) and has_stacks(full)
+
+
+@pytest.mark.parametrize("stop_at", [0, 2])  # in the warm-up, in the window
+def test_exception_in_window_writes_no_trace(tmp_path, stop_at):
+    hooks = ProfilerHooks(ProfSettings(True, 1, 3, "lite", tmp_path), rank=0)
+    with pytest.raises(KeyboardInterrupt):
+        for it in range(5):
+            with hooks.iteration(it):
+                if it == stop_at:
+                    raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []  # neither the trace nor a temporary file
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_atomic_path_keeps_old_file_when_writer_fails(tmp_path):
+    target = tmp_path / "run.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("boom")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert target.read_text() == "new"
+    assert oct(target.stat().st_mode & 0o777) != oct(0o600)  # usual mode, not mkstemp's
+
+
+def _kineto_like(pid: int, base_ns: int, ts: float, rank: int) -> dict:
+    return {
+        "baseTimeNanoseconds": base_ns,
+        "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
+        "traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}},
+            {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": ts, "dur": 5.0},
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": ts + 2, "dur": 3.0,
+             "args": {"device": 0, "stream": 7, "correlation": 11}},
+        ],
+    }
+
+
+def test_merge_ranks_one_process_each_and_aligned_time(tmp_path):
+    files = {}
+    for rank, (pid, base) in enumerate(((4242, 1_000_000_000), (4343, 1_000_002_000))):
+        files[rank] = tmp_path / f"rank-{rank}.pt.trace.json.gz"
+        with gzip.open(files[rank], "wt") as fh:
+            json.dump(_kineto_like(pid, base, 100.0, rank), fh)
+    merge_rank_traces(files, tmp_path / "merged_trace.json")
+    merged = json.loads((tmp_path / "merged_trace.json").read_text())
+    names = {e["pid"]: e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}
+    ops = {e["pid"]: e for e in merged["traceEvents"] if e.get("name") == "aten::mm"}
+    kernels = {e["pid"]: e for e in merged["traceEvents"] if e.get("name") == "gemm"}
+    # Rank 1's clock base is 2 us later: its events move 2 us later on the common base.
+    assert merged["baseTimeNanoseconds"] == 1_000_000_000
+    assert ops[0]["ts"] == 100.0 and ops[1]["ts"] == 102.0
+    # GPU streams become their own threads of the rank's process, device kept in args.
+    assert kernels[1]["tid"] == 1_000_000_000 + 7 and kernels[1]["args"]["device"] == 0
+    assert merged["goodhartProf"]["distributedInfo"]["1"]["rank"] == 1
+
+
+@pytest.mark.parametrize("first,last,expected", [(3, 4, {2, 3, 4, 5}), (0, 1, {0, 1, 2})])
+def test_throughput_leaves_out_warmup_traced_and_export_iterations(tmp_path, monkeypatch,
+                                                                    first, last, expected):
+    """train() hands the logger every iteration a profiler slows: the warm-up (none before
+    iteration 0), the traced ones, and the one after the window that writes the trace."""
+    from trainer import train as train_module
+    from trainer.config import build_config
+    from tests.support.helpers import write_tiny_config
+
+    seen = []
+    real_logger = train_module.AsyncLogger
+
+    def recording_logger(*args, **kwargs):
+        seen.append(set(kwargs["exclude_from_rate"]))
+        return real_logger(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "AsyncLogger", recording_logger)
+    cfg = build_config(str(write_tiny_config(tmp_path)), total_iterations=7, device="cpu",
+                       output_dir=str(tmp_path / "out"), progress=False, warmup=False)
+    result = train_module.train(cfg, ProfSettings(True, first, last, "lite", tmp_path / "out"))
+    assert seen == [expected]
+    assert step_labels(read_trace(result.trace_path)["traceEvents"]) == \
+        [f"ProfilerStep#{i}" for i in range(first, last + 1)]

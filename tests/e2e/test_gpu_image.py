@@ -1,0 +1,81 @@
+"""The training side runs on the GPU machine's image: torch, numpy, pandas, click, rich, tqdm, but
+no msgspec, isal, perfetto or plotly (docs/gpu.md). Each check runs in a fresh interpreter whose
+import system refuses those four packages, as that image would."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from tests.support.paths import ROOT
+
+REPO = ROOT
+ABSENT = ("msgspec", "isal", "perfetto", "plotly")
+BLOCKER = textwrap.dedent(f"""
+    import importlib.abc, sys
+    class _Absent(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in {ABSENT!r}:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name.split(".")[0])
+    sys.meta_path.insert(0, _Absent())
+    for _name in {ABSENT!r}:
+        sys.modules.pop(_name, None)
+""")
+
+
+def run_blocked(code: str, tmp_path: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROF_")}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-c", BLOCKER + textwrap.dedent(code)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_blocker_really_blocks(tmp_path):
+    res = run_blocked("import msgspec", tmp_path)
+    assert res.returncode == 1 and "No module named 'msgspec'" in res.stderr
+
+
+def test_trainer_imports_without_the_reading_side(tmp_path):
+    res = run_blocked("""
+        import sys
+        import trainer.train, trainer.launch, trainer.__main__, goodhart_prof.capture.hooks
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("msgspec", "isal", "perfetto",
+                                                                    "plotly", "pandas")))
+        print(sorted(m for m in sys.modules if m.startswith(("goodhart_prof.trace",
+                                                              "goodhart_prof.analysis"))))
+    """, tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    absent, reading = res.stdout.splitlines()
+    assert absent == "[]"    # the capture side loads neither the reading side nor pandas
+    assert reading == "[]"
+
+
+@pytest.mark.slow
+def test_trainer_trains_and_traces_without_the_reading_side(tmp_path):
+    """An untraced run finishes; a traced run writes its rank trace and run.json, and says in
+    one line that the trace was not merged and why (no traceback)."""
+    toml = tmp_path / "tiny.toml"
+    toml.write_text("n_envs = 16\nrollout_steps = 8\nminibatches = 2\nepochs = 1\n")
+    common = (f"import sys; from trainer.__main__ import cli; sys.argv = ['trainer', "
+              f"'--device', 'cpu', '--config', {str(toml)!r}, '--no-progress', ")
+    res = run_blocked(common + "'--total-iterations', '3', '--output-dir', 'plain']\ncli()", tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    record = json.loads((tmp_path / "plain" / "run.json").read_text())
+    assert record["iterations_run"] == 3 and record["merged_trace"] is None
+
+    traced = ("import os; os.environ.update(PROF_ENABLED='1', PROF_ITERATIONS='1-1', "
+              "PROF_MODE='lite')\n" + common + "'--total-iterations', '3', '--output-dir', 'traced']\ncli()")
+    res = run_blocked(traced, tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    note = [ln for ln in res.stderr.splitlines() if "not merged" in ln]
+    assert len(note) == 1 and note[0].endswith("msgspec is not installed (pip install msgspec; "
+                                               "goodhart-prof analyze reads the rank traces as they are)")
+    record = json.loads((tmp_path / "traced" / "run.json").read_text())
+    assert record["merged_trace"] is None and record["profiling"]["iterations_traced"] == [1]
+    assert record["traces"] == {"0": "traced/rank-0.pt.trace.json.gz"}  # relative to the cwd
+    assert (tmp_path / "traced" / "rank-0.pt.trace.json.gz").stat().st_size > 1000

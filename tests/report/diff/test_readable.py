@@ -1,0 +1,236 @@
+"""`diff` says what it means (issue 35 items 6 and 5): readable rows with units and verdicts, a phase
+on one side only, host ops compared, a warning for runs recorded differently, the page's numbers
+formatted as the analyze page's, and every table fitting 80, 100 and 160 columns.
+
+Fixtures: tests/data/ours/ab/{clean_1,clean_2,item_logging} (SOURCES.md): runs of our trainer
+with one configuration, the last with `--inject item_logging` (8 more `.item()` reads per
+iteration: iteration time must not read "better").
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from goodhart_prof.analysis import analyze
+from goodhart_prof.analysis.compare.comparison import compare
+from goodhart_prof.analysis.compare.summary import recording_warning
+from tests.support.helpers import run_main
+from goodhart_prof.report.common import SafeConsole, distinct_names, interval_text, short_middle
+from goodhart_prof.report.diff.format import interval, kernel_labels
+from goodhart_prof.report.diff.page import page
+from goodhart_prof.report.diff.document import to_document
+from goodhart_prof.report.diff.text import render
+from goodhart_prof.trace.load import load
+from goodhart_prof.trace.run import read_run
+from tests.support.paths import DATA as FIXTURES
+
+DATA = FIXTURES / "ours"
+AB = DATA / "ab"
+WIDTHS = (80, 100, 160)
+
+
+def side(path: Path):
+    return analyze(load(path)), read_run(path)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """clean_1 (A) against item_logging (B)."""
+    (a, ra), (b, rb) = side(AB / "clean_1"), side(AB / "item_logging")
+    return compare(a, b, ra, rb)
+
+
+def text(c, width: int) -> str:
+    out = io.StringIO()
+    render(c, SafeConsole(file=out, width=width, color_system=None), top=15)
+    return out.getvalue()
+
+
+# -- names, units, verdicts ------------------------------------------------------------------------
+def test_summary_rows_have_names_units_and_verdicts(planted):
+    s = planted.summary.set_index("metric")
+    it = s.loc["iteration_us"]
+    assert (it["name"], it["unit"]) == ("iteration time", "time")
+    # B is 0.98x A by the mean, but the per-iteration intervals overlap: within noise, never better
+    assert it["b"] < it["a"] and it["verdict"] == "within noise"
+    spread = planted.spread.set_index(["kind", "item"])
+    assert spread.at[("iteration", "iteration time"), "verdict"] == "within noise"
+    assert not ((planted.better["kind"] == "iteration") | (planted.better["kind"] == "throughput")).any()
+    assert (s.loc["syncs_per_iteration", ["name", "unit", "verdict"]].tolist()
+            == ["syncs per iteration", "per_iteration", "same"])  # exact counts, both 0
+    assert s.loc["sync_wait_us", "verdict"] == "not judged"
+    assert "no per-iteration samples" in s.loc["sync_wait_us", "why"]
+    assert s.loc["iterations", "why"] == "neither higher nor lower is better"
+
+
+def test_text_says_verdicts_and_units_not_keys(planted):
+    out = text(planted, 100)
+    assert "iteration_us" not in out and "sync_wait_us" not in out
+    line = next(x for x in out.splitlines() if x.startswith("iteration time "))
+    assert "47.835 ms" in line and "46.880 ms" in line and "within noise" in line
+    assert "better" not in line
+    wait = next(x for x in out.splitlines() if x.startswith("sync host wait "))
+    assert wait.rstrip().endswith("not judged (1)")  # and why, under the table
+    assert "(1) a whole-trace figure with no per-iteration samples: noise cannot be told apart" in out
+    assert "What got better: nothing" in out
+    # the planted reads: 22 -> 30 per iteration, worse, named with their site
+    worse = next(x for x in out.splitlines() if x.startswith("item at rollout"))
+    assert "22.00/it" in worse and "30.00/it" in worse
+    # a CPU-only pair: no GPU columns of zeros anywhere
+    assert "GPU A" not in out and "GPU busy time" not in out
+
+
+def test_host_ops_are_compared_with_verdicts(planted):
+    h = planted.host_ops.set_index("name")
+    # item_logging's logging computes a mean and a division per read: 192 -> 288 calls each, and
+    # their self time per iteration moves beyond both intervals
+    for op in ("aten::mean", "aten::div_"):
+        assert (h.at[op, "calls_a"], h.at[op, "calls_b"]) == (192, 288)
+        assert h.at[op, "verdict"] == "worse" and h.at[op, "high_a"] < h.at[op, "low_b"]
+    assert h.at["aten::mkldnn_convolution", "verdict"] == "within noise"
+    assert set(h["verdict"]) <= {"better", "worse", "within noise", "not judged", "only in A", "only in B"}
+    out = text(planted, 160)
+    rows = [x for x in out.splitlines() if x.startswith("aten::mean ") or x.startswith("aten::div_ ")]
+    assert len(rows) == 2 and all(r.rstrip().endswith("worse") for r in rows)
+    doc = to_document(planted, top=5)
+    assert [r["name"] for r in doc["host_ops"]] == planted.host_ops["name"].head(5).tolist()
+
+
+# -- one side only ---------------------------------------------------------------------------------
+def steps_trace(path: Path, phases: tuple[str, ...]) -> Path:
+    """One rank, five `ProfilerStep#N`, each holding the given annotations."""
+    events, ts = [], 0.0
+    for n, dur in enumerate((1000.0, 1010.0, 990.0, 1005.0, 995.0)):
+        events.append({"ph": "X", "name": f"ProfilerStep#{n}", "cat": "user_annotation", "ts": ts,
+                       "dur": dur, "pid": 1, "tid": 1})
+        for k, name in enumerate(phases):
+            events.append({"ph": "X", "name": name, "cat": "user_annotation", "ts": ts + 1 + 300 * k,
+                           "dur": 200.0, "pid": 1, "tid": 1})
+        ts += dur + 10
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_a_phase_on_one_side_is_only_there(tmp_path, capsys):
+    pa = steps_trace(tmp_path / "a.json", ("rollout",))
+    pb = steps_trace(tmp_path / "b.json", ("rollout", "logging"))
+    c = compare(analyze(load(pa)), analyze(load(pb)))
+    spread = c.spread.set_index(["kind", "item"])
+    assert spread.at[("phase", "logging"), "verdict"] == "only in B"
+    assert spread.at[("phase", "rollout"), "verdict"] == "within noise"
+    assert ("phase", "logging") not in set(zip(c.headline["kind"], c.headline["item"]))
+    code, out, _ = run_main(["diff", str(pa), str(pb)], capsys)
+    assert code == 0
+    row = next(x for x in out.splitlines() if x.startswith("logging ") and "only in B" in x)
+    assert "-" in row.split()  # A has no value: a dash, not 0.0 us
+    assert "better" not in row and "worse" not in row
+    # the other way round it disappears: only in A, not "better"
+    c = compare(analyze(load(pb)), analyze(load(pa)))
+    assert c.spread.set_index(["kind", "item"]).at[("phase", "logging"), "verdict"] == "only in A"
+    assert c.better.empty
+
+
+# -- recorded differently ----------------------------------------------------------------------------
+def test_lite_against_full_warns(tmp_path, capsys):
+    full = tmp_path / "full"
+    shutil.copytree(AB / "clean_2", full)
+    record = json.loads((full / "run.json").read_text())
+    record["profiling"]["mode"] = "full"
+    (full / "run.json").write_text(json.dumps(record))
+    code, out, _ = run_main(["diff", str(AB / "clean_1"), str(full)], capsys)
+    assert code == 0
+    first = out.splitlines()[0]
+    assert first.startswith("Warning: A and B were recorded differently: A was recorded in lite mode and B in full")
+    code, out, _ = run_main(["diff", str(AB / "clean_1"), str(full), "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["recording"]["a"]["mode"] == "lite" and doc["recording"]["b"]["mode"] == "full"
+    assert doc["recording_warning"].startswith("A and B were recorded differently")
+    code, out, _ = run_main(["diff", str(AB / "clean_1"), str(AB / "clean_2"), "--json"], capsys)
+    assert json.loads(out)["recording_warning"] is None
+
+
+def test_stacks_or_devices_that_differ_warn(capsys):
+    # no run.json: the mode is read off the trace (Python stacks or not)
+    code, out, _ = run_main(["diff", str(DATA / "cpu_item_logging_lite.json.gz"),
+                             str(DATA / "cpu_full_mode.pt.trace.json.gz")], capsys)
+    assert code == 0 and out.splitlines()[0].startswith(
+        "Warning: A and B were recorded differently: B holds Python stacks (full mode) and A does not")
+    a = {"mode": "lite", "stacks": False, "device": "NVIDIA H100 80GB HBM3"}
+    assert recording_warning(a, dict(a)) is None
+    line = recording_warning(a, {**a, "device": "NVIDIA H200"})
+    assert "A ran on NVIDIA H100 80GB HBM3 and B on NVIDIA H200" in line and "mode" not in line
+    assert recording_warning(a, {**a, "device": None}) is None  # unknown is no difference
+
+
+# -- the page --------------------------------------------------------------------------------------
+def test_html_numbers_are_formatted(planted):
+    html = page(planted)
+    body = re.sub(r"<script.*?</script>", "", html, flags=re.S)
+    assert "3,916,281" not in body and not re.search(r"\d,\d{3}\.\d{3}<", body)
+    for raw in ("low_a", "high_a", "iteration_us", "impact_us"):
+        assert f">{raw}<" not in body
+    summary = re.search(r"<td>iteration time</td>(.*?)</tr>", body).group(1)
+    assert "<td>47.8 ms</td>" in summary and "<td>46.9 ms</td>" in summary and "within noise" in summary
+    assert "<td>36.7-58.7 ms</td>" in body  # A's interval of the iteration time, one unit
+    axes = re.findall(r'"title":\{"text":"([^"]*)"\}', html)
+    assert "ms" in axes and "us" not in axes  # the charts' times in ms, as the analyze page's
+
+
+# -- widths ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_table_fits_and_intervals_stay_whole(planted, width):
+    out = text(planted, width)
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= width
+    for r in planted.spread.itertuples():  # every interval printed whole, on one line
+        for low, high in ((r.low_a, r.high_a), (r.low_b, r.high_b)):
+            band = interval(r.metric, low, high)
+            assert band and band in out
+    names = [x.split("│")[0].strip() for x in lines if "│" in x and x.startswith("aten::")]
+    assert len(names) == len(set(names))
+
+
+def test_clean_runs_fit_at_each_width(capsys):
+    (a, ra), (b, rb) = side(AB / "clean_1"), side(AB / "clean_2")
+    c = compare(a, b, ra, rb)
+    for width in WIDTHS:
+        assert max(len(x) for x in text(c, width).splitlines()) <= width
+
+
+def test_shortened_names_keep_what_differs():
+    a = "cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_32x3_nn_align8"
+    b = a.replace("256x128", "128x128")
+    assert short_middle(a, 30) == "cutlass_75_tens…32x3_nn_align8" and len(short_middle(a, 30)) == 30
+    shown = distinct_names([a, b, "x"], 30)
+    assert shown[0] != shown[1] and all(len(s) <= 30 for s in shown) and shown[2] == "x"
+    assert "256x128" in shown[0] and "128x128" in shown[1]
+    # two instantiations of one template share a short name: both keep their full names
+    k1 = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, MeanOps<float>>>(float)"
+    k2 = k1.replace("<128, 4", "<512, 1")
+    assert kernel_labels([k1, k2, "volta_sgemm_128x64_nn"]) == [k1, k2, "volta_sgemm_128x64_nn"]
+    labels = distinct_names(kernel_labels([k1, k2]), 40)
+    assert labels[0] != labels[1]
+    assert interval_text(844.7, 1516.0) == "0.845-1.52 ms" and interval_text(float("nan"), 1.0) == ""
+
+
+def test_gpu_pair_fits_and_kernels_stay_distinct():
+    """A GPU pair (H200, lite against full, our trainer): kernel, device and memory tables at
+    each width; two different kernels never print alike."""
+    gpu = DATA / "gpu" / "h200_2026-11-26"
+    (a, ra), (b, rb) = side(gpu / "lite" / "clean"), side(gpu / "full" / "clean")
+    c = compare(a, b, ra, rb)
+    assert c.recording_warning.startswith("A and B were recorded differently: A was recorded in lite mode")
+    for width in WIDTHS:
+        out = text(c, width)
+        lines = out.splitlines()
+        assert max(len(x) for x in lines) <= width, width
+        assert "Top 15 of" in out and "GPU devices" in out and "Memory" in out
+        top = c.kernels.head(15)
+        block = out[out.index("Top 15 of"):out.index("Sync points by kind")]
+        shown = [x.split("│")[0].strip() for x in block.splitlines()[3:] if "│" in x]
+        assert len(shown) == len(top) == len(set(shown))

@@ -1,0 +1,117 @@
+"""The terminal report fits the console it is given: no line wider than it, one line per kernel
+(no C++ name wrapped over two lines), short kernel names, findings' evidence as labelled figures."""
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from goodhart_prof.analysis import analyze
+from goodhart_prof.report.common import evidence_lines, kernel_name
+from goodhart_prof.report.text.report import render
+from goodhart_prof.trace.load import load
+from tests.support.paths import DATA
+
+TRACES = sorted(p.relative_to(DATA).as_posix() for p in DATA.glob("*/*.json.gz")) + [
+    "param/dlrm_8rank", "hta/sampled_128rank"]
+TOP = 15
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    return {name: analyze(load(DATA / name)) for name in TRACES}
+
+
+def rendered(a, width: int) -> list[str]:
+    out = io.StringIO()
+    render(a, Console(width=width, file=out, color_system=None), TOP)
+    return out.getvalue().splitlines()
+
+
+def table_body(lines: list[str], title: str) -> list[str]:
+    """The body lines of the table whose title starts with `title` (until a line without │)."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    rule = next(i for i in range(start, len(lines)) if "╇" in lines[i])
+    body = []
+    for line in lines[rule + 1:]:
+        if "│" not in line:
+            break
+        body.append(line)
+    return body
+
+
+@pytest.mark.parametrize("width", [100, 160])
+@pytest.mark.parametrize("name", TRACES)
+def test_report_fits_the_console(analyses, name, width):
+    a = analyses[name]
+    lines = rendered(a, width)
+    too_wide = [line for line in lines if len(line) > width]
+    assert too_wide == []
+    # no C++ name cut over two lines: no `void` (or its fragment) alone on a line or in a cell
+    assert not [line for line in lines if re.fullmatch(r"[\s│]*void[\s│]*", line)]
+    assert not [line for line in lines if re.search(r"(^|│ )void ", line)]
+    if not a.kernels.empty:  # one line per kernel, each with every column separator
+        body = table_body(lines, f"Top {min(TOP, len(a.kernels))} of")
+        assert len(body) == min(TOP, len(a.kernels))
+        assert all(line.count("│") == 6 and line.split("│")[0].strip() for line in body)
+    eff = a.efficiency
+    if eff is not None and not eff.kernels.empty:
+        body = table_body(lines, "Roofline, top")
+        assert len(body) == min(TOP, len(eff.kernels))
+    # evidence is labelled figures, not a Python dict
+    assert not [line for line in lines if "evidence: {" in line or "{'" in line]
+
+
+@pytest.mark.parametrize("full, shown", [
+    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
+     "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
+     "cunn_SoftMaxForward<...>"),
+    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>"
+     "(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)",
+     "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8"),
+    ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float, float>(int)",
+     "gemvx::kernel<...>"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "ncclKernel_AllReduce_RING_LL_Sum_float"),
+    ("triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_0"),
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1",
+     "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1"),
+    ("Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pageable -> Device)"),
+    ("ampere_sgemm_128x64_nn", "ampere_sgemm_128x64_nn"),
+])
+def test_kernel_names_are_shortened_for_tables(full, shown):
+    assert kernel_name(full) == shown
+
+
+def test_kernel_name_cut_to_a_width():
+    name = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1"
+    assert kernel_name(name, 20) == name[:19] + "…"
+
+
+def test_evidence_reads_as_labelled_figures():
+    lines = evidence_lines({
+        "rank": 7, "device": 7, "utilization": 0.2425, "idle_us": 8308.0, "bytes": 91968.0,
+        "gaps": {"count": 233, "p50_us": 20.0},
+        "sites": [{"site": "a > b", "count": 21, "total_us": 138.0}] * 4,
+        "frame": None})
+    assert lines[0] == "rank 7 · GPU 7 · utilization 24.2% · idle 8.308 ms · bytes 89.8 KiB"
+    assert lines[1] == "gaps: 233x · p50 20.0 us"
+    assert lines[2] == "at:"
+    assert lines[3:6] == ["  a > b · 21x · total 138.0 us"] * 3
+    assert lines[6] == "  (+1 more)"
+
+
+@pytest.mark.parametrize("columns, widest", [("100", 100), ("", 140)])
+def test_the_cli_piped_follows_columns_else_full_rows(columns, widest):
+    """`goodhart-prof analyze` into a pipe or file: COLUMNS when set (a user's `COLUMNS=100`),
+    else 140-column rows; either way no line wider."""
+    from click.testing import CliRunner
+
+    from goodhart_prof.cli import cli
+    env = {"COLUMNS": columns} if columns else {"COLUMNS": ""}
+    out = CliRunner().invoke(cli, ["analyze", str(DATA / "tracelens" / "h100_owlv2_inference.json.gz")],
+                             env=env)
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert max(map(len, lines)) == widest
