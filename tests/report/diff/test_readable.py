@@ -20,8 +20,8 @@ from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare.comparison import compare
 from goodhart_prof.analysis.compare.summary import recording_warning
 from tests.support.helpers import run_main
-from goodhart_prof.report.common import SafeConsole, distinct_names, interval_text, short_middle
-from goodhart_prof.report.diff.format import interval, kernel_labels
+from goodhart_prof.report.common import SafeConsole
+from goodhart_prof.report.diff.format import interval
 from goodhart_prof.report.diff.page import page
 from goodhart_prof.report.diff.document import to_document
 from goodhart_prof.report.diff.text import render
@@ -202,26 +202,10 @@ def test_clean_runs_fit_at_each_width(capsys):
         assert max(len(x) for x in text(c, width).splitlines()) <= width
 
 
-def test_shortened_names_keep_what_differs():
-    a = "cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_32x3_nn_align8"
-    b = a.replace("256x128", "128x128")
-    assert short_middle(a, 30) == "cutlass_75_tens…32x3_nn_align8" and len(short_middle(a, 30)) == 30
-    shown = distinct_names([a, b, "x"], 30)
-    assert shown[0] != shown[1] and all(len(s) <= 30 for s in shown) and shown[2] == "x"
-    assert "256x128" in shown[0] and "128x128" in shown[1]
-    # two instantiations of one template share a short name: both keep their full names
-    k1 = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, MeanOps<float>>>(float)"
-    k2 = k1.replace("<128, 4", "<512, 1")
-    assert kernel_labels([k1, k2, "volta_sgemm_128x64_nn"]) == [k1, k2, "volta_sgemm_128x64_nn"]
-    labels = distinct_names(kernel_labels([k1, k2]), 40)
-    assert labels[0] != labels[1]
-    assert interval_text(844.7, 1516.0) == "0.845-1.52 ms" and interval_text(float("nan"), 1.0) == ""
-
-
 def test_gpu_pair_fits_and_kernels_stay_distinct():
     """A GPU pair (H200, lite against full, our trainer): kernel, device and memory tables at
     each width; two different kernels never print alike."""
-    gpu = DATA / "gpu" / "h200_2026-11-26"
+    gpu = FIXTURES / "gpu" / "h200_2026-11-26"
     (a, ra), (b, rb) = side(gpu / "lite" / "clean"), side(gpu / "full" / "clean")
     c = compare(a, b, ra, rb)
     assert c.recording_warning.startswith("A and B were recorded differently: A was recorded in lite mode")

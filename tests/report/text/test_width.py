@@ -1,5 +1,6 @@
 """The terminal report fits the console it is given: no line wider than it, one line per kernel
-(no C++ name wrapped over two lines), short kernel names, findings' evidence as labelled figures."""
+(no C++ name wrapped over two lines), short kernel names, findings' evidence as labelled figures
+(their wording: tests/report/test_common.py)."""
 from __future__ import annotations
 
 import io
@@ -9,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.report.common import evidence_lines, kernel_name
+from goodhart_prof.report.common import kernel_name
 from goodhart_prof.report.text.report import render
 from goodhart_prof.trace.load import load
 from tests.support.paths import DATA
@@ -87,19 +88,6 @@ def test_kernel_names_are_shortened_for_tables(full, shown):
 def test_kernel_name_cut_to_a_width():
     name = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1"
     assert kernel_name(name, 20) == name[:19] + "…"
-
-
-def test_evidence_reads_as_labelled_figures():
-    lines = evidence_lines({
-        "rank": 7, "device": 7, "utilization": 0.2425, "idle_us": 8308.0, "bytes": 91968.0,
-        "gaps": {"count": 233, "p50_us": 20.0},
-        "sites": [{"site": "a > b", "count": 21, "total_us": 138.0}] * 4,
-        "frame": None})
-    assert lines[0] == "rank 7 · GPU 7 · utilization 24.2% · idle 8.308 ms · bytes 89.8 KiB"
-    assert lines[1] == "gaps: 233x · p50 20.0 us"
-    assert lines[2] == "at:"
-    assert lines[3:6] == ["  a > b · 21x · total 138.0 us"] * 3
-    assert lines[6] == "  (+1 more)"
 
 
 @pytest.mark.parametrize("columns, widest", [("100", 100), ("", 140)])

@@ -1,0 +1,134 @@
+"""report/common.py: what the report writers share. Durations, bytes and percentages in their
+units, savings as the reports say them, names cut to a width (and kept apart), intervals,
+findings' evidence as labelled figures, the overwrite rule, the safe console and plain tables,
+capped tables and the line under them."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from goodhart_prof.analysis.rules.base import Finding
+from goodhart_prof.errors import UserError
+from goodhart_prof.report.common import (SafeConsole, bytes_text, capped, distinct_names, duration,
+                                         evidence_lines, evidence_value, interval_text, make_table,
+                                         more_rows, percent, refuse_overwrite, saving_text, short,
+                                         short_middle, short_tail)
+
+
+def test_duration_picks_the_unit_and_dashes_what_is_missing():
+    assert duration(850.25) == "850.2 us"
+    assert duration(1500) == "1.500 ms"
+    assert duration(2_500_000) == "2.500 s"
+    assert duration(np.float32(40.0)) == "40.0 us"
+    # the page's form: three significant digits
+    assert duration(1234, significant=True) == "1.23 ms"
+    assert duration(5e6, significant=True) == "5 s"
+    assert duration(12_345_678, significant=True) == "12.3 s"
+    for missing in (None, float("nan"), float("inf"), "12"):
+        assert duration(missing) == "-"
+
+
+def test_bytes_and_percent():
+    assert bytes_text(48) == "48 B"
+    assert bytes_text(1536) == "1.5 KiB"
+    assert bytes_text(3 * 2**30) == "3.0 GiB"
+    assert bytes_text(2**20, signed=True) == "+1.0 MiB"
+    assert bytes_text(-2**20, signed=True) == "-1.0 MiB"
+    assert bytes_text(0, signed=True) == "0 B"
+    assert bytes_text(None) == "-"
+    assert percent(0.1234) == "12.3%"
+    assert percent(None) == percent(float("nan")) == "-"
+
+
+def test_saving_text_per_iteration_over_the_trace_or_why_not():
+    def finding(**kw):
+        return Finding("rule", "high", "title", {}, "fix", **kw)
+    assert saving_text(finding(est_saving_us=1660.0, est_saving_share=0.0014)) == \
+        "saves ~1.66 ms/iteration (0.14%)"
+    assert saving_text(finding(est_saving_us=2_500_000.0, est_saving_share=0.5)) == \
+        "saves ~2,500 ms/iteration (50.0%)"
+    assert saving_text(finding(est_saving_us=493_000.0, est_saving_share=0.499, saving_basis="trace")) == \
+        "saves ~493 ms over the trace (49.9% of its span)"
+    assert saving_text(finding(saving_note="no iterations")) == "no time estimate: no iterations"
+    assert saving_text(finding()) == "no time estimate"
+
+
+def test_shortened_names_keep_what_differs():
+    assert short("abcdef", 4) == "abc…" and short("abc", 4) == "abc"
+    assert short_tail("a > b > c", 5) == "… > c"
+    a = "cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_32x3_nn_align8"
+    b = a.replace("256x128", "128x128")
+    assert short_middle(a, 30) == "cutlass_75_tens…32x3_nn_align8" and len(short_middle(a, 30)) == 30
+    shown = distinct_names([a, b, "x"], 30)
+    assert shown[0] != shown[1] and all(len(s) <= 30 for s in shown) and shown[2] == "x"
+    assert "256x128" in shown[0] and "128x128" in shown[1]
+
+
+def test_interval_text_one_unit_or_nothing():
+    assert interval_text(844.7, 1516.0) == "0.845-1.52 ms"
+    assert interval_text(2.5e6, 3e6) == "2.5-3 s"
+    assert interval_text(6422.2, 9912.0, "rate") == "6,422-9,912"
+    assert interval_text(0.5, 1.25, "count") == "0.50-1.25"
+    assert interval_text(float("nan"), 1.0) == "" and interval_text(None, 1.0) == ""
+
+
+def test_evidence_value_in_its_unit():
+    assert evidence_value("idle_us", 8308.0) == "8.308 ms"
+    assert evidence_value("bytes", 1024) == "1.0 KiB"
+    assert evidence_value("share", 0.5) == "50.0%"
+    assert evidence_value("share", 1.5) == "1.5"  # outside [0, 1]: not a share after all
+    assert evidence_value("ratio", 2.3456) == "2.35"
+    assert evidence_value("count", 1234) == "1,234"
+    assert evidence_value("flag", True) == "yes"
+    assert evidence_value("kernel", "void at::native::(anonymous namespace)::foo<1>(int)") == "foo<...>"
+
+
+def test_evidence_reads_as_labelled_figures():
+    lines = evidence_lines({
+        "rank": 7, "device": 7, "utilization": 0.2425, "idle_us": 8308.0, "bytes": 91968.0,
+        "gaps": {"count": 233, "p50_us": 20.0},
+        "sites": [{"site": "a > b", "count": 21, "total_us": 138.0}] * 4,
+        "frame": None})
+    assert lines[0] == "rank 7 · GPU 7 · utilization 24.2% · idle 8.308 ms · bytes 89.8 KiB"
+    assert lines[1] == "gaps: 233x · p50 20.0 us"
+    assert lines[2] == "at:"
+    assert lines[3:6] == ["  a > b · 21x · total 138.0 us"] * 3
+    assert lines[6] == "  (+1 more)"
+
+
+def test_refuse_overwrite_folder_existing_and_forced(tmp_path):
+    with pytest.raises(UserError, match="is a folder, not a file"):
+        refuse_overwrite(tmp_path, force=True)
+    existing = tmp_path / "out.html"
+    existing.write_text("kept")
+    with pytest.raises(UserError, match=r"out\.html: already exists \(use --force to replace it\)"):
+        refuse_overwrite(existing, force=False)
+    assert refuse_overwrite(existing, force=True) == existing
+    assert refuse_overwrite(str(tmp_path / "new.html"), force=False) == tmp_path / "new.html"
+    assert existing.read_text() == "kept"  # a check, never a write
+
+
+def test_console_and_tables_show_trace_text_as_it_is():
+    out = io.StringIO()
+    console = SafeConsole(file=out, width=80, color_system=None)
+    console.print("kernel \x1b[2J")
+    console.print("k[/z]")  # markup that does not parse: shown, not raised
+    table = make_table("T", "name", "us", right=(1,))
+    table.add_row("aten::mm [param|cuda]", "5")
+    console.print(table)
+    text = out.getvalue()
+    assert text.startswith("kernel \\x1b[2J\nk[/z]\n") and "\x1b" not in text
+    assert "aten::mm [param|cuda] │  5" in text
+    assert [c.justify for c in table.columns] == ["left", "right"]
+
+
+def test_capped_rows_and_the_line_under_them():
+    assert capped([1, 5, 3], limit=5).tolist() == [0, 1, 2]
+    assert capped([1, 5, 3], limit=2).tolist() == [1, 2]  # the largest, in their own order
+    assert capped([1, 1, 1], limit=2).tolist() == [0, 1]  # ties: the earlier rows
+    assert capped([np.nan, 1, 2], limit=2).tolist() == [1, 2]
+    assert more_rows(25, 20, "devices", "most idle time") == \
+        "... and 5 more devices (the 20 with the most idle time are shown; --json lists all)"
+    assert more_rows(20, 20, "devices", "most idle time") == ""
