@@ -1,6 +1,5 @@
 """The cheaper searches under the idle-cause attribution give what the plain ones give:
-searchsorted_many against np.searchsorted, ThreadSpans.latest_starting's per-run path against a
-search per query, climb against a walk up the parents one query at a time."""
+searchsorted_many against np.searchsorted, climb against a walk up the parents one query at a time."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +7,6 @@ import numpy as np
 from goodhart_prof.analysis import intervals
 from goodhart_prof.analysis.intervals import searchsorted_many
 from goodhart_prof.analysis.tree.parents import climb, holder_parents, start_order
-from goodhart_prof.analysis.tree.threads import ThreadSpans
 from tests.support.paths import DATA
 
 
@@ -26,32 +24,6 @@ def test_searchsorted_many_equals_numpy_sorted_ties_nan_and_unsorted():
     assert len(sorted_q) >= intervals.MERGE_MIN_QUERIES and len(sorted_q) >= 2 * len(values)
     assert searchsorted_many(values, sorted_q, "right")[-1] == 900  # all numbers, not the NaN
     assert searchsorted_many(values[:0], sorted_q, "left").tolist() == [0] * len(sorted_q)
-
-
-def _spans(bounds: np.ndarray) -> ThreadSpans:
-    return ThreadSpans({(0, 1, t): (int(a), int(b)) for t, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))})
-
-
-def test_latest_starting_per_run_equals_search_per_query():
-    rng = np.random.default_rng(5)
-    sizes = np.array([0, 5000, 3, 7000, 1])
-    bounds = np.r_[0, np.cumsum(sizes)]
-    ts = np.concatenate([np.sort(np.round(rng.uniform(0, 1000, s), 1)) for s in sizes])
-    spans = _spans(bounds)
-    # runs of one thread (sorted within a run: the merged search), -1 threads among them
-    thread = np.repeat([1, 3, -1, 0, 3, 2, 4, 1], [9000, 12000, 5, 10, 40, 7, 6000, 3])
-    q = np.concatenate([np.sort(np.round(rng.uniform(-10, 1010, n), 1))
-                        for n in (9000, 12000, 5, 10, 40, 7, 6000, 3)])
-    want = np.full(len(q), -1)
-    for i, (t, x) in enumerate(zip(thread.tolist(), q.tolist())):
-        if t >= 0:
-            a, b = bounds[t], bounds[t + 1]
-            k = int(np.searchsorted(ts[a:b], x, side="right"))
-            want[i] = a + k - 1 if k else -1
-    np.testing.assert_array_equal(spans.latest_starting(ts, thread, q), want)
-    mixed = rng.permutation(len(q))  # thousands of runs: the segment_searchsorted path
-    np.testing.assert_array_equal(spans.latest_starting(ts, thread[mixed], q[mixed]), want[mixed])
-    assert (want >= 0).sum() > 20000
 
 
 def test_climb_equals_walking_up_each_query():
