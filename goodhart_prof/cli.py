@@ -55,6 +55,7 @@ def run(iterations, mode, verbose, name, **trainer_values):
     else the newest run with a checkpoint, in its own folder.
     """
     from .capture import runs
+    from .trace import run_folders
 
     root = runs.output_root(trainer_values["output_dir"], os.environ)
     window = iterations if iterations is not None else run_options.env_window(os.environ)
@@ -69,7 +70,7 @@ def run(iterations, mode, verbose, name, **trainer_values):
         # SIGINT, SIGTERM and SIGHUP to us go to the trainer (it records the interruption, then
         # exits 128 + N); a Ctrl-C reaches it once, from us (runs.run_trainer).
         code = runs.run_trainer(argv, env)
-    finished = runs.read_run(folder)
+    finished = run_folders.run_in(folder)
     if code == 0 and finished is not None and finished.complete:
         try:
             runs.point_latest(root, folder)
@@ -84,8 +85,9 @@ def run(iterations, mode, verbose, name, **trainer_values):
 def _latest(what: str) -> str:
     """The latest run's folder under PROF_OUTPUT_DIR or traces, for a command given no PATH."""
     from .capture import runs
+    from .trace import run_folders
 
-    run = runs.latest_run(runs.output_root(None, os.environ))
+    run = run_folders.latest_run(runs.output_root(None, os.environ))
     click.echo(printable(f"{what} the latest run: {run.describe()}"), err=True)
     return str(run.folder)
 
@@ -209,6 +211,7 @@ def diff(a, b, root, as_json, html_file, force, top):
     the last two complete runs under the root (by run.json `created`).
     """
     from .capture import runs
+    from .trace import run_folders
     from .analysis import analyze as run_analysis
     from .analysis.compare.comparison import compare
     from .trace.load import load
@@ -216,13 +219,13 @@ def diff(a, b, root, as_json, html_file, force, top):
 
     root_dir = runs.output_root(root, os.environ)
     if a is None:
-        older, newer = runs.last_two(root_dir)
+        older, newer = run_folders.last_two(root_dir)
         a, b = str(older.folder), str(newer.folder)
         click.echo(printable(f"A: {older.describe()}, B: {newer.describe()}"), err=True)
     elif b is None:
         raise UserError("diff takes two traces or runs (A B), or none to compare the last two runs")
     else:
-        a, b = str(runs.resolve(a, root_dir)), str(runs.resolve(b, root_dir))
+        a, b = str(run_folders.resolve(a, root_dir)), str(run_folders.resolve(b, root_dir))
     if html_file:
         from .report.common import refuse_overwrite
         refuse_overwrite(html_file, force)  # fail before the work, not after it

@@ -29,6 +29,7 @@ import torch
 from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import write_json, writing
 from goodhart_prof.capture.hooks import ProfSettings, trace_name, traced_iterations
+from goodhart_prof.capture.merging import MergeUnavailable, merge_apart
 from goodhart_prof.capture.runs import CREATED
 from goodhart_prof.textsafe import quote_path
 
@@ -237,20 +238,20 @@ def merge_traces(traces: dict[int, Path], trace_dir: Path) -> Path | None:
     """The ranks' traces merged into trace_dir/merged_trace.json; None without traces, or where
     the reading side is not installed.
 
-    The reading side (msgspec, pandas) is imported here, after training, never in a training
-    process's imports: a machine without it (a bare GPU image) still trains and writes its rank
-    traces, and says in one line why they were not merged (analyze reads rank traces as they are)."""
+    The merge runs in a process of its own (capture/merging.py): the training process never
+    imports the reading side (msgspec, pandas), so a machine without it (a bare GPU image) still
+    trains and writes its rank traces, and says in one line why they were not merged (analyze
+    reads rank traces as they are)."""
     if not traces:
         return None
+    merged = trace_dir / "merged_trace.json"
     try:
-        from goodhart_prof.trace.merge import merge_rank_traces
-    except ModuleNotFoundError as exc:
-        sys.stderr.write(f"{quote_path(trace_dir)}: rank traces written, not merged: {exc.name} is "
-                         f"not installed (pip install {exc.name}; goodhart-prof analyze reads the "
+        merge_apart(traces, merged)
+    except MergeUnavailable as exc:
+        sys.stderr.write(f"{quote_path(trace_dir)}: rank traces written, not merged: {exc.module} is "
+                         f"not installed (pip install {exc.module}; goodhart-prof analyze reads the "
                          f"rank traces as they are)\n")
         return None
-    merged = trace_dir / "merged_trace.json"
-    merge_rank_traces(traces, merged)
     return merged
 
 

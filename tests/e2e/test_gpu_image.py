@@ -15,39 +15,54 @@ from tests.support.paths import ROOT
 
 REPO = ROOT
 ABSENT = ("msgspec", "isal", "perfetto", "plotly")
-BLOCKER = textwrap.dedent(f"""
-    import importlib.abc, sys
-    class _Absent(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name.split(".")[0] in {ABSENT!r}:
-                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name.split(".")[0])
-    sys.meta_path.insert(0, _Absent())
-    for _name in {ABSENT!r}:
-        sys.modules.pop(_name, None)
-""")
+READING_SIDE = ABSENT + ("pandas",)  # what the training process must not import at all
 
 
-def run_blocked(code: str, tmp_path: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+def blocker(absent: tuple[str, ...]) -> str:
+    """An import hook refusing `absent`, as a sitecustomize.py: every interpreter started with it
+    on PYTHONPATH (the trainer, and any process it starts) is refused them."""
+    return textwrap.dedent(f"""
+        import importlib.abc, sys
+        class _Absent(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in {absent!r}:
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name.split(".")[0])
+        sys.meta_path.insert(0, _Absent())
+        for _name in {absent!r}:
+            sys.modules.pop(_name, None)
+    """)
+
+
+def run_blocked(code: str, tmp_path: Path, timeout: int = 240,
+                absent: tuple[str, ...] = ABSENT) -> subprocess.CompletedProcess:
+    hook = tmp_path / "blocker"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(blocker(absent))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROF_")}
-    env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-c", BLOCKER + textwrap.dedent(code)], cwd=tmp_path,
+    env["PYTHONPATH"] = os.pathsep.join([str(hook), str(REPO)])
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_blocker_really_blocks(tmp_path):
     res = run_blocked("import msgspec", tmp_path)
     assert res.returncode == 1 and "No module named 'msgspec'" in res.stderr
+    child = "import subprocess, sys\nsys.exit(subprocess.run([sys.executable, '-c', 'import pandas']).returncode)"
+    res = run_blocked(child, tmp_path, absent=READING_SIDE)
+    assert res.returncode == 1 and "No module named 'pandas'" in res.stderr  # its children too
 
 
 def test_trainer_imports_without_the_reading_side(tmp_path):
     res = run_blocked("""
         import sys
-        import trainer.train, trainer.launch, trainer.__main__, goodhart_prof.capture.hooks
+        import trainer.train, trainer.launch, trainer.__main__
+        import goodhart_prof.capture.hooks, goodhart_prof.capture.runs, goodhart_prof.capture.merging
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("msgspec", "isal", "perfetto",
                                                                     "plotly", "pandas")))
         print(sorted(m for m in sys.modules if m.startswith(("goodhart_prof.trace",
-                                                              "goodhart_prof.analysis"))))
-    """, tmp_path)
+                                                              "goodhart_prof.analysis",
+                                                              "goodhart_prof.report"))))
+    """, tmp_path, absent=READING_SIDE)
     assert res.returncode == 0, res.stderr[-2000:]
     absent, reading = res.stdout.splitlines()
     assert absent == "[]"    # the capture side loads neither the reading side nor pandas

@@ -42,10 +42,10 @@ def test_log_add_refuses_a_hostile_run_json_in_one_line(cases, tmp_path):
 
 
 def test_the_run_folders_skip_a_hostile_run_json(cases):
-    from goodhart_prof.capture import runs
+    from goodhart_prof.trace import run_folders
 
     for case in cases.values():
-        assert runs.read_run(case.path.parent) is None, case.name
+        assert run_folders.run_in(case.path.parent) is None, case.name
 
 
 def test_a_huge_run_json_is_refused_by_its_size_before_it_is_read(cases):
