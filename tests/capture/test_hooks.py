@@ -1,8 +1,6 @@
 """Profiler hooks: settings, the off path, the traced window, lite vs full, atomic writes."""
 from __future__ import annotations
 
-import gzip
-import json
 import time
 
 import pytest
@@ -11,7 +9,6 @@ import torch
 from goodhart_prof.fileio import atomic_path
 from goodhart_prof.capture.hooks import (PHASES, NoHooks, ProfilerHooks, ProfSettings, SettingsError,
                                  make_hooks, parse_iterations)
-from goodhart_prof.trace.merge import merge_rank_traces
 from tests.support.helpers import read_trace, step_labels
 
 
@@ -185,40 +182,6 @@ def test_atomic_path_keeps_old_file_when_writer_fails(tmp_path):
         tmp.write_text("new")
     assert target.read_text() == "new"
     assert oct(target.stat().st_mode & 0o777) != oct(0o600)  # usual mode, not mkstemp's
-
-
-def _kineto_like(pid: int, base_ns: int, ts: float, rank: int) -> dict:
-    return {
-        "baseTimeNanoseconds": base_ns,
-        "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"},
-        "traceEvents": [
-            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}},
-            {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
-            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": ts, "dur": 5.0},
-            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": ts + 2, "dur": 3.0,
-             "args": {"device": 0, "stream": 7, "correlation": 11}},
-        ],
-    }
-
-
-def test_merge_ranks_one_process_each_and_aligned_time(tmp_path):
-    files = {}
-    for rank, (pid, base) in enumerate(((4242, 1_000_000_000), (4343, 1_000_002_000))):
-        files[rank] = tmp_path / f"rank-{rank}.pt.trace.json.gz"
-        with gzip.open(files[rank], "wt") as fh:
-            json.dump(_kineto_like(pid, base, 100.0, rank), fh)
-    merge_rank_traces(files, tmp_path / "merged_trace.json")
-    merged = json.loads((tmp_path / "merged_trace.json").read_text())
-    names = {e["pid"]: e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "process_name"}
-    assert names == {0: "rank 0", 1: "rank 1"}
-    ops = {e["pid"]: e for e in merged["traceEvents"] if e.get("name") == "aten::mm"}
-    kernels = {e["pid"]: e for e in merged["traceEvents"] if e.get("name") == "gemm"}
-    # Rank 1's clock base is 2 us later: its events move 2 us later on the common base.
-    assert merged["baseTimeNanoseconds"] == 1_000_000_000
-    assert ops[0]["ts"] == 100.0 and ops[1]["ts"] == 102.0
-    # GPU streams become their own threads of the rank's process, device kept in args.
-    assert kernels[1]["tid"] == 1_000_000_000 + 7 and kernels[1]["args"]["device"] == 0
-    assert merged["goodhartProf"]["distributedInfo"]["1"]["rank"] == 1
 
 
 @pytest.mark.parametrize("first,last,expected", [(3, 4, {2, 3, 4, 5}), (0, 1, {0, 1, 2})])
