@@ -1,37 +1,26 @@
 """The heap guard: keeps a profiler window from reshaping glibc's main heap. Opt-in.
 
-Why it exists. Without it a run that profiled one window keeps more RSS for the rest of the run
-(scripts/soak_train.py, CPU preset, one torch thread: 357 -> 386 MB, +8..21% over the
-pre-window RSS before the guard, +2.6..4.1% with it). Three things the window does to the main
-heap, where the training thread's memory lives:
+Without it a run that profiled one window keeps more RSS for the rest of the run, because the
+window does three things to the main heap, where the training thread's memory lives:
 
-1. Stopping the profiler builds its results on the main heap: +143 MB for the 6-iteration
-   lite window (the recording itself: +29 MB). A few allocations made meanwhile outlive the
-   profiler and sit at the top of that growth: libkineto keeps its activity maps' bucket
-   arrays (2 x 1.38 MB; unordered_map::clear() keeps them), its Config, the trace metadata,
-   thread names, log lines. So the heap cannot shrink: after gc + malloc_trim it stays at
-   270 MB with 150 MB free inside (live memory only +2.7 MB). malloc_trim drops those holes'
-   pages, but glibc hands every request the best-fitting hole wherever it is, so the
-   training's transient tensors land in a different place of that space iteration after
-   iteration and fault ~40-55 MB of it back in.
-2. The profiler also fills and splits the holes the training had before the window, so its
-   big tensors no longer fit there and grow the heap instead.
-3. glibc raises its mmap threshold (and trim threshold = 2 x it) whenever it frees an
-   mmapped block of up to 32 MB. The profiler frees such blocks: 6.3 -> 27.6 MiB (trim
-   threshold 12.7 -> 55 MiB). Before the window each of the PPO update's 8 minibatches grew
-   the heap top by ~12 MB and glibc gave it back; after it that memory stays (+~15 MB).
+1. Stopping the profiler builds its results on the main heap, and a few allocations made
+   meanwhile (libkineto's activity maps' bucket arrays, its Config, trace metadata, thread names,
+   log lines) outlive the profiler at the top of that growth, so the heap cannot shrink; glibc
+   then hands the training's transient tensors the best-fitting hole wherever it is, and they
+   fault the freed space back in, iteration after iteration.
+2. The profiler fills and splits the holes the training had before the window, so its big
+   tensors no longer fit there and grow the heap instead.
+3. glibc raises its mmap threshold (and trim threshold = 2 x it) whenever it frees an mmapped
+   block of up to 32 MB; the profiler frees such blocks, so memory the PPO update's minibatches
+   used to give back afterwards stays.
 
-Why it is off unless GOODHART_HEAP_GUARD is on (1/true/yes/on, read with the PROF_* variables:
-`ProfSettings.heap_guard`). The hooks run inside loops users write themselves, and the guard
-tunes glibc's allocator for the whole process, for good: mallopt freezes glibc's dynamic
-mmap/trim thresholds (glibc cannot turn that back on), and blocks stay reserved between windows.
-What it buys is bounded: ~15-30 MB of RSS that a CPU-only run keeps after a window (on a GPU
-run the training's tensors are not on this heap). And it costs time: the traced iterations ran
-lite 1.12-1.15x the no-hook loop with it, 1.09x without (scripts/bench_hooks.py, 2-core CPU,
-2026-11-22).
-A long CPU run that profiles many windows and counts its megabytes turns it on; nobody else
-needs it. What every run needs is that the RSS stops growing once the window is over, guard or
-not: scripts/soak_train.py checks that (guard off unless --heap-guard).
+It is off unless GOODHART_HEAP_GUARD is on (1/true/yes/on, read with the PROF_* variables:
+`ProfSettings.heap_guard`): the hooks run inside loops users write themselves, and the guard
+tunes glibc's allocator for the whole process, for good (mallopt freezes glibc's dynamic
+mmap/trim thresholds, which glibc cannot turn back on; blocks stay reserved between windows).
+What it buys is bounded and what it costs is time: the measurements are in docs/benchmarks.md,
+"Heap guard". What every run needs is that the RSS stops growing once the window is over, guard
+or not: scripts/soak_train.py checks that (guard off unless --heap-guard).
 
 What always runs, guard or not: `release_memory()` when a window closes (gc + malloc_trim),
 which hands the memory the profiler freed back to the OS.

@@ -71,10 +71,10 @@ class ProfilerHooks:
     trace: no ProfilerStep label, no op, no phase (phases return the no-op context until
     recording starts; the trace's own span opens at start_trace; tests/capture/test_hooks.py checks this
     on the CPU). Starting the profiler outright one iteration early would record that iteration.
-    What the warm-up costs: the set-up, moved into iteration `first - 1`, which records nothing:
-    that iteration took 0.91x to 1.19x an untraced iteration's median time (scripts/bench_hooks.py
-    `warmup_ratio`, 2-core CPU, one thread, three runs, 2026-11-23; 1.16x / 1.19x on an H100). Throughput leaves that iteration out all the same (`ProfSettings.profiler_on`),
-    since a profiler exists during it.
+    What the warm-up costs: the set-up, moved into iteration `first - 1`, which records nothing
+    (its time against an untraced iteration: docs/benchmarks.md, "Profiler warm-up"). Throughput
+    leaves that iteration out all the same (`ProfSettings.profiler_on`), since a profiler exists
+    during it.
 
     No warm-up is possible when no iteration before `first` runs under these hooks: a window
     starting at iteration 0, or a resume that starts at `first` or inside the window. Then the

@@ -18,9 +18,8 @@ not the traced FIRST..LAST, not LAST + 1 (it writes the trace) -- the iterations
 own `env_steps_per_s` is measured over, less the first -- and of those, the ones before the
 window when there are 3 or more (the CPU preset traces 50-55 of 56: 48 of them), else the ones
 after it. The two are not mixed: after the window the process runs in another state (the trace
-written and its memory released), and on the 2-core CPU machine the iterations after a 2-7
-window ran 0.55x to 0.97x the time of those before it, differently in each of 4 runs of one
-configuration. Their per-iteration env-steps/s, times the world size (ranks step in lockstep,
+written and its memory released), and runs at another speed (docs/benchmarks.md, "Iterations
+after a traced window"). Their per-iteration env-steps/s, times the world size (ranks step in lockstep,
 each with its own envs), are the samples of the env-steps/s figure.
 """
 from __future__ import annotations
