@@ -1,6 +1,6 @@
 """The terminal report fits the console it is given: no line wider than it, one line per kernel
-(no C++ name wrapped over two lines), short kernel names, findings' evidence as labelled figures
-(their wording: tests/report/test_common.py)."""
+(no C++ name wrapped over two lines; short names: tests/trace/test_names.py), findings' evidence
+as labelled figures (their wording: tests/report/test_common.py)."""
 from __future__ import annotations
 
 import io
@@ -10,7 +10,6 @@ import pytest
 from rich.console import Console
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.report.common import kernel_name
 from goodhart_prof.report.text.report import render
 from goodhart_prof.trace.load import load
 from tests.support.paths import DATA
@@ -63,31 +62,6 @@ def test_report_fits_the_console(analyses, name, width):
         assert len(body) == min(TOP, len(eff.kernels))
     # evidence is labelled figures, not a Python dict
     assert not [line for line in lines if "evidence: {" in line or "{'" in line]
-
-
-@pytest.mark.parametrize("full, shown", [
-    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, "
-     "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)",
-     "cunn_SoftMaxForward<...>"),
-    ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>"
-     "(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)",
-     "cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8"),
-    ("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float, float>(int)",
-     "gemvx::kernel<...>"),
-    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "ncclKernel_AllReduce_RING_LL_Sum_float"),
-    ("triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_0"),
-    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1",
-     "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1"),
-    ("Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pageable -> Device)"),
-    ("ampere_sgemm_128x64_nn", "ampere_sgemm_128x64_nn"),
-])
-def test_kernel_names_are_shortened_for_tables(full, shown):
-    assert kernel_name(full) == shown
-
-
-def test_kernel_name_cut_to_a_width():
-    name = "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1"
-    assert kernel_name(name, 20) == name[:19] + "…"
 
 
 @pytest.mark.parametrize("columns, widest", [("100", 100), ("", 140)])
