@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from goodhart_prof.analysis.host.sites import user_site
 from goodhart_prof.analysis.host.syncs import KINDS, sync_points, sync_summary
 from goodhart_prof.trace.load import load
 from tests.support.events import GPU_PID, STREAM, X, ann, cuda_item, kernel, load_events, memcpy, op, rt
@@ -136,19 +135,6 @@ def test_iterations_come_from_any_thread_of_the_rank(tmp_path):
                                    for e in cuda_item(1500, 50)]
     points = sync_points(load_events(tmp_path, events))
     assert list(points["iteration"]) == [7, 8] and list(points["tid"]) == [100, 200]
-
-
-def test_user_site():
-    assert user_site("trainer/ppo.py(123): ppo_update") == "trainer/ppo.py:123 ppo_update"
-    assert user_site("/abs/path/x.py(45): f") == "/abs/path/x.py:45 f"
-    assert user_site("<stdin>(5): f") == "<stdin>:5 f"
-    for lib in ("torch/nn/modules/module.py(1736): _call_impl", "typing.py(359): inner",
-                "threading.py(1012): run", "<frozen importlib._bootstrap>(1): _load",
-                "<built-in method item of Tensor object at 0x7f62>", "nn.Module: Linear_0",
-                "/usr/lib/python3.11/threading.py(10): run",
-                "/venv/lib/python3.11/site-packages/numpy/x.py(3): f",
-                "/usr/lib/python3/dist-packages/foo/x.py(3): f"):
-        assert user_site(lib) is None, lib
 
 
 def test_summary_and_json(tmp_path):
