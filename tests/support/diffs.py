@@ -1,5 +1,5 @@
-"""Comparisons for the diff report's tests: two run folders of our trainer (tests/data/ours/ab,
-SOURCES.md), and a hand-made pair of traces whose phases differ."""
+"""Comparisons for the diff report's tests: two CPU run folders of our trainer (tests/data/ours/ab,
+SOURCES.md), a small GPU pair (tests/data/hta, tracelens), and a hand-made pair of traces whose phases differ."""
 from __future__ import annotations
 
 import json
@@ -42,3 +42,15 @@ def phase_pair(folder: Path):
     a = steps_trace(folder / "a.json", ("rollout",))
     b = steps_trace(folder / "b.json", ("rollout", "logging"))
     return compare(analyze(load(a)), analyze(load(b)))
+
+
+
+MI250 = DATA / "hta" / "mi250_minitoy_rocm.json.gz"
+BERT = DATA / "tracelens" / "h100_bert_small_inference.json.gz"
+
+
+@lru_cache(maxsize=None)
+def gpu_comparison():
+    """Two small GPU traces of others (SOURCES.md): a ROCm training step on an MI250 (A, no memory
+    events) against bert-small inference on an H100 (B, with memory events)."""
+    return compare(analyze(load(MI250)), analyze(load(BERT)))
