@@ -239,16 +239,3 @@ def test_backward_passes_when_no_marker_repeats(tmp_path, pairs):
     bounds = np.r_[it.table["ts"].to_numpy(float)[:1], it.table["end"].to_numpy(float)]
     inside = (bounds[:, None] >= steps[None, :, 0]) & (bounds[:, None] <= steps[None, :, 1])
     assert inside.sum(axis=1).tolist() == [1] * 5 and inside.argmax(axis=1).tolist() == [0, 1, 2, 3, 4]
-
-
-def test_first_event_per_rank_as_a_groupby_finds_it():
-    """setup's start per rank: read off the rank-sorted events, or by pandas where a table built
-    by hand is not in rank order; NaN starts skipped, a rank without events NaN."""
-    import pandas as pd
-    from goodhart_prof.analysis.setup import _first_ts
-    ranks = np.array([0, 1, 2, 5])
-    for ev in (pd.DataFrame({"rank": [0, 0, 1, 1, 2], "ts": [3.0, 1.0, np.nan, 7.0, np.nan]}),
-               pd.DataFrame({"rank": [1, 0, 1, 0, 2], "ts": [9.0, 4.0, 2.0, np.nan, 6.0]}),
-               pd.DataFrame({"rank": np.zeros(0, dtype=np.int32), "ts": np.zeros(0)})):
-        ref = ev.groupby("rank", sort=True)["ts"].min().reindex(ranks).to_numpy(float)
-        np.testing.assert_array_equal(_first_ts(ev, ranks), ref)
