@@ -2,12 +2,10 @@
 analysis (GPU, sync-heavy, ROCm and CPU-only traces), nesting per track, overflow tracks, errors."""
 from __future__ import annotations
 
-import gzip
 import json
 from collections import Counter
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import pytest
 
@@ -20,6 +18,7 @@ from goodhart_prof.report.export.perfetto import assign_lanes, to_ns, write_perf
 from goodhart_prof.trace.load import load
 from goodhart_prof.trace.model import GPU_ACTIVITY_CATS
 from tests.support.helpers import clean_env, error_lines, run_cmd, write_tiny_config
+from tests.support.chrome_events import Event, check_anchors, read_events
 from tests.support.pftrace import decode
 from tests.support.paths import DATA
 
@@ -167,37 +166,8 @@ def test_partial_overlaps_go_to_overflow_tracks_unclipped(tmp_path):
 
 
 # -- Chrome JSON ----------------------------------------------------------------------------------
-class _Event(msgspec.Struct):
-    ph: object = None
-    cat: object = None
-    pid: object = None
-    tid: object = None
-    ts: object = None
-
-
-class _Doc(msgspec.Struct):
-    traceEvents: list[_Event]
-
-
-def read_events(path: Path) -> list[_Event]:
-    data = Path(path).read_bytes()
-    return msgspec.json.decode(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data,
-                               type=_Doc).traceEvents
-
-
-def _added(events: list[_Event]) -> Counter:
+def _added(events: list[Event]) -> Counter:
     return Counter((e.ph, e.cat) for e in events if e.cat in (COUNTER_CAT, SYNC_CAT, FLOW_CAT))
-
-
-def _check_anchors(events: list[_Event]) -> None:
-    """Instants sit on threads that have events; flow ends start exactly where a slice starts."""
-    starts = {(e.pid, e.tid, e.ts) for e in events if e.ph == "X"}
-    threads = {(p, t) for p, t, _ in starts}
-    for e in events:
-        if e.cat == SYNC_CAT:
-            assert (e.pid, e.tid) in threads
-        elif e.cat == FLOW_CAT:
-            assert (e.pid, e.tid, e.ts) in starts
 
 
 def test_chrome_json_keeps_events_and_adds_ours(traced, tmp_path):
@@ -215,43 +185,12 @@ def test_chrome_json_keeps_events_and_adds_ours(traced, tmp_path):
     assert added[("C", COUNTER_CAT)] == samples == summary.counter_samples
     assert added[("i", SYNC_CAT)] == a.syncs.total
     assert added[("s", FLOW_CAT)] == added[("f", FLOW_CAT)] == linked == summary.flows
-    _check_anchors(events)
+    check_anchors(events)
     again = load(out)
     assert len(again.events) == len(a.trace.events)
     reanalysed = analyze(again)
     assert reanalysed.syncs.total == a.syncs.total
     assert reanalysed.gpu.equals(a.gpu)
-
-
-def test_chrome_json_plain_file_keeps_the_header(tmp_path):
-    out = tmp_path / "out.json"
-    write_chrome_json(analysis_of(MI250), out)
-    doc = json.loads(out.read_text())
-    with gzip.open(MI250, "rt") as fh:
-        original = json.load(fh)
-    assert {k: v for k, v in doc.items() if k not in ("traceEvents", "goodhartProf")} == \
-        {k: v for k, v in original.items() if k != "traceEvents"}
-    assert doc["traceEvents"][:len(original["traceEvents"])] == original["traceEvents"]
-    assert doc["goodhartProf"]["export"]["sync_instants"] == 3
-
-
-def test_chrome_json_merges_a_folder_of_rank_traces(tmp_path):
-    with gzip.open(MI250, "rt") as fh:
-        doc = json.load(fh)
-    folder = tmp_path / "ranks"
-    folder.mkdir()
-    for r in (0, 1):
-        (folder / f"rank-{r}.json").write_text(json.dumps({**doc, "distributedInfo": {"rank": r}}))
-    a = analyze(load(folder))
-    out = tmp_path / "merged.json"
-    summary = write_chrome_json(a, out)
-    _check_anchors(read_events(out))
-    again = load(out)
-    one = analysis_of(MI250).trace
-    assert again.ranks == [0, 1] and again.rank_source == "process names"
-    assert len(again.events) == len(a.trace.events) == 2 * len(one.events)
-    assert summary.counter_tracks == 2 and summary.flows == 2 * len(one.gpu)
-    assert analyze(again).gpu[["busy_us", "span_us"]].equals(a.gpu[["busy_us", "span_us"]])
 
 
 # -- the command ----------------------------------------------------------------------------------
