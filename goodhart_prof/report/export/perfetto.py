@@ -37,33 +37,26 @@ those are positive 32-bit ids used once in the whole trace; otherwise (merged tr
 rank, string ids, tids reused across ranks) a synthetic id from 10,000,000 up is used. Track names
 keep the trace's own ids (the text of a string id, never the loader's negative stand-in).
 
-Packets are built in chunks of `CHUNK_PACKETS` and each chunk is serialised as its own `Trace`
-message; concatenated `Trace` messages are one valid trace (the packet field is repeated).
+This module plans the tracks and the timed operations; perfetto_packets.py serialises them, in
+chunks of packets that are each their own `Trace` message (concatenated `Trace` messages are one
+valid trace: the packet field is repeated).
 """
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-from typing import Iterator
 
-import msgspec
 import numpy as np
 import pandas as pd
 
 from ...fileio import writing
 from ...trace.decode import DecodeError
-from ...trace.extra_events import PYTHON_CAT, Extras, read_extras
+from ...trace.extra_events import Extras, read_extras
 from ...trace.model import GPU_ACTIVITY_CATS, Trace
 from .common import ExportError, ExportSummary, check_output, linked_launches, to_ns, utilization_samples
-from .perfetto_tracks import Layout, RankOf, Track, file_ranks, loaded_keys, metadata, text_ids
+from .perfetto_packets import BEGIN, BEGIN_ITERATION, COUNTER, END, INSTANT, TRACE_INSTANT, serialise
+from .perfetto_tracks import Layout, RankOf, file_ranks, loaded_keys, metadata, text_ids
 from ...textsafe import quote_path
-
-CHUNK_PACKETS = 50_000
-SEQUENCE_ID = 1
-
-# Operation codes of the packet plan (packets of equal time keep the order they were planned in).
-_BEGIN, _END, _BEGIN_ITERATION, _INSTANT, _COUNTER, _TRACE_INSTANT = 1, 2, 3, 4, 5, 6
 
 
 def assign_lanes(begin: list[int], end: list[int]) -> tuple[list[int], list[tuple[int, int, int]]]:
@@ -81,7 +74,7 @@ def assign_lanes(begin: list[int], end: list[int]) -> tuple[list[int], list[tupl
         for k, stack in enumerate(stacks):
             while stack and stack[-1][0] <= b:
                 t, j = stack.pop()
-                ops.append((t, _END, j))
+                ops.append((t, END, j))
             if not stack or e <= stack[-1][0]:
                 break
         else:
@@ -90,11 +83,11 @@ def assign_lanes(begin: list[int], end: list[int]) -> tuple[list[int], list[tupl
             stack = stacks[k]
         stack.append((e, i))
         lanes.append(k)
-        ops.append((b, _BEGIN, i))
+        ops.append((b, BEGIN, i))
     for stack in stacks:
         while stack:
             t, j = stack.pop()
-            ops.append((t, _END, j))
+            ops.append((t, END, j))
     return lanes, ops
 
 
@@ -105,7 +98,7 @@ def write_perfetto(analysis, path: str | os.PathLike, force: bool = False) -> Ex
     plan = _Plan(analysis)
     with writing(out, exclusive=not force) as tmp:
         with open(tmp, "wb") as fh:
-            for chunk in plan.chunks():
+            for chunk in serialise(plan):
                 fh.write(chunk)
     plan.summary.path = out
     return plan.summary
@@ -246,7 +239,7 @@ class _Plan:
         positions = ev.index.get_indexer(points["row"].to_numpy())
         self.syncs = list(points[["kind", "site", "iteration", "dur"]].itertuples(index=False))
         for k, (t, pos) in enumerate(zip(to_ns(points["ts"].to_numpy()).tolist(), positions.tolist())):
-            self._add(t, _INSTANT, int(self.event_track[pos]) + 1, k)
+            self._add(t, INSTANT, int(self.event_track[pos]) + 1, k)
         self.summary.sync_instants = len(points)
 
     def _trace_instants(self) -> None:
@@ -261,7 +254,7 @@ class _Plan:
                     uuid = self.layout.process[self.rank_of(f, e.threads[thread][0])].uuid
                 else:
                     uuid = self._track_of(self.extra_keys[f][thread]).uuid
-                self._add(int(to_ns(ts)), _TRACE_INSTANT, uuid, len(self.instants))
+                self._add(int(to_ns(ts)), TRACE_INSTANT, uuid, len(self.instants))
                 self.instants.append((e.names[name], e.names[cat], args))
         self.summary.trace_instants = len(self.instants)
 
@@ -279,7 +272,7 @@ class _Plan:
                     ident = (rank, pid, label)
                     if ident not in tracks:
                         tracks[ident] = self.layout.custom(rank, label, "counter")
-                    self._add(int(to_ns(ts)), _COUNTER, tracks[ident].uuid, len(self.counter_values))
+                    self._add(int(to_ns(ts)), COUNTER, tracks[ident].uuid, len(self.counter_values))
                     self.counter_values.append(value)
                     self.summary.trace_counter_samples += 1
         self.summary.trace_counter_tracks = len(tracks)
@@ -288,7 +281,7 @@ class _Plan:
         for rank, device, times, values in utilization_samples(analysis):
             track = self.layout.custom(rank, f"GPU {device} utilization", "counter", unit="%")
             for t, v in zip(to_ns(times).tolist(), values.tolist()):
-                self._add(t, _COUNTER, track.uuid, len(self.counter_values))
+                self._add(t, COUNTER, track.uuid, len(self.counter_values))
                 self.counter_values.append(v)
             self.summary.counter_tracks += 1
             self.summary.counter_samples += len(times)
@@ -312,86 +305,10 @@ class _Plan:
             lanes, ops = assign_lanes(begin_ns[a:b], end_ns[a:b])
             uuids = [self.layout.lane(track, k) for k in range(max(lanes) + 1)]
             for t, op, j in ops:
-                self._add(t, _BEGIN_ITERATION if op == _BEGIN else _END, uuids[lanes[j]], steps[a + j])
+                self._add(t, BEGIN_ITERATION if op == BEGIN else END, uuids[lanes[j]], steps[a + j])
             self.summary.iterations += b - a
 
     # -- packets ----------------------------------------------------------------------------------
-    def chunks(self) -> Iterator[bytes]:
-        """Serialised `Trace` messages: track descriptors, then events in time order."""
-        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
-        from perfetto.trace_builder.proto_builder import TraceProtoBuilder
-
-        builder = TraceProtoBuilder()
-        for track in self.layout.tracks:
-            _descriptor(builder.add_packet(), track)
-        # No interning is used; the flag just starts the sequence cleanly for the reader.
-        builder.trace.packet[0].sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-        order = np.argsort(np.asarray(self.time, dtype=np.int64), kind="stable").tolist()
-        for n, i in enumerate(order, 1):
-            self._event(builder.add_packet(), i, TrackEvent)
-            if n % CHUNK_PACKETS == 0:
-                yield builder.serialize()
-                builder = TraceProtoBuilder()
-        yield builder.serialize()
-
-    def _event(self, packet, i: int, TrackEvent) -> None:
-        code, ref = self.code[i], self.ref[i]
-        packet.timestamp = self.time[i]
-        packet.trusted_packet_sequence_id = SEQUENCE_ID
-        te = packet.track_event
-        te.track_uuid = self.track[i]
-        if code == _END:
-            te.type = TrackEvent.TYPE_SLICE_END
-        elif code == _BEGIN:
-            te.type = TrackEvent.TYPE_SLICE_BEGIN
-            self._slice_fields(te, ref)
-        elif code == _BEGIN_ITERATION:
-            te.type = TrackEvent.TYPE_SLICE_BEGIN
-            te.name = f"iteration {ref}"
-            te.categories.append("iteration")
-            _annotate(te, "iteration", ref)
-        elif code == _INSTANT:
-            kind, site, iteration, dur = self.syncs[ref]
-            te.type = TrackEvent.TYPE_INSTANT
-            te.name = f"sync {kind}"
-            te.categories.append("sync")
-            _annotate(te, "kind", str(kind))
-            _annotate(te, "site", str(site))
-            _annotate(te, "iteration", int(iteration))
-            _annotate(te, "dur_us", float(dur))
-        elif code == _TRACE_INSTANT:
-            name, cat, args = self.instants[ref]
-            te.type = TrackEvent.TYPE_INSTANT
-            te.name = name
-            if cat:
-                te.categories.append(cat)
-            _annotate_args(te, args)
-        else:
-            te.type = TrackEvent.TYPE_COUNTER
-            te.double_counter_value = self.counter_values[ref]
-
-    def _slice_fields(self, te, i: int) -> None:
-        te.name = self.name[i]
-        if i >= self.n_events:
-            te.categories.append(PYTHON_CAT)
-            return
-        cols = self.cols
-        te.categories.append(self.cat[i])
-        if self.is_gpu[i]:
-            _annotate(te, "device", cols["device"][i])
-            _annotate(te, "stream", cols["stream"][i])
-            if math.isfinite(cols["bytes"][i]):
-                _annotate(te, "bytes", float(cols["bytes"][i]))
-        if cols["correlation"][i] >= 0:
-            _annotate(te, "correlation", cols["correlation"][i])
-        if cols["external_id"][i] >= 0:
-            _annotate(te, "external_id", cols["external_id"][i])
-        flow_in = self.flow_in.get(i)
-        if flow_in is not None:
-            te.terminating_flow_ids.append(flow_in)
-        flows_out = self.flow_out.get(i)
-        if flows_out:
-            te.flow_ids.extend(flows_out)
 
 
 def _read_extras(trace: Trace) -> list[Extras]:
@@ -413,64 +330,6 @@ def _check_times(trace: Trace, extras: list[Extras]) -> None:
     if not ok:
         raise ExportError(f"{_name(trace)}: has negative or non-finite times; Perfetto "
                           f"timestamps are unsigned nanoseconds")
-
-def _descriptor(packet, track: Track) -> None:
-    packet.trusted_packet_sequence_id = SEQUENCE_ID
-    desc = packet.track_descriptor
-    desc.uuid = track.uuid
-    if track.kind == "process":
-        desc.process.pid = track.pid
-        desc.process.process_name = track.name
-        desc.process.process_labels.extend(track.labels)
-        if track.sort_index is not None:
-            desc.process.legacy_sort_index = _int32(track.sort_index)
-    elif track.kind == "thread":
-        desc.thread.pid = track.pid
-        desc.thread.tid = track.tid
-        desc.thread.thread_name = track.name
-        if track.sort_index is not None:
-            desc.thread.legacy_sort_index = _int32(track.sort_index)
-    else:
-        desc.name = track.name
-        if track.parent:
-            desc.parent_uuid = track.parent
-        if track.kind == "counter" and track.unit:
-            desc.counter.unit_name = track.unit
-
-
-def _int32(v: int) -> int:
-    return max(-(2**31), min(2**31 - 1, v))
-
-
-def _annotate_args(te, args: bytes) -> None:
-    """A trace event's `args` as debug annotations: numbers and strings as they are, anything
-    else (lists, objects) as its JSON text."""
-    if not args:
-        return
-    try:
-        values = msgspec.json.decode(args)
-    except (msgspec.DecodeError, UnicodeDecodeError):
-        return
-    if not isinstance(values, dict):
-        return
-    for key, value in values.items():
-        if value.__class__ is bool or value is None or not isinstance(value, (int, float, str)):
-            value = msgspec.json.encode(value).decode()
-        elif value.__class__ is int and not -(2**63) <= value < 2**63:
-            value = float(value)
-        _annotate(te, str(key), value)
-
-
-def _annotate(te, name: str, value) -> None:
-    ann = te.debug_annotations.add()
-    ann.name = name
-    if isinstance(value, str):
-        ann.string_value = value
-    elif isinstance(value, int):
-        ann.int_value = value
-    else:
-        ann.double_value = value
-
 
 def _name(trace: Trace) -> str:
     return str(trace.paths[0]) if len(trace.paths) == 1 else f"{len(trace.paths)} trace files"
