@@ -70,7 +70,7 @@ def _event(plan, packet, i: int, TrackEvent) -> None:
         te.name = name
         if cat:
             te.categories.append(cat)
-        _annotate_args(te, args)
+        annotate_args(te, args)
     else:
         te.type = TrackEvent.TYPE_COUNTER
         te.double_counter_value = plan.counter_values[ref]
@@ -128,7 +128,7 @@ def _int32(v: int) -> int:
     return max(-(2**31), min(2**31 - 1, v))
 
 
-def _annotate_args(te, args: bytes) -> None:
+def annotate_args(te, args: bytes) -> None:
     """A trace event's `args` as debug annotations: numbers and strings as they are, anything
     else (lists, objects) as its JSON text."""
     if not args:
