@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import columnar
-from .piece import Piece
+from .piece_tables import Piece
 from .decode import DecodeError, decode
 from .file_bytes import GZIP_MAGIC, gunzip_limit, inflate_chunks, read_all
 from .frame import events_end, events_start

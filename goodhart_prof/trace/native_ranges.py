@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import columnar
-from .piece import Piece
+from .piece_tables import Piece
 from .file_bytes import FileChanged, same_file
 from .pieces import BOUNDARY, merge_headers
 from .progress import Progress

@@ -21,7 +21,7 @@ from ..errors import TraceError
 from ..textsafe import quote_path
 from . import columnar, native_ranges
 from .columns import new_ids
-from .piece import Piece
+from .piece_tables import Piece
 from .decode import TraceDoc, decode, decode_events
 from .memory_table import memory_table
 from .pieces import (PIECE_BYTES, check_frame, file_frame, gzip_chunks, merge_headers, plain_chunks,

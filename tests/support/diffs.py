@@ -9,7 +9,7 @@ from pathlib import Path
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare.comparison import compare
 from goodhart_prof.trace.load import load
-from goodhart_prof.trace.run import read_run
+from goodhart_prof.trace.run_record import read_run
 from tests.support.paths import DATA
 
 AB = DATA / "ours" / "ab"

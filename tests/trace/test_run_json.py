@@ -60,7 +60,7 @@ def test_a_huge_run_json_is_refused_by_its_size_before_it_is_read(cases):
 
 @pytest.mark.parametrize("name", ["clean_1", "clean_2", "item_logging"])
 def test_the_trainers_own_run_json_passes(name):
-    from goodhart_prof.trace.run import read_run
+    from goodhart_prof.trace.run_record import read_run
 
     run = read_run(DATA / name)
     assert run is not None and run.env_steps_per_s > 0 and run.window == (10, 15)

@@ -24,7 +24,7 @@ from goodhart_prof.report.diff.format import interval
 from goodhart_prof.report.diff.document import to_document
 from goodhart_prof.report.diff.text import render
 from goodhart_prof.trace.load import load
-from goodhart_prof.trace.run import read_run
+from goodhart_prof.trace.run_record import read_run
 from tests.support.paths import DATA as FIXTURES
 
 DATA = FIXTURES / "ours"

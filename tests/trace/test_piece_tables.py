@@ -1,4 +1,4 @@
-"""goodhart_prof/trace/piece.py: `Piece`, the one result of every decode path. The native decoder
+"""goodhart_prof/trace/piece_tables.py: `Piece`, the one result of every decode path. The native decoder
 (columnar.py) and the msgspec decode (ranges.py `tables_of`) fill it alike on one document: its
 events and frames, the ranks its process names state, what was skipped (and how much of that did
 not fit the clock), how many events it decoded, its memory events and its header."""
@@ -11,7 +11,7 @@ import pytest
 
 from goodhart_prof.trace import columnar
 from goodhart_prof.trace.decode import decode
-from goodhart_prof.trace.piece import Piece
+from goodhart_prof.trace.piece_tables import Piece
 from goodhart_prof.trace.ranges import tables_of
 
 EVENTS = [

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..capture.settings import profiler_window
 from ..textsafe import quote_path
 from .run_json import read_run_json
 
@@ -66,11 +67,10 @@ class RunRecord:
         return [] if first is None else list(range(first, first + WARMUP_ITERATIONS))
 
     def profiled(self, iteration: np.ndarray) -> np.ndarray:
-        """A profiler existed during the iteration (warm-up FIRST - 1, FIRST..LAST, LAST + 1)."""
+        """A profiler slowed the iteration (capture/settings.profiler_window)."""
         if self.window is None:
             return np.zeros(len(iteration), dtype=bool)
-        first, last = self.window
-        return (iteration >= first - 1) & (iteration <= last + 1)
+        return profiler_window(iteration, *self.window)
 
     def traced_seconds(self) -> np.ndarray:
         """iteration_s of the traced iterations FIRST..LAST (warm-up left out): the run's own
