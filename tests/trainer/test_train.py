@@ -13,7 +13,7 @@ import torch
 
 from goodhart_prof.capture.hooks import PHASES, ProfSettings
 from tests.support.helpers import (clean_env, error_lines, read_trace, run_cmd, step_labels, write_tiny_config)
-from trainer.config import ConfigError, build_config
+from trainer.config import build_config
 from trainer.env import GoodhartGridWorld
 from trainer.train import train
 
@@ -85,15 +85,6 @@ def test_bad_config_is_one_line_error(tmp_path):
     unknown.write_text("n_envz = 3\n")
     res = run_cmd(["-m", "trainer", "--config", str(unknown)])
     assert res.returncode == 2 and "unknown config keys: n_envz" in res.stderr
-
-
-def test_config_layers_preset_file_flags(tmp_path):
-    cfg_file = write_tiny_config(tmp_path)
-    cfg = build_config(cfg_file, device="cpu", seed=9)
-    assert (cfg.n_envs, cfg.rollout_steps, cfg.seed, cfg.device) == (16, 8, 9, "cpu")
-    assert build_config(None, device="cpu").n_envs == 128  # CPU preset
-    with pytest.raises(ConfigError):
-        build_config(None, device="cpu", minibatches=3)  # 128 * 32 not divisible by 3
 
 
 def test_window_past_the_end_is_refused(tmp_path):
