@@ -2,7 +2,8 @@
 
 - 5: `--workers` beyond the rank files or the cores is capped, with one line saying so.
 - 9: a run's metrics.jsonl with a torn last line (inside a UTF-8 character) or an out-of-range
-  `iteration`: the line is skipped with a warning naming the file (and the line).
+  `iteration`: `diff` and `log add` warn, naming the file and the line (the reading itself:
+  tests/trace/test_run_record.py).
 - 10: a malformed `--scheduler` address is one line, exit 2, before Dask loads; "" is not "none".
 - 12: too few open files for `--workers N`: the soft limit is raised where the hard one allows,
   else one line saying how many are needed.
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from goodhart_prof.trace.load import TraceError, load
-from goodhart_prof.trace.run import read_run
+from goodhart_prof.trace.run_record import read_run
 from tests.support.helpers import clean_env, error_lines
 from tests.support.paths import DATA
 
@@ -51,35 +52,6 @@ def _run_copy(tmp_path: Path, name: str = "run") -> Path:
 
 
 # -- 9: metrics.jsonl read robustly ----------------------------------------------------------------
-def test_a_metrics_line_torn_inside_a_utf8_character_is_skipped_with_a_warning(tmp_path):
-    folder = _run_copy(tmp_path)
-    whole = read_run(folder)
-    with open(folder / "metrics.jsonl", "ab") as fh:
-        fh.write('{"iteration": 99, "note": "é'.encode()[:-1])  # the last byte of é cut off
-    torn = read_run(folder)
-    assert torn.metrics.equals(whole.metrics) and whole.warnings == []
-    assert torn.warnings == [f"{folder / 'metrics.jsonl'}: skipped line 17, its last: torn (the "
-                             "run was still writing it, or was stopped)"]
-
-
-def test_an_iteration_out_of_range_is_skipped_with_a_warning_naming_the_line(tmp_path):
-    folder = _run_copy(tmp_path)
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    rows[3]["iteration"] = 2**70
-    rows[4]["env_steps"] = 10**400 // 10**30  # a number no float holds: not a number, not a crash
-    rows[5] = "not a row"
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "\xff\n")
-    run = read_run(folder)
-    assert run.metrics["iteration"].tolist() == [r["iteration"] for i, r in enumerate(rows)
-                                                 if i not in (3, 5)]
-    assert run.metrics["env_steps"].isna().tolist() == [i == 4 for i in range(len(rows)) if i not in (3, 5)]
-    path = folder / "metrics.jsonl"
-    assert run.warnings == [f"{path}: skipped line 4: iteration 1180591620717411303424 is out of "
-                            "range (0 to 2**63 - 1)",
-                            f"{path}: skipped 2 line(s) that are not metrics rows (lines 6, 17)"]
-    assert len(run.throughput()) > 0
-
-
 def test_diff_and_log_add_warn_for_a_torn_metrics_line(tmp_path):
     a, b = _run_copy(tmp_path, "a"), _run_copy(tmp_path, "b")
     with open(a / "metrics.jsonl", "ab") as fh:

@@ -19,8 +19,7 @@ from tests.support.helpers import run_main
 from goodhart_prof.report.diff.page import page
 from goodhart_prof.report.diff.document import to_document
 from goodhart_prof.trace.load import load
-from goodhart_prof.trace.run import read_run
-from goodhart_prof.trace.run_json import RunJsonError
+from goodhart_prof.trace.run_record import read_run
 from tests.support.paths import DATA
 
 AB = DATA / "ours" / "ab"
@@ -103,28 +102,11 @@ def test_fewer_than_three_iterations_concludes_nothing_about_time(tmp_path, caps
 
 
 # -- the run record --------------------------------------------------------------------------------
-def test_throughput_iterations_of_a_run(tmp_path, capsys):
-    def write(window, total):
-        (tmp_path / "run.json").write_text(json.dumps(
-            {"world_size": 2, "env_steps_per_s": 1.0, "profiling": {"enabled": True, "iterations": window}}))
-        rows = [{"iteration": i, "env_steps": 100, "iteration_s": 0.1, "env_steps_per_s": 1000.0 + i}
-                for i in range(total)]
-        (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
-        return read_run(tmp_path / "rank-0.pt.trace.json.gz")  # a file inside the folder
-    run = write([10, 15], 17)
-    t = run.throughput()
-    # 0 warm-up, 9 the profiler's warm-up, 10-15 traced, 16 writes the trace: 1-8 before the window
-    assert t["iteration"].tolist() == list(range(1, 9)) and run.warmup == [0]
-    assert t["rate"].tolist() == [2 * (1000.0 + i) for i in range(1, 9)]  # both ranks
-    t = write([2, 7], 14).throughput()
-    assert t["iteration"].tolist() == [9, 10, 11, 12, 13]  # fewer than 3 before the window: after it
+def test_a_run_json_that_is_not_json_is_one_line_on_the_command_line(tmp_path, capsys):
+    """(What read_run makes of run.json and metrics.jsonl: tests/trace/test_run_record.py.)"""
     (tmp_path / "run.json").write_text("{not json")
-    with pytest.raises(RunJsonError) as info:  # the one-line user error, not a raw JSON or OS error
-        read_run(tmp_path)
-    assert info.type is RunJsonError
     said = f"{tmp_path / 'run.json'}: not a readable run.json (not JSON: "
-    assert str(info.value).startswith(said) and "\n" not in str(info.value)
-    # the command line: exit 2, one `Error:` line naming the file, no traceback
+    # exit 2, one `Error:` line naming the file, no traceback
     (tmp_path / "rank-0.pt.trace.json.gz").write_bytes((AB / "clean_1" / "rank-0.pt.trace.json.gz").read_bytes())
     code, _, err = run_main(["diff", str(tmp_path), str(AB / "clean_2")], capsys)
     lines = [line for line in err.splitlines() if line.strip()]
