@@ -1,5 +1,6 @@
-"""Hand-made trace events for the tests: complete events of each category, a recorded `.item()`,
-a kernel with its launch, and a list of events written and loaded as a trace."""
+"""Hand-made trace events for the tests: complete events of each category, a recorded `.item()`, a
+`[memory]` instant event, a kernel with its launch, and a list of events written and loaded as a
+trace."""
 from __future__ import annotations
 
 import json
@@ -44,6 +45,15 @@ def cuda_item(ts, corr):
             memcpy("Memcpy DtoH (Device -> Pageable)", ts + 30, 2, corr),
             X("Stream Sync", "cuda_sync", ts + 20, 25, pid=GPU_PID, tid=STREAM, device=0,
               stream=STREAM, correlation=corr + 1)]
+
+
+def memory_event(ts, nbytes, allocated, reserved, device=0, device_type=1, addr=1, tid=100):
+    """A `[memory]` instant event of profile_memory=True: `nbytes` allocated (negative: freed) at
+    `addr`, with the allocator's totals after it (device_type 1: CUDA, 0: the host)."""
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 100,
+            "tid": tid, "ts": ts, "args": {"Device Type": device_type, "Device Id": device,
+                                           "Bytes": nbytes, "Addr": addr,
+                                           "Total Allocated": allocated, "Total Reserved": reserved}}
 
 
 def load_events(tmp_path, events, name="t.json"):

@@ -1,6 +1,7 @@
 """Memory (analysis/memory/usage.py, rules/memory.py) on real traces, checked against a plain pass over
-the raw JSON written here; the loader's memory table on every load path; the memory rules on
-built traces; memory_growth planted in our own trainer; run.json's memory per traced iteration."""
+the raw JSON written here; the loader's memory table on every load path; memory_growth planted in
+our own trainer; run.json's memory per traced iteration (the memory rules on built traces:
+tests/analysis/rules/test_memory.py)."""
 from __future__ import annotations
 
 import gzip
@@ -18,14 +19,13 @@ from rich.console import Console
 import goodhart_prof.trace.load as loader
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare.comparison import compare
-from goodhart_prof.analysis.rules import BY_ID
 from goodhart_prof.report.diff import document as diff_json
 from goodhart_prof.report.text import report as text
 from goodhart_prof.report.html.page import render_html
 from goodhart_prof.report.json_report import to_document
 from goodhart_prof.trace.load import load
 from tests.support.helpers import clean_env, write_tiny_config
-from tests.support.events import ann, load_events, op
+from tests.support.events import load_events, memory_event, op
 from tests.support.paths import DATA
 
 V100 = DATA / "hta" / "v100_ddp_rank1.json.gz"
@@ -139,81 +139,16 @@ def test_a_folder_of_ranks_keeps_each_ranks_memory(tmp_path):
     assert len(t.select(rank=0).memory) == len(t.memory) // 2
 
 
-def mem_event(ts, nbytes, allocated, reserved, device=0, device_type=1, addr=1, tid=100):
-    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 100,
-            "tid": tid, "ts": ts, "args": {"Device Type": device_type, "Device Id": device,
-                                           "Bytes": nbytes, "Addr": addr,
-                                           "Total Allocated": allocated, "Total Reserved": reserved}}
-
-
 def test_other_instants_and_odd_args_are_dropped_not_fatal(tmp_path):
     events = [op("aten::empty", 0, 10), {"ph": "i", "name": "Iteration Start", "ts": 1, "pid": 1, "tid": 1},
-              mem_event(2, 512, 512, 2048), mem_event(3, "lots", None, [1], addr="x")]
+              memory_event(2, 512, 512, 2048), memory_event(3, "lots", None, [1], addr="x")]
     t = load_events(tmp_path, events)
     assert len(t.memory) == 2 and t.skipped_events == 0
     odd = t.memory.iloc[1]
     assert np.isnan(odd["bytes"]) and np.isnan(odd["total_allocated"]) and odd["addr"] == -1
 
 
-# -- the rules on built traces -------------------------------------------------------------------
-MB, GB = 10**6, 10**9
-
-
-def _steps(n, dur=10_000.0):
-    return [ann(f"ProfilerStep#{i}", i * dur, dur - 1) for i in range(n)]
-
-
-def test_allocator_waste_fires_on_the_seed_report(tmp_path):
-    # "142 MB allocated, 12 GB reserved": a cache left by an earlier, larger phase
-    events = _steps(3) + [op("aten::mm", 100 + 10_000 * i, 50) for i in range(3)]
-    events += [mem_event(110 + 10_000 * i, 142 * MB, 142 * MB, 12 * GB, addr=i) for i in range(3)]
-    events += [mem_event(140 + 10_000 * i, -142 * MB, 0, 12 * GB, addr=i) for i in range(3)]
-    a = analyze(load_events(tmp_path, events))
-    f = {x.rule: x for x in a.findings}["allocator_waste"]
-    assert f.evidence["reserved_ratio"] == pytest.approx(12 * GB / (142 * MB), rel=1e-3)
-    assert "expandable_segments:True" in f.fix and "empty_cache() is not the fix" in f.fix
-    limit = BY_ID["allocator_waste"].limit("ratio")
-    events = [e if e["ph"] != "i" else dict(e, args=dict(e["args"], **{"Total Reserved": limit * 0.99 * 142 * MB}))
-              for e in events]
-    assert "allocator_waste" not in {x.rule for x in analyze(load_events(tmp_path, events, "b.json")).findings}
-
-
-def _growing(tmp_path, n_steps, per_step, name):
-    events = _steps(n_steps)
-    for i in range(n_steps):
-        events += [ann("gae", 10_000 * i + 100, 500), op("aten::relu", 10_000 * i + 200, 50),
-                   mem_event(10_000 * i + 210, per_step, per_step * (i + 1), 0, device=-1,
-                             device_type=0, addr=1000 + i)]
-    return analyze(load_events(tmp_path, events, name))
-
-
-def test_memory_growth_needs_iterations_and_names_the_phase(tmp_path):
-    two = _growing(tmp_path, 2, 1 * MB, "two.json")
-    assert "memory_growth" in {n.rule for n in two.not_judged}
-    three = _growing(tmp_path, 3, 1 * MB, "three.json")
-    f = {x.rule: x for x in three.findings}["memory_growth"]
-    assert f.evidence["growth_per_iteration"] == 1 * MB
-    assert f.evidence["kept_by"][0]["phase"] == "gae" and f.evidence["kept_by"][0]["op"] == "aten::relu"
-    assert f.evidence["kept_by"][0]["live_bytes"] == 3 * MB
-    small = _growing(tmp_path, 4, int(BY_ID["memory_growth"].limit("per_iteration_bytes")) - 1, "small.json")
-    assert "memory_growth" not in {x.rule for x in small.findings}
-
-
-def test_alloc_churn_counts_allocations_per_ms(tmp_path):
-    per_ms = BY_ID["alloc_churn"].limit("per_ms")
-    n = int(2 * per_ms)  # allocations in each 1 ms iteration: twice the threshold ...
-    n = max(n, int(BY_ID["alloc_churn"].limit("per_iteration")))  # ... and enough per iteration
-    events = _steps(2, dur=n / (2 * per_ms) * 1000)
-    dur = events[0]["dur"] + 1
-    for i in range(2):
-        events.append(ann("env_step", i * dur + 1, dur - 3))
-        events += [mem_event(i * dur + 2 + k * (dur - 4) / n, 64, 64, 0, device=-1, device_type=0, addr=k)
-                   for k in range(n)]
-    a = analyze(load_events(tmp_path, events))
-    f = {x.rule: x for x in a.findings}["alloc_churn"]
-    assert f.evidence["allocations_per_iteration"] == n
-    assert f.evidence["allocations_per_ms"] == pytest.approx(2 * per_ms, rel=0.01)
-    assert f.evidence["sites"][0]["phase"] == "env_step"
+MB = 10**6
 
 
 # -- reports -------------------------------------------------------------------------------------
