@@ -87,24 +87,6 @@ def test_iterations_equals_the_last_step_starting_by_each_time(monkeypatch):
     assert (got >= 0).sum() > 200 and (got[q_rank == 1] == -1).all() and got[-4] == 60
 
 
-def test_launch_join_keys_order_and_match_as_the_pairs_do():
-    """links._join_keys: equal keys for equal (rank, correlation) pairs and keys in the pairs'
-    order, packed (correlations from -1) and, past an int64, through dense codes."""
-    from goodhart_prof.analysis.host.links import _join_keys
-    rng = np.random.default_rng(9)
-    for corr_hi in (5000, 2 ** 61):
-        r_rank, g_rank = rng.integers(0, 4, 500), rng.integers(0, 4, 700)
-        r_corr = rng.integers(0, 300, 500) * (corr_hi // 300)
-        g_corr = np.where(rng.random(700) < 0.1, -1, rng.integers(0, 300, 700) * (corr_hi // 300))
-        r_key, g_key = _join_keys(r_rank, r_corr, g_rank, g_corr)
-        pairs = list(zip(np.r_[r_rank, g_rank].tolist(), np.r_[r_corr, g_corr].tolist()))
-        keys = np.r_[r_key, g_key].tolist()
-        by_pair = sorted(range(len(pairs)), key=lambda i: pairs[i])
-        assert [keys[i] for i in by_pair] == sorted(keys)  # the pairs' order
-        assert len(set(keys)) == len(set(pairs))  # equal pairs, equal keys; distinct, distinct
-    assert max(keys) < 2 ** 63 and min(g_corr) == -1
-
-
 def test_end_rank_orders_each_threads_ends_both_ways(monkeypatch):
     """HostTree.end_rank: within each thread, ranks compare as the ends do (equal ends, equal
     ranks), whether the tree is built thread by thread or for all threads at once."""
