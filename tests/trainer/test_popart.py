@@ -1,15 +1,15 @@
-"""PopArt statistics: the step schedule, and ranks that agree with one rank over all returns."""
+"""PopArt statistics across ranks: two ranks agree with one rank fed all their returns, in the
+head alone and in a two-rank training run. (The head on one rank: tests/trainer/test_policy.py.)"""
 from __future__ import annotations
 
 import os
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.support.helpers import TINY_CONFIG, clean_env, run_cmd
-from trainer.policy import PopArtValueHead, ValueHead
+from trainer.policy import PopArtValueHead
 from trainer.train import sum_across_ranks
 
 # Per update, rank 0 and rank 1 see batches of different sizes and scales.
@@ -54,40 +54,6 @@ def test_two_ranks_track_the_statistics_of_all_their_returns(tmp_path):
     a, b = _batches(0)
     elementwise = (a[:100] + b) / 2  # what averaging rank tensors element by element gave
     assert float((elementwise ** 2).mean()) < 0.8 * float((torch.cat((a, b)) ** 2).mean())
-
-
-def test_step_is_a_running_average_then_beta():
-    """w_k = max(beta, 1/k): the first batch sets the statistics, the next ones average in
-    equally until 1/k falls below beta, then each moves them by beta."""
-    head = _head(beta=0.25)
-    batches = [torch.full((10,), v) for v in (4.0, 10.0, 1.0, 7.0, 100.0)]
-    head.update_stats(batches[0])
-    assert float(head.mu) == pytest.approx(4.0) and float(head.nu) == pytest.approx(16.0)
-    head.update_stats(batches[1])
-    assert float(head.mu) == pytest.approx(7.0)  # (4 + 10) / 2
-    head.update_stats(batches[2])
-    assert float(head.mu) == pytest.approx(5.0)  # (4 + 10 + 1) / 3
-    head.update_stats(batches[3])
-    assert float(head.mu) == pytest.approx(5.5)  # w = 1/4 = beta: still the plain average
-    head.update_stats(batches[4])
-    assert float(head.mu) == pytest.approx(0.75 * 5.5 + 0.25 * 100.0)  # w = beta from here on
-    assert int(head.updates) == 5
-
-
-def test_plain_head_never_reduces_across_ranks():
-    calls = []
-    ValueHead(8).update_stats(torch.randn(16), lambda x: calls.append(x) or x)
-    assert calls == []
-
-
-def test_checkpoint_without_update_count_loads_as_warmed_up():
-    head = _head(beta=0.1)
-    head.update_stats(torch.randn(64) * 3 + 9)
-    state = head.state_dict()
-    del state["updates"]  # written before the count existed
-    fresh = _head(beta=0.1)
-    fresh.load_state_dict(state)
-    assert float(fresh.updates) == pytest.approx(10.0) and float(fresh.mu) == float(head.mu)
 
 
 def test_two_rank_popart_training_keeps_ranks_in_agreement(tmp_path):
