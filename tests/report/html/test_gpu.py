@@ -4,9 +4,9 @@ activities (counted from the raw file), and no GPU figure at all for a CPU-only 
 from __future__ import annotations
 
 import gzip
-import json
 import re
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -52,10 +52,19 @@ def test_each_gpu_figure_shows_its_table(gpu_analysis):
     assert idle_ms == pytest.approx(b.gaps["total_us"] / 1e3)
 
 
+class _Event(msgspec.Struct):
+    ph: object = None
+    cat: object = None
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: list[_Event]
+
+
 def test_library_counts_add_up_to_the_raw_gpu_activities(gpu_analysis):
-    with gzip.open(H100, "rt") as fh:
-        raw = sum(1 for e in json.load(fh)["traceEvents"]
-                  if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    with gzip.open(H100, "rb") as fh:
+        events = msgspec.json.decode(fh.read(), type=_Doc).traceEvents
+    raw = sum(1 for e in events if e.ph == "X" and e.cat in ("kernel", "gpu_memcpy", "gpu_memset"))
     assert raw == 5165
     table = library_table_html(gpu_analysis)
     rows = re.findall(r"<tr><td>([^<]*)</td><td>([\d,]+)</td><td>([^<]*)</td><td>([\d.]+)%</td></tr>", table)
