@@ -448,7 +448,7 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
     # Sets over the window's iterations that run (window_iterations): never a loop over a window
     # of 10**12 iterations, nor over every iteration of a long run.
     near = window_iterations(settings, trainer.iteration, cfg.total_iterations, before=1, after=1)
-    traced = frozenset(i for i in near if settings.profiler_on(i) or settings.traced(i - 1))
+    traced = frozenset(i for i in near if settings.profiler_slows(i))
     logger = AsyncLogger(METRIC_NAMES, out_dir / "metrics.jsonl" if main else None, trainer.device,
                          progress=main and cfg.progress, total=cfg.total_iterations,
                          initial=trainer.iteration, exclude_from_rate=traced)

@@ -73,7 +73,7 @@ class ProfilerHooks:
     on the CPU). Starting the profiler outright one iteration early would record that iteration.
     What the warm-up costs: the set-up, moved into iteration `first - 1`, which records nothing
     (its time against an untraced iteration: docs/benchmarks.md, "Profiler warm-up"). Throughput
-    leaves that iteration out all the same (`ProfSettings.profiler_on`), since a profiler exists
+    leaves that iteration out all the same (`ProfSettings.profiler_slows`), since a profiler exists
     during it.
 
     No warm-up is possible when no iteration before `first` runs under these hooks: a window

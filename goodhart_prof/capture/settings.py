@@ -90,7 +90,14 @@ class ProfSettings:
         nothing (hooks.py); None when the window starts at iteration 0, which has none."""
         return self.first - 1 if self.first > 0 else None
 
-    def profiler_on(self, iteration: int) -> bool:
-        """A profiler exists during `iteration`: the warm-up iteration or a traced one. Such an
-        iteration runs slower than an untraced one (throughput leaves it out)."""
-        return self.enabled and (self.traced(iteration) or iteration == self.warmup_iteration)
+    def profiler_slows(self, iteration: int) -> bool:
+        """A profiler slows `iteration` (`profiler_window`); False with profiling off."""
+        return self.enabled and bool(profiler_window(iteration, self.first, self.last))
+
+
+def profiler_window(iteration, first: int, last: int):
+    """Whether a profiler slows each iteration of the window FIRST..LAST (an int, or a numpy array
+    of them): the warm-up one before it (FIRST - 1, which sets the profiler up), the traced ones,
+    and the one after (LAST + 1, which writes the trace). Throughput leaves them all out, in the
+    trainer's own rate (trainer/train.py) and in a run folder's (trace/run_record.py)."""
+    return (iteration >= first - 1) & (iteration <= last + 1)

@@ -1,10 +1,11 @@
 """PROF_ENABLED and GOODHART_HEAP_GUARD spellings; what is checked when profiling is off; the
-one-line error a bad value gives through the real entry points."""
+one-line error a bad value gives through the real entry points; the iterations a profiler slows."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from goodhart_prof.capture.settings import ProfSettings, SettingsError, parse_switch
+from goodhart_prof.capture.settings import ProfSettings, SettingsError, parse_switch, profiler_window
 from tests.support.helpers import clean_env, error_lines, run_cmd, write_tiny_config
 
 
@@ -70,3 +71,13 @@ def test_run_bad_heap_guard_is_one_line_error(tmp_path):
     lines = error_lines(res.stderr)
     assert len(lines) == 1 and "GOODHART_HEAP_GUARD" in lines[0] and "'sometimes'" in lines[0]
     assert "Traceback" not in res.stderr
+
+
+def test_the_profiled_window_is_warm_up_traced_and_the_writing_iteration():
+    # window 50-55: 49 sets the profiler up, 56 writes the trace; 48 and 57 run untouched
+    assert [i for i in range(45, 60) if profiler_window(i, 50, 55)] == list(range(49, 57))
+    its = np.arange(45, 60)
+    assert its[profiler_window(its, 50, 55)].tolist() == list(range(49, 57))
+    on = ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_ITERATIONS": "0-2"})
+    assert [i for i in range(6) if on.profiler_slows(i)] == [0, 1, 2, 3]  # no warm-up before 0
+    assert not any(ProfSettings().profiler_slows(i) for i in range(60))  # profiling off
