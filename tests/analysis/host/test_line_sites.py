@@ -1,11 +1,11 @@
-"""Line-level sites (analysis/host/line_sites.py, analysis/host/source_lines.py) on two loops written the way
-users write them, instrumented as docs/trainer.md says and recorded in full mode on the CPU
-(tests/data/ours/loops/, SOURCES.md): every planted read on its own line, two reads in one
-function two sites, a read whose line the trace cannot tell named by its function and candidate
-lines, and no line at all where the source is not found."""
+"""Line-level sites (analysis/host/line_sites.py; the source side, find_body and SourceIndex, is in
+test_source_lines.py) on two loops written the way users write them, instrumented as
+docs/trainer.md says and recorded in full mode on the CPU (tests/data/ours/loops/, SOURCES.md):
+every planted read on its own line, two reads in one function two sites, a read whose line the
+trace cannot tell named by its function and candidate lines, and no line at all where the source
+is not found."""
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 from collections import Counter
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from goodhart_prof.analysis.host.source_lines import find_body
 from goodhart_prof.analysis.host.syncs import sync_points
 from goodhart_prof.trace.load import load
 from tests.support.paths import DATA
@@ -54,20 +53,6 @@ def test_a_prof_step_loop_puts_each_read_on_its_line():
         ("item", at("loss_value = loss.item()")): 2,
         ("is_nonzero", at("if (logits > 10).any():")): 2,
     })
-
-
-@pytest.mark.parametrize("body, segment", [
-    ("for i in x:\n    y = t.item()\n    prof.step()\n", True),
-    ("while go:\n    profiler.step()\n    y = t.item()\n", True),
-    ("for i in x:\n    y = t.item()\n    prof.step()\n    z = t.item()\n", False),  # a rotated pass
-    ("for i in x:\n    y = t.item()\n    opt.step()\n", False),  # the optimizer's step
-    ("for i in x:\n    y = t.item()\n    prof.step(1)\n", False),
-])
-def test_which_loops_are_profiler_step_segments(body, segment):
-    from goodhart_prof.analysis.host.source_lines import STEP_SEGMENT, steps_profiler
-    loop = ast.parse(body).body[0]
-    assert steps_profiler(loop.body) is segment
-    assert STEP_SEGMENT == "ProfilerStep"
 
 
 def test_script_loop_every_read_on_its_own_line(script_sites):
@@ -179,46 +164,6 @@ def test_changed_source_fails_the_frame_checks(tmp_path, monkeypatch):
                    for _, site in sites), sites
 
 
-def _body(code: str, fn: str, line: int):
-    return find_body(ast.parse(code), fn, line, running=False)
-
-
-def test_sites_in_loops_branches_and_nested_functions_are_not_single():
-    code = ("def f(x, xs):\n"            # 1
-            "    a = x.item()\n"          # 2
-            "    for y in xs:\n"          # 3
-            "        y.item()\n"          # 4
-            "    if a:\n"                 # 5
-            "        x.item()\n"          # 6
-            "    def g():\n"              # 7
-            "        return x.item()\n"   # 8
-            "    return [z.item() for z in xs]\n")  # 9
-    body = _body(code, "f", 1)
-    items = body.candidates("item", -1)
-    assert [(s.line, s.single[0]) for s in items] == [(2, True), (4, False), (6, False), (9, False)]
-    assert [s.line for s in body.candidates("truth", -1)] == [5]  # `if a:`
-    assert _body(code, "f", 2) is None  # no `def f` on line 2: the source does not match
-    assert find_body(ast.parse(code), "f", 4, running=True).running  # running inside f at line 4
-    assert find_body(ast.parse(code), "f", 8, running=True) is None  # line 8 is g's code
-
-
-def test_phase_withs_are_segments():
-    code = ("def train(hooks, t):\n"
-            "    with hooks.iteration(0):\n"
-            "        with hooks.phase('rollout'):\n"
-            "            t.item()\n"
-            "        with hooks.phase('logging'):\n"
-            "            print(t)\n")
-    body = _body(code, "train", 1)
-    assert set(body.phases) == {"ProfilerStep", "rollout", "logging"}
-    (rollout,) = body.phases["rollout"]
-    (logging,) = body.phases["logging"]
-    assert [s.line for s in body.candidates("item", rollout)] == [4]
-    assert [s.line for s in body.candidates("item", logging)] == [6]  # print(t) can read
-    assert [s.line for s in body.candidates("item", -1)] == [4, 6]
-    assert _body("def f(t):\n    print('constant')\n", "f", 1).candidates("item", -1) == []
-
-
 DIST_LOOP = '''import torch
 
 
@@ -315,18 +260,6 @@ def test_json_sites_carry_where():
                         "frame_line": _line_of(src, "def log_each"),
                         "candidates": [_line_of(src, "out.append(v.item())"),
                                        _line_of(src, "out.append(values.sum().item())")]}
-
-
-def test_subscripts_and_comprehension_conditions_are_candidates():
-    code = ("def f(x, xs, i, mask):\n"                 # 1
-            "    a = x[0] + x[:4] + x[..., -1]\n"       # 2: constant indexes: neither index nor item
-            "    b = x[mask]\n"                         # 3: a tensor index (or a list's __index__)
-            "    c = [y for y in xs if y.any()]\n"      # 4: `if t` inside a comprehension
-            "    return x.item()\n")                    # 5
-    body = _body(code, "f", 1)
-    assert [s.line for s in body.candidates("index", -1)] == [3]
-    assert [s.line for s in body.candidates("item", -1)] == [3, 5]
-    assert [(s.line, s.single[0]) for s in body.candidates("truth", -1)] == [(4, False)]
 
 
 COUNT_LOOP = '''import numpy as np
