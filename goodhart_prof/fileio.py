@@ -16,6 +16,7 @@ and whose lock is free (a concurrent writer's temporary is never touched).
 
 `folder_lock` holds an exclusive `flock` on a folder itself (no lock file is left behind; the
 kernel releases it when the process dies, so a killed run never leaves a stale lock).
+`exclusive_lock` is the one place a lock is taken (these, and perflog's log lock).
 
 Torch-free on purpose: every command that writes a file imports this, and most never need torch.
 """
@@ -82,8 +83,7 @@ def atomic_path(final: Path, suffix: str = "", exclusive: bool = False) -> Itera
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".tmp" + suffix,
                                dir=final.parent)
     try:
-        with contextlib.suppress(OSError):  # a filesystem without flock: the pid still guards it
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: never blocks
+        exclusive_lock(fd)  # a new file: never busy; a filesystem without flock: the pid guards it
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual mode
         yield Path(tmp)
         if exclusive:
@@ -180,11 +180,9 @@ def _remove_if_unlocked(path: Path) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if not exclusive_lock(fd):  # a live writer holds it (in another pid namespace, say)
         os.close(fd)
-        return False  # a live writer holds it (in another pid namespace, say)
+        return False
     try:
         os.unlink(path)
         return True
@@ -226,12 +224,22 @@ def take_folder_lock(folder: str | os.PathLike, what: str = "run") -> int:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
         raise write_error(folder, exc) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if exclusive_lock(fd) is False:  # None: a filesystem without flock, nothing to hold
         os.close(fd)
         raise FolderBusy(f"{quote_path(folder)}: another {what} is writing into this folder; wait for it "
-                         f"to finish or use another folder") from None
-    except OSError:
-        pass  # a filesystem without flock (some network mounts): nothing to hold
+                         f"to finish or use another folder")
     return fd
+
+
+def exclusive_lock(fd: int, wait: bool = False) -> bool | None:
+    """Take an exclusive `flock` on an open file or folder, held until the fd is closed (the
+    kernel drops it when the process ends, however it ends). True: held; False: another process
+    holds it (never returned with `wait`, which blocks until it is free); None: this filesystem
+    has no flock (some network mounts), so there is nothing to hold."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    return True

@@ -39,7 +39,6 @@ Rows are named, for `compare`, by their row number in newest-first order (`1` is
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -49,8 +48,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import UserError, warn
-from .fileio import atomic_path, make_parent, write_error
-from .trace.run import read_run
+from .fileio import atomic_path, exclusive_lock, make_parent, write_error
+from .trace.run_record import read_run
 from .textsafe import printable, quote_path
 
 DEFAULT_LOG = "PERFLOG.md"
@@ -207,7 +206,7 @@ def locked(log: str | os.PathLike) -> Iterator[None]:
     except OSError as exc:
         raise write_error(log, exc) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        exclusive_lock(fd, wait=True)
         yield
     finally:
         os.close(fd)  # closing releases the lock

@@ -116,3 +116,24 @@ def test_an_export_cleans_up_after_a_killed_one(tmp_path):
     res = run_cmd(["-m", "goodhart_prof.cli", "export", str(MI250), "-o", str(out)])
     assert res.returncode == 0, res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.pftrace"]
+
+
+def test_exclusive_lock_is_held_once_per_file_and_freed_on_close(tmp_path):
+    from goodhart_prof.fileio import exclusive_lock
+    path = tmp_path / "log.lock"
+    path.write_text("")
+    first = os.open(path, os.O_RDWR)
+    second = os.open(path, os.O_RDWR)  # a second open file description: flock treats it as another holder
+    try:
+        assert exclusive_lock(first) is True
+        assert exclusive_lock(second) is False  # busy, and never waits
+        os.close(first)
+        first = -1
+        assert exclusive_lock(second, wait=True) is True
+        folder = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        assert exclusive_lock(folder) is True  # a folder locks like a file
+        os.close(folder)
+    finally:
+        for fd in (first, second):
+            if fd >= 0:
+                os.close(fd)
