@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from .frame import duplicated, events_end, events_start, top_keys
+from .schema import PHASES, skipped_phases
 
 Scalar = Union[int, float, str, None]
 
@@ -101,14 +102,10 @@ class Instant(msgspec.Struct, tag_field="ph", tag="i", frozen=True, gc=False):
 MEMORY_EVENT = "[memory]"
 
 
-def _skipped(tag: str) -> type:
-    # Other phases (instants, flows, counters, ...) are recognised and their fields skipped, which
-    # is what makes the typed decode cheaper than decoding everything.
-    return msgspec.defstruct(f"Skipped_{tag}", [], tag_field="ph", tag=tag, frozen=True, gc=False)
+READ_PHASES = "XMi"  # Complete, Metadata, Instant; every other phase is skipped (schema.py)
+_KNOWN = set(PHASES)
 
 
-SKIPPED_PHASES = "BEbenstfCPONDRTIcv"  # and `i`: Instant
-_KNOWN = set("XMi" + SKIPPED_PHASES)
 class LooseComplete(Complete, tag="X"):
     """A complete event whose pid or tid may also be a float (a `Complete` for every reader)."""
 
@@ -123,7 +120,7 @@ class LooseInstant(Instant, tag="i"):
     tid: Scalar = None
 
 
-_SKIPPED = tuple(_skipped(t) for t in SKIPPED_PHASES)
+_SKIPPED = skipped_phases(READ_PHASES)
 Event = Union[(Complete, Metadata, Instant) + _SKIPPED]
 LooseEvent = Union[(LooseComplete, Metadata, LooseInstant) + _SKIPPED]
 

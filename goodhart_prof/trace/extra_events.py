@@ -21,6 +21,7 @@ from .columns import is_number
 from .decode import DecodeError, parse_json, raise_array_end
 from .file_bytes import GZIP_MAGIC, read_bytes
 from .pieces import PIECE_BYTES, BadCut, gzip_chunks, plain_chunks, stream_pieces
+from .schema import skipped_phases
 from .times import MAX_ABS_US
 
 PYTHON_CAT = "python_function"
@@ -65,12 +66,8 @@ class _M(msgspec.Struct, tag_field="ph", tag="M", frozen=True, gc=False):
     args: Any = None
 
 
-def _skipped(tag: str) -> type:
-    return msgspec.defstruct(f"Other_{tag}", [], tag_field="ph", tag=tag, frozen=True, gc=False)
-
-
-_OTHER_PHASES = "BEbenstfPONDRTcv"
-_Event = Union[tuple([_X, _I, _OldI, _C, _M] + [_skipped(t) for t in _OTHER_PHASES])]
+_OTHERS = skipped_phases(read="XiICM")
+_Event = Union[(_X, _I, _OldI, _C, _M) + _OTHERS]
 
 
 class _Doc(msgspec.Struct, gc=False):
