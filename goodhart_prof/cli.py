@@ -92,19 +92,36 @@ def _latest(what: str) -> str:
     return str(run.folder)
 
 
+# Options `analyze` and `diff` share, declared once; each command says what its JSON, page and
+# lists are.
+def _json_option(schema: str):
+    return click.option("--json", "as_json", is_flag=True, help=f"Print the {schema} JSON document.")
+
+
+def _html_option(page: str):
+    return click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=str), default=None,
+                        metavar="FILE", help=f"Also write {page} to FILE.")
+
+
+def _force_option(target: str = "an existing --html file"):
+    return click.option("--force", is_flag=True, help=f"Replace {target}.")
+
+
+def _top_option(listed: str):
+    return click.option("--top", type=click.IntRange(min=1), default=15, show_default=True, help=listed)
+
+
 @cli.command()
 @click.argument("path", type=click.Path(path_type=str), required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print the goodhart-prof/analysis/v1 JSON document.")
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
-              help="Kernels, sites and phases to list (JSON: kernels to include; all when not given).")
+@_json_option("goodhart-prof/analysis/v1")
+@_top_option("Kernels, sites and phases to list (JSON: kernels to include; all when not given).")
 @click.option("--rank", type=int, default=None, help="Only this rank.")
 @click.option("--device", type=int, default=None, help="Only this GPU device.")
 @click.option("--hta", is_flag=True, help="Also print HTA's temporal and idle-time breakdowns.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar on stderr (default: for inputs over ~50 MB).")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=str), default=None,
-              metavar="FILE", help="Also write a self-contained HTML report (plotly charts) to FILE.")
-@click.option("--force", is_flag=True, help="Replace an existing --html file.")
+@_html_option("a self-contained HTML report (plotly charts)")
+@_force_option()
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Load a folder's rank files on a local Dask cluster of N worker processes (one "
                    "thread each, one rank file per task); the report is the same. Needs the "
@@ -198,12 +215,10 @@ def _console():
 @click.argument("b", required=False)
 @click.option("--root", type=click.Path(file_okay=False, path_type=str), default=None,
               help="Where the runs are (default: PROF_OUTPUT_DIR or traces).")
-@click.option("--json", "as_json", is_flag=True, help="Print the goodhart-prof/diff/v1 JSON document.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False), default=None,
-              help="Also write a self-contained page with A-vs-B charts to this file.")
-@click.option("--force", is_flag=True, help="Overwrite the --html file if it exists.")
-@click.option("--top", type=click.IntRange(min=1), default=15, show_default=True,
-              help="Headline items, kernels, sites and phases to list (JSON: all when not given).")
+@_json_option("goodhart-prof/diff/v1")
+@_html_option("a self-contained page with A-vs-B charts")
+@_force_option()
+@_top_option("Headline items, kernels, sites and phases to list (JSON: all when not given).")
 def diff(a, b, root, as_json, html_file, force, top):
     """Compare two traces (A: before, B: after): what got better and what got worse.
 
@@ -215,7 +230,7 @@ def diff(a, b, root, as_json, html_file, force, top):
     from .analysis import analyze as run_analysis
     from .analysis.compare.comparison import compare
     from .trace.load import load
-    from .trace.run import read_run
+    from .trace.run_record import read_run
 
     root_dir = runs.output_root(root, os.environ)
     if a is None:
@@ -303,7 +318,7 @@ def log_compare(first, second, log_file):
 @click.argument("path", type=click.Path(path_type=str), required=False)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Output file: .pftrace (Perfetto protobuf) or .json / .json.gz (Chrome trace JSON).")
-@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
+@_force_option("OUTPUT if it exists")
 def export(path, output, force):
     """Export a trace with our analysis (utilization counters, sync instants, launch flows) for
     the Perfetto UI. Without PATH: the latest run."""

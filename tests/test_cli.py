@@ -127,3 +127,19 @@ def test_hta_flag_without_hta_is_a_clear_message(tmp_path):
     res = run_cmd(["-m", "goodhart_prof.cli", "analyze", str(path), "--hta"], env=env)
     assert res.returncode == 2 and "pip install -e '.[hta]'" in res.stderr
     assert len(error_lines(res.stderr)) == 1 and "Traceback" not in res.stderr
+
+
+def test_analyze_and_diff_declare_their_shared_options_alike():
+    from click.testing import CliRunner
+
+    from goodhart_prof.cli import cli
+    helps = {cmd: CliRunner().invoke(cli, [cmd, "--help"], terminal_width=200).output for cmd in ("analyze", "diff")}
+    for text in helps.values():
+        assert "--html FILE" in text and "--force  " in text and "Replace an existing --html file." in text
+        assert "[default: 15; x>=1]" in text
+    assert "Print the goodhart-prof/analysis/v1 JSON document." in helps["analyze"]
+    assert "Print the goodhart-prof/diff/v1 JSON document." in helps["diff"]
+    assert "Also write a self-contained page with A-vs-B charts to FILE." in helps["diff"]
+    assert "Also write a self-contained HTML report (plotly charts) to FILE." in helps["analyze"]
+    export = CliRunner().invoke(cli, ["export", "--help"], terminal_width=200).output
+    assert "Replace OUTPUT if it exists." in export
