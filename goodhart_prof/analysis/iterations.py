@@ -82,10 +82,6 @@ class Iterations:
                 "Optimizer.step#, DataLoader.__next__, top-level ## name ## or backward pass twice): "
                 "figures are over the whole trace")
 
-    def to_json(self) -> dict:
-        return {"how": self.how, "marker": self.marker, "boundary": self.boundary,
-                "count": self.count, "text": self.describe()}
-
 
 def find_iterations(trace: Trace) -> Iterations:
     """The trace's iterations (module docstring), found once and cached on it."""

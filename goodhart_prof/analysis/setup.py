@@ -97,11 +97,6 @@ class Setup:
     def empty(self) -> bool:
         return self.ranks.empty
 
-    def to_json(self) -> dict[str, Any]:
-        return {"ranks": [{k: (v if isinstance(v, str) else float(v) if k not in ("rank", "htod_copies") else int(v))
-                           for k, v in r.items()} for r in self.ranks.to_dict("records")],
-                "calls": self.calls, "ops": self.ops}
-
 
 def setup(trace: Trace) -> Setup:
     """The trace's Setup (module docstring), built once and cached on it."""

@@ -29,6 +29,3 @@ class Stages:
     @property
     def total(self) -> float:
         return sum(self.seconds.values())
-
-    def to_json(self) -> dict[str, float]:
-        return {name: round(s, 4) for name, s in self.seconds.items()}

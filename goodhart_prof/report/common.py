@@ -20,6 +20,7 @@ from rich.text import Text
 
 from ..errors import UserError
 from ..textsafe import printable, quote_path
+from ..units import bytes_text, duration
 from ..trace.names import kernel_name  # noqa: F401  (re-exported: its home is trace/names.py)
 
 
@@ -32,38 +33,6 @@ def refuse_overwrite(path: str | Path, force: bool, error: type[UserError] = Use
     if path.exists() and not force:
         raise error(f"{quote_path(path)}: already exists (use --force to replace it)")
     return path
-
-
-def duration(us: Any, significant: bool = False) -> str:
-    """Microseconds in the unit that fits: `1.234 ms` (three decimals, the terminal's tables), or
-    with `significant` three significant digits (`1.23 ms`, the HTML page); `-` when missing."""
-    if us is None or not isinstance(us, (int, float, np.number)) or not math.isfinite(float(us)):
-        return "-"
-    us = float(us)
-    if significant:
-        if us >= 1e6:
-            return f"{us / 1e6:,.3g} s" if us < 1e7 else f"{us / 1e6:,.1f} s"
-        if us >= 1e3:
-            return f"{us / 1e3:,.3g} ms"
-        return f"{us:,.3g} us"
-    if us >= 1e6:
-        return f"{us / 1e6:,.3f} s"
-    if us >= 1e3:
-        return f"{us / 1e3:,.3f} ms"
-    return f"{us:,.1f} us"
-
-
-def bytes_text(nbytes: Any, signed: bool = False) -> str:
-    """Bytes in the binary unit that fits (`1.5 GiB`, `12.0 MiB`, `48 B`); `-` when missing."""
-    if nbytes is None or not isinstance(nbytes, (int, float, np.number)) or not math.isfinite(float(nbytes)):
-        return "-"
-    value = float(nbytes)
-    sign = "+" if signed and value > 0 else "-" if value < 0 else ""
-    value = abs(value)
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= size:
-            return f"{sign}{value / size:,.1f} {unit}"
-    return f"{sign}{value:,.0f} B"
 
 
 def percent(value: Any) -> str:

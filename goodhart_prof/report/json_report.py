@@ -1,4 +1,13 @@
-"""The `goodhart-prof/analysis/v1` JSON document (docs/DESIGN.md lists the required keys)."""
+"""Every JSON the toolkit writes, in one place: the `goodhart-prof/analysis/v1` document
+(`to_document`; docs/DESIGN.md lists its keys) and one function per analysis result that turns it
+into plain JSON types (`syncs_json`, `burstiness_json`, `phases_json`, `host_ops_json`,
+`communication_json`, `ranks_json`, `memory_json`, `efficiency_json`, `critical_path_json`,
+`iterations_json`, `setup_json`, `finding_json`, `not_judged_json`, `timing_json`,
+`load_cost_json`, `spread_json`; the diff document, report/diff/document.py, uses them too).
+
+The analyses return data only; `plain` makes any value JSON-safe (numpy scalars -> Python, NaN
+and inf -> null), `records` turns a table's rows into objects.
+"""
 from __future__ import annotations
 
 import math
@@ -8,17 +17,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.critical.path import TOP_OPS, longest_segments
+from ..analysis.host.hottest_ops import COLUMNS as HOST_OP_COLUMNS, host_us
+from ..analysis.host.line_sites import site_fields
+from ..analysis.host.phases import COLUMN_TYPES as PHASE_TYPES, COLUMNS as PHASE_COLUMNS
+from ..analysis.host.syncs import KINDS as SYNC_KINDS
 from ..analysis.iterations import find_iterations
+from ..analysis.memory.usage import HOST, KEYS as MEMORY_KEYS
 from ..analysis.rules.savings import overlap
 from ..analysis.setup import setup
+from ..units import device_key
 
 SCHEMA = "goodhart-prof/analysis/v1"
 # gpu_time's figures within the steps' bounds (null on a rank without iterations)
 STEP_KEYS = ("step_span_us", "step_busy_us", "step_idle_us", "step_utilization")
-
-
-def device_key(rank: int, device: int) -> str:
-    return f"rank{int(rank)}/gpu{int(device)}"
 
 
 def plain(value: Any) -> Any:
@@ -57,7 +69,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
                   "devices": [device_key(r, d) for r, d in trace.devices],
                   "events": int(len(trace.events)), "skipped_events": int(trace.skipped_events),
                   "warnings": list(trace.warnings),
-                  "load": trace.load_cost.to_json() if trace.load_cost is not None else None},
+                  "load": load_cost_json(trace.load_cost) if trace.load_cost is not None else None},
         "gpu": {device_key(r["rank"], r["device"]): plain({
             "rank": r["rank"], "device": r["device"], "busy_us": r["busy_us"], "span_us": r["span_us"],
             "idle_us": r["idle_us"], "utilization": r["utilization"], "kernel_us": r.get("kernel_us"),
@@ -68,29 +80,29 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
                                      "min_us", "max_us"]),
         "categories": records(a.categories, ["category", "library", "count", "total_us", "pct"]),
         "libraries": records(a.libraries, ["library", "count", "total_us", "pct"]),
-        "sync_points": plain(a.syncs.to_json()),
-        "host_reads": plain(a.reads.to_json()) if a.reads is not None else None,
-        "burstiness": {device_key(b.rank, b.device): plain(b.to_json()) for b in a.burstiness},
-        "phases": plain(_phases_json(a.phases)),
-        "phases_by_rank": plain(_phases_json(a.phases_by_rank)),
-        "host_ops": plain(_host_ops_json(a.host_ops, top)),
-        "communication": plain(a.communication.to_json()) if a.communication is not None else [],
+        "sync_points": plain(syncs_json(a.syncs)),
+        "host_reads": plain(syncs_json(a.reads)) if a.reads is not None else None,
+        "burstiness": {device_key(b.rank, b.device): plain(burstiness_json(b)) for b in a.burstiness},
+        "phases": plain(phases_json(a.phases)),
+        "phases_by_rank": plain(phases_json(a.phases_by_rank)),
+        "host_ops": plain(host_ops_json(a.host_ops, top)),
+        "communication": plain(communication_json(a.communication)) if a.communication is not None else [],
         "communication_sites": records(a.communication.sites, ["kind", "site", "count", "total_us"])
         if a.communication is not None else [],
-        "ranks": plain(a.ranks.to_json()) if a.ranks is not None else None,
-        "memory": plain(a.memory.to_json()) if a.memory is not None else {},
-        "efficiency": plain(_efficiency_json(a.efficiency)),
-        "critical_path": plain(a.critical_path.to_json()) if a.critical_path is not None else None,
-        "iterations": plain(find_iterations(trace).to_json()),
-        "setup": plain(setup(trace).to_json()),
-        "findings": [plain(f.to_json()) for f in a.findings],
+        "ranks": plain(ranks_json(a.ranks)) if a.ranks is not None else None,
+        "memory": plain(memory_json(a.memory)) if a.memory is not None else {},
+        "efficiency": plain(efficiency_json(a.efficiency)),
+        "critical_path": plain(critical_path_json(a.critical_path)) if a.critical_path is not None else None,
+        "iterations": plain(iterations_json(find_iterations(trace))),
+        "setup": plain(setup_json(setup(trace))),
+        "findings": [plain(finding_json(f)) for f in a.findings],
         "savings_overlap": plain(overlap(a.findings)),
-        "not_judged": [n.to_json() for n in a.not_judged],
+        "not_judged": [not_judged_json(n) for n in a.not_judged],
     }
     # What each stage cost (analysis/timing.py): the load, each analysis, and building this
     # document (its JSON text is written after; snapshot_check.py leaves the section out).
     doc["timing"] = {"load_s": round(trace.load_cost.seconds, 4) if trace.load_cost is not None else None,
-                     "analysis_s": a.timing.to_json(), "analysis_total_s": round(a.timing.total, 4),
+                     "analysis_s": timing_json(a.timing), "analysis_total_s": round(a.timing.total, 4),
                      "report_s": round(time.perf_counter() - started, 4)}
     return doc
 
@@ -106,21 +118,11 @@ def _not_recorded(trace) -> "dict[str, Any] | None":
             "names": list(u.names), "ranks": sorted(u.ranks), "note": u.text()}
 
 
-def _phases_json(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    from ..analysis.host.phases import phases_json
-    return phases_json(frame)
-
-
-def _host_ops_json(frame: pd.DataFrame, top: int | None) -> dict[str, Any]:
-    from ..analysis.host.hottest_ops import hot_ops_json
-    return hot_ops_json(frame, top)
-
-
 EFFICIENCY_OP_KEYS = ["dtype", "count", "flops", "bytes", "time_us", "intensity", "tflops", "gbps",
                       "peak_tflops", "peak_gbps", "ridge", "bound", "pct_peak", "pct_roof"]
 
 
-def _efficiency_json(eff) -> dict[str, Any] | None:
+def efficiency_json(eff) -> dict[str, Any] | None:
     """`efficiency` {`devices` [ {`rank`, `device` (-1: the host CPU), `device_name`, `peak_name`,
     `time_source`, `source`} ], `ops` [ {`rank`, `device`, `op`, ...} ], `kernels` [ {`rank`,
     `device`, `name`, `op`, ...} ], `unsized` {op: count}} (docs/DESIGN.md)."""
@@ -131,3 +133,157 @@ def _efficiency_json(eff) -> dict[str, Any] | None:
             "ops": records(eff.ops, ["rank", "device", "op"] + EFFICIENCY_OP_KEYS),
             "kernels": records(eff.kernels, ["rank", "device", "name", "op"] + EFFICIENCY_OP_KEYS),
             "unsized": dict(eff.unsized)}
+
+
+def load_cost_json(cost) -> dict[str, Any]:
+    """`trace.load`: what loading cost (trace/model.LoadCost)."""
+    return {"seconds": round(cost.seconds, 3), "peak_rss_bytes": int(cost.peak_rss_bytes)}
+
+
+def timing_json(stages) -> dict[str, float]:
+    """`timing.analysis_s`: seconds per analysis stage (analysis/timing.Stages)."""
+    return {name: round(s, 4) for name, s in stages.seconds.items()}
+
+
+def syncs_json(summary) -> dict[str, Any]:
+    """`sync_points` (and `host_reads`): DESIGN.md's object of a host/syncs.SyncSummary."""
+    per_it = []
+    for it, g in summary.per_iteration.groupby("iteration", sort=True):
+        by_kind = {k: 0 for k in SYNC_KINDS}
+        by_kind.update({str(k): int(c) for k, c in zip(g["kind"], g["count"])})
+        per_it.append({"iteration": int(it), "count": int(g["count"].sum()), "by_kind": by_kind})
+    return {
+        "total": int(summary.total),
+        "by_kind": {k: int(v) for k, v in summary.by_kind.items()},
+        "sites": [{"kind": str(k), "site": str(s), "count": int(c), "total_us": float(t),
+                   "where": site_fields(str(s)), "background": bool(b)}
+                  for k, s, c, t, b in summary.sites[["kind", "site", "count", "total_us", "background"]]
+                  .itertuples(index=False)],
+        "per_iteration": per_it,
+    }
+
+
+def burstiness_json(b) -> dict[str, Any]:
+    """One device's `burstiness` object (gpu/burstiness.DeviceBurstiness): plain floats and ints,
+    None for undefined."""
+    return plain({"window_us": b.window_us, "util_cv": b.util_cv, "burstiness_B": b.burstiness_B,
+                  "gaps": b.gaps,
+                  "idle_causes": [{"cause": c["cause"], "idle_us": c["idle_us"], "share": c["share"],
+                                   "frame": c["frame"],
+                                   **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {}),
+                                   **({"compiled": c["compiled"]} if "compiled" in c else {})}
+                                  for c in b.idle_causes]})
+
+
+def phases_json(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """`phases` (or `phases_by_rank`, with a `rank` column) of a host/phases table."""
+    cols = [c for c in (["rank"] + PHASE_COLUMNS) if c in frame.columns]
+    conv = {c: (str if PHASE_TYPES[c] is object else float if PHASE_TYPES[c] is float else int) for c in cols}
+    return [{c: conv[c](v) for c, v in zip(cols, row)}
+            for row in zip(*(frame[c].tolist() for c in cols))]
+
+
+def host_ops_json(table: pd.DataFrame, top: int | None = None) -> dict[str, Any]:
+    """`host_ops`: {`host_us`, `ops` [ {name, calls, self_us, total_us, self_pct, total_pct} ]}
+    (the top `top` by self time; all when None) of a host/hottest_ops table."""
+    rows = table if top is None else table.head(top)
+    return {"host_us": host_us(table),
+            "ops": [{"name": str(n), "calls": int(c), "self_us": float(s), "total_us": float(t),
+                     "self_pct": float(sp), "total_pct": float(tp)}
+                    for n, c, s, t, sp, tp in zip(*(rows[c].tolist() for c in HOST_OP_COLUMNS))]}
+
+
+def communication_json(comm) -> list[dict[str, Any]]:
+    """`communication`: per device its overlap row with its collectives (ranks/communication)."""
+    out = []
+    for o in comm.overlap.to_dict("records"):
+        mine = comm.collectives[(comm.collectives["rank"] == o["rank"])
+                                & (comm.collectives["device"] == o["device"])]
+        rows = mine.drop(columns=["rank", "device"]).to_dict("records")
+        out.append(dict(o, collectives=rows))
+    return out
+
+
+def ranks_json(ranks) -> dict[str, Any]:
+    """`ranks`: the straggler tables of ranks/stragglers.Ranks."""
+    return {"ranks": ranks.ranks.to_dict("records"), "iterations": ranks.iterations.to_dict("records"),
+            "collectives": ranks.collectives.to_dict("records"),
+            "clock_offsets_us": {str(k): v for k, v in ranks.offsets_us.items()},
+            "unmatched_kernels": ranks.unmatched, "reason": ranks.reason}
+
+
+def memory_json(mem) -> dict[str, Any]:
+    """`memory`: per device key its row, its iterations and its top 10 sites (memory/usage)."""
+    out = {}
+    for d in mem.devices.to_dict("records"):
+        mine = [(mem.iterations[c] == d[c]).to_numpy() for c in MEMORY_KEYS]
+        its = mem.iterations[mine[0] & mine[1] & mine[2]]
+        sel = [(mem.sites[c] == d[c]).to_numpy() for c in MEMORY_KEYS]
+        sites = mem.sites[sel[0] & sel[1] & sel[2]].head(10)
+        out[d.pop("label")] = dict(
+            d, kind="host" if d["device_type"] == HOST else "gpu",
+            per_iteration=its.drop(columns=MEMORY_KEYS).to_dict("records"),
+            sites=sites.drop(columns=MEMORY_KEYS).to_dict("records"))
+    return out
+
+
+def critical_path_json(cp) -> dict[str, Any]:
+    """`critical_path` of critical/path.CriticalPath: its iterations, the shown one's top ops and
+    longest segments."""
+    shown = cp.shown
+    return {
+        "rank": cp.rank, "scope": cp.scope, "note": cp.note or None,
+        "iterations_found": cp.total,
+        "iterations": [iteration_path_json(it) for it in cp.iterations],
+        "shown_step": None if shown is None else shown.step,
+        "ops": [] if shown is None else [
+            {"name": str(r.name), "side": r.side, "us": round(float(r.us), 3),
+             "share": round(float(r.us) / shown.length_us, 4) if shown.length_us > 0 else 0.0,
+             "count": int(r.count)} for r in shown.ops.head(TOP_OPS).itertuples()],
+        "segments": [] if shown is None else [
+            {"side": s.side, "ts": s.ts, "end": s.end, "us": round(s.us, 3)}
+            for s in longest_segments(shown)],
+    }
+
+
+def iteration_path_json(it) -> dict[str, Any]:
+    """One iteration of `critical_path.iterations` (critical/path.IterationPath)."""
+    return {"step": it.step, "ts": it.ts, "end": it.end, "length_us": round(it.length_us, 3),
+            "host_us": round(it.host_us, 3), "launch_us": round(it.launch_us, 3),
+            "gpu_us": round(it.gpu_us, 3), "gap_us": round(it.gap_us, 3),
+            "host_share": round(it.host_share, 4), "gpu_share": round(it.gpu_share, 4),
+            "bound": it.bound}
+
+
+def iterations_json(found) -> dict[str, Any]:
+    """`iterations`: how the iterations were found (analysis/iterations.Iterations)."""
+    return {"how": found.how, "marker": found.marker, "boundary": found.boundary,
+            "count": found.count, "text": found.describe()}
+
+
+def setup_json(s) -> dict[str, Any]:
+    """`setup`: per rank its setup figures, and the calls and ops seen (analysis/setup.Setup)."""
+    return {"ranks": [{k: (v if isinstance(v, str) else float(v) if k not in ("rank", "htod_copies") else int(v))
+                       for k, v in r.items()} for r in s.ranks.to_dict("records")],
+            "calls": s.calls, "ops": s.ops}
+
+
+def finding_json(f) -> dict[str, Any]:
+    """One of `findings` (rules/base.Finding)."""
+    return {"rule": f.rule, "severity": f.severity, "title": f.title,
+            "est_saving_us": f.est_saving_us, "est_saving_share": f.est_saving_share,
+            "saving_basis": f.saving_basis, "saving_note": f.saving_note,
+            "evidence": f.evidence, "fix": f.fix}
+
+
+def not_judged_json(n) -> dict[str, str]:
+    """One of `not_judged`: a rule that could not judge this trace, and why."""
+    return {"rule": n.rule, "reason": n.reason}
+
+
+def spread_json(spread) -> dict[str, Any]:
+    """A compare/spread.Spread (the diff document's `profiler_cost`): NaN -> None."""
+    def num(v: float):
+        return None if v != v else float(v)
+    return {"n": int(spread.n), "median": num(spread.median), "low": num(spread.low),
+            "high": num(spread.high), "confidence": num(spread.confidence)}

@@ -211,9 +211,6 @@ class LoadCost:
     seconds: float
     peak_rss_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"seconds": round(self.seconds, 3), "peak_rss_bytes": int(self.peak_rss_bytes)}
-
 
 @dataclass
 class Trace:

@@ -17,7 +17,8 @@ import time
 import pytest
 
 import goodhart_prof
-from goodhart_prof.report.common import duration, saving_text
+from goodhart_prof.report.common import saving_text
+from goodhart_prof.units import duration
 from tests.support.paths import ROOT
 
 nbformat = pytest.importorskip("nbformat")

@@ -1,7 +1,7 @@
-"""report/common.py: what the report writers share. Durations, bytes and percentages in their
-units, savings as the reports say them, names cut to a width (and kept apart), intervals,
-findings' evidence as labelled figures, the overwrite rule, the safe console and plain tables,
-capped tables and the line under them."""
+"""report/common.py: what the report writers share. Percentages, savings as the reports say
+them, names cut to a width (and kept apart), intervals, findings' evidence as labelled figures,
+the overwrite rule, the safe console and plain tables, capped tables and the line under them
+(durations and bytes: tests/test_units.py)."""
 from __future__ import annotations
 
 import io
@@ -11,33 +11,12 @@ import pytest
 
 from goodhart_prof.analysis.rules.base import Finding
 from goodhart_prof.errors import UserError
-from goodhart_prof.report.common import (SafeConsole, bytes_text, capped, distinct_names, duration,
-                                         evidence_lines, evidence_value, interval_text, make_table,
-                                         more_rows, percent, refuse_overwrite, saving_text, short,
-                                         short_middle, short_tail)
+from goodhart_prof.report.common import (SafeConsole, capped, distinct_names, evidence_lines, evidence_value,
+                                         interval_text, make_table, more_rows, percent, refuse_overwrite,
+                                         saving_text, short, short_middle, short_tail)
 
 
-def test_duration_picks_the_unit_and_dashes_what_is_missing():
-    assert duration(850.25) == "850.2 us"
-    assert duration(1500) == "1.500 ms"
-    assert duration(2_500_000) == "2.500 s"
-    assert duration(np.float32(40.0)) == "40.0 us"
-    # the page's form: three significant digits
-    assert duration(1234, significant=True) == "1.23 ms"
-    assert duration(5e6, significant=True) == "5 s"
-    assert duration(12_345_678, significant=True) == "12.3 s"
-    for missing in (None, float("nan"), float("inf"), "12"):
-        assert duration(missing) == "-"
-
-
-def test_bytes_and_percent():
-    assert bytes_text(48) == "48 B"
-    assert bytes_text(1536) == "1.5 KiB"
-    assert bytes_text(3 * 2**30) == "3.0 GiB"
-    assert bytes_text(2**20, signed=True) == "+1.0 MiB"
-    assert bytes_text(-2**20, signed=True) == "-1.0 MiB"
-    assert bytes_text(0, signed=True) == "0 B"
-    assert bytes_text(None) == "-"
+def test_percent():
     assert percent(0.1234) == "12.3%"
     assert percent(None) == percent(float("nan")) == "-"
 

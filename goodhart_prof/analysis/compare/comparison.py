@@ -60,6 +60,7 @@ from .noise import Noise, noise
 from .spread import MIN_ITERATIONS, median_interval
 from ..host.syncs import KINDS
 from ..tree import host_tree
+from ...units import device_key
 from .verdicts import count_table, headline, iterations_line, spread_table, \
     drift_statement, speed_check, time_statement, with_host_time
 
@@ -352,10 +353,8 @@ def _devices(a: Analysis, b: Analysis) -> pd.DataFrame:
 
 
 def _device_label(ra: float, da: float, rb: float, db: float) -> str:
-    def key(r, d):
-        return f"rank{int(r)}/gpu{int(d)}"
     if ra != ra:
-        return key(rb, db)
+        return device_key(rb, db)
     if rb != rb or (ra, da) == (rb, db):
-        return key(ra, da)
-    return f"{key(ra, da)} vs {key(rb, db)}"
+        return device_key(ra, da)
+    return f"{device_key(ra, da)} vs {device_key(rb, db)}"

@@ -43,12 +43,6 @@ class Spread:
     def judged(self) -> bool:
         return self.n >= MIN_ITERATIONS
 
-    def to_json(self) -> dict:
-        def num(v: float):
-            return None if v != v else float(v)
-        return {"n": int(self.n), "median": num(self.median), "low": num(self.low),
-                "high": num(self.high), "confidence": num(self.confidence)}
-
 
 def coverage(n: int, k: int) -> float:
     """P(x_(k) <= true median <= x_(n+1-k)) for n values of a continuous distribution."""

@@ -7,7 +7,6 @@ host (op spans, launch waits) or GPU (kernel spans, kernel -> kernel gaps).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -79,30 +78,6 @@ class CriticalPath:
             return None
         order = sorted(self.iterations, key=lambda it: (it.length_us, it.step))
         return order[(len(order) - 1) // 2]
-
-    def to_json(self) -> dict[str, Any]:
-        shown = self.shown
-        return {
-            "rank": self.rank, "scope": self.scope, "note": self.note or None,
-            "iterations_found": self.total,
-            "iterations": [_iteration_json(it) for it in self.iterations],
-            "shown_step": None if shown is None else shown.step,
-            "ops": [] if shown is None else [
-                {"name": str(r.name), "side": r.side, "us": round(float(r.us), 3),
-                 "share": round(float(r.us) / shown.length_us, 4) if shown.length_us > 0 else 0.0,
-                 "count": int(r.count)} for r in shown.ops.head(TOP_OPS).itertuples()],
-            "segments": [] if shown is None else [
-                {"side": s.side, "ts": s.ts, "end": s.end, "us": round(s.us, 3)}
-                for s in longest_segments(shown)],
-        }
-
-
-def _iteration_json(it: IterationPath) -> dict[str, Any]:
-    return {"step": it.step, "ts": it.ts, "end": it.end, "length_us": round(it.length_us, 3),
-            "host_us": round(it.host_us, 3), "launch_us": round(it.launch_us, 3),
-            "gpu_us": round(it.gpu_us, 3), "gap_us": round(it.gap_us, 3),
-            "host_share": round(it.host_share, 4), "gpu_share": round(it.gpu_share, 4),
-            "bound": it.bound}
 
 
 def longest_segments(it: IterationPath, top: int = TOP_SEGMENTS) -> list[PathSegment]:

@@ -21,7 +21,6 @@ Definitions are DESIGN.md's (per device):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -63,16 +62,6 @@ class DeviceBurstiness:
         use: a DataFrame per device cost ~3 ms, a minute over 20,000 ranks that no report reads."""
         return pd.DataFrame({"start": self.gap_start, "end": self.gap_end, "dur_us": self.gap_dur,
                              "cls": pd.Categorical.from_codes(self.gap_cls, categories=list(GAP_CLASSES))})
-
-    def to_json(self) -> dict:
-        """DESIGN.md's per-device `burstiness` object: plain floats and ints, None for undefined."""
-        return {"window_us": _num(self.window_us), "util_cv": _num(self.util_cv),
-                "burstiness_B": _num(self.burstiness_B), "gaps": _plain(self.gaps),
-                "idle_causes": [{"cause": c["cause"], "idle_us": _num(c["idle_us"]),
-                                 "share": _num(c["share"]), "frame": c["frame"],
-                                 **({"kind": c["kind"], "context": c["context"]} if "kind" in c else {}),
-                                 **({"compiled": c["compiled"]} if "compiled" in c else {})}
-                                for c in self.idle_causes]}
 
 
 def burstiness(trace: Trace, windows: int = 200,
@@ -264,23 +253,3 @@ def _burstiness_b(t: DeviceTable) -> list[float | None]:
         mu, sigma = ms[i].tolist()
         out.append((sigma - mu) / (sigma + mu) if sigma + mu > 0 else None)
     return out
-
-
-def _num(x):
-    """A JSON-safe number: numpy scalars become Python ones, NaN and inf become None."""
-    if x is None:
-        return None
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-def _plain(obj):
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return _num(obj)

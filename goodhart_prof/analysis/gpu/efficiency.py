@@ -21,6 +21,7 @@ import pandas as pd
 from ...trace.model import Trace
 from .hardware import device_name, device_peak
 from ..intervals import tuple_codes
+from ...units import ELEMENT_BYTES
 
 # op name -> formula kind. `mm` etc. take the shapes of their operands; `conv` the input, weight
 # and stride/padding/dilation/groups (positions per schema in CONV_ARGS); `conv_bwd`
@@ -56,9 +57,7 @@ CAUSAL_ARG = {"aten::scaled_dot_product_attention": 5, "aten::_scaled_dot_produc
               "aten::_scaled_dot_product_efficient_attention": 6,
               "aten::_scaled_dot_product_cudnn_attention": 6, "aten::_flash_attention_forward": 8,
               "aten::_efficient_attention_forward": 9}
-ELEMENT_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 COMPUTE_CATEGORIES = ("gemm", "conv", "attention")
-_GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.I)
 
 OP_COLUMNS = ["rank", "device", "op", "dtype", "count", "flops", "bytes", "time_us", "intensity",
               "tflops", "gbps", "peak_tflops", "peak_gbps", "ridge", "bound", "pct_peak", "pct_roof"]
@@ -322,17 +321,15 @@ def _op_kernels(trace: Trace, outermost: np.ndarray) -> pd.DataFrame:
     """The kernels (cat `kernel`) launched inside an efficiency op: gpu position, node (the
     efficiency op), device, dur, name, category, precision dtype. Graph replays are left out."""
     from .kernels import gpu_with_category, launching_ops
-    from ..host.links import gpu_launches
+    from ..host.links import gpu_launches, graph_launched
     gpu = trace.gpu
     if gpu.empty:
         return pd.DataFrame(columns=["node", "device", "dur", "name", "category", "kernel_dtype"])
     op_node = launching_ops(trace)["op_node"].to_numpy()
     launch = gpu_launches(trace)["launch_row"].to_numpy()
     ok = (op_node >= 0) & (gpu["cat"] == "kernel").to_numpy()
-    ev = trace.events
-    graph = np.array([bool(_GRAPH_LAUNCH.search(str(n))) for n in ev["name"].cat.categories] + [False])
     at = np.flatnonzero(ok)
-    ok[at[graph[ev["name"].cat.codes.to_numpy()[ev.index.get_indexer(launch[at])]]]] = False
+    ok[at[graph_launched(trace, launch[at])]] = False
     node = np.where(ok, outermost[np.maximum(op_node, 0)], -1)
     pick = np.flatnonzero(node >= 0)
     g = gpu_with_category(trace)

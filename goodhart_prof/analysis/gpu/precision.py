@@ -23,7 +23,7 @@ import pandas as pd
 from ...trace.model import Trace, in_categories
 from ..intervals import group_totals, sorted_rows
 from .kernels import gpu_with_category, launching_ops
-from ..host.links import gpu_launches
+from ..host.links import gpu_launches, graph_launched
 from ..tree import host_tree
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "unknown")
@@ -163,9 +163,6 @@ def _dtypes_of(types: pd.Series) -> np.ndarray:
     return table[codes]  # code -1 (no types recorded) -> the appended "unknown"
 
 
-_GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.I)
-
-
 def _launching_ops(trace: Trace, picked: np.ndarray) -> np.ndarray:
     """Row label of the op whose types describe each picked GPU activity (positions in
     trace.gpu): the innermost op holding its launch call (kernels.launching_ops) when that op
@@ -173,12 +170,9 @@ def _launching_ops(trace: Trace, picked: np.ndarray) -> np.ndarray:
     replays."""
     innermost = launching_ops(trace)["op_node"].to_numpy()[picked]
     launch = gpu_launches(trace)["launch_row"].to_numpy()[picked]
-    ev = trace.events
     ok = innermost >= 0
-    if ok.any():  # graph launches, by name code (each distinct name tested once)
-        graph = np.array([bool(_GRAPH_LAUNCH.search(str(n))) for n in ev["name"].cat.categories] + [False])
-        codes = ev["name"].cat.codes.to_numpy()[ev.index.get_indexer(launch[ok])]
-        ok[np.flatnonzero(ok)[graph[codes]]] = False
+    if ok.any():
+        ok[np.flatnonzero(ok)[graph_launched(trace, launch[ok])]] = False
     out = np.full(len(picked), -1, dtype=np.int64)
     if not ok.any():
         return out

@@ -20,8 +20,6 @@ scope, not an op, and is left out. Order: self_us, largest first, then name.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -81,13 +79,3 @@ def _outermost_of_name(tree, ops: np.ndarray) -> np.ndarray:
     out = np.ones(len(ops), dtype=bool)
     out[order[held]] = False
     return out
-
-
-def hot_ops_json(table: pd.DataFrame, top: int | None = None) -> dict[str, Any]:
-    """`host_ops` of the analysis JSON: {`host_us`, `ops` [ {name, calls, self_us, total_us,
-    self_pct, total_pct} ]} (the top `top` by self time; all when None)."""
-    rows = table if top is None else table.head(top)
-    return {"host_us": host_us(table),
-            "ops": [{"name": str(n), "calls": int(c), "self_us": float(s), "total_us": float(t),
-                     "self_pct": float(sp), "total_pct": float(tp)}
-                    for n, c, s, t, sp, tp in zip(*(rows[c].tolist() for c in COLUMNS))]}

@@ -1,12 +1,15 @@
 """Links between events: GPU activity -> the runtime call that launched it (by `correlation`)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from ...trace.model import GPU_ACTIVITY_CATS, Trace, in_categories
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.I)  # cudaGraphLaunch, hipGraphLaunch
 
 
 def gpu_launches(trace: Trace) -> pd.DataFrame:
@@ -17,6 +20,14 @@ def gpu_launches(trace: Trace) -> pd.DataFrame:
     (of the launching thread; -1 when unknown). Built once per trace and cached on it.
     """
     return trace.derived("gpu_launches", _gpu_launches)
+
+
+def graph_launched(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:
+    """Whether each launch call (row labels in trace.events) launches a CUDA/HIP graph, whose
+    kernels replay a capture and so have no op of their own; each distinct name tested once."""
+    names = trace.events["name"]
+    graph = np.array([bool(GRAPH_LAUNCH.search(str(n))) for n in names.cat.categories] + [False])
+    return graph[names.cat.codes.to_numpy()[trace.events.index.get_indexer(launch_rows)]]
 
 
 def _gpu_launches(trace: Trace) -> pd.DataFrame:

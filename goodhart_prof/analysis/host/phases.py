@@ -33,8 +33,6 @@ Order of `phases_by_rank`: annotations by (rank, name), then iterations by (rank
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -48,7 +46,7 @@ RANK_COLUMNS = ["rank", "name", "kind", "iteration", "count", "cpu_us", "gpu_us"
                 "syncs"]
 COLUMNS = ["name", "kind", "iteration", "count", "cpu_us", "gpu_us", "gpu_kernels", "syncs",
            "ranks", "median_rank", "cpu_max_us", "max_rank"]
-_TYPES = {"rank": np.int64, "name": object, "kind": object, "iteration": np.int64,
+COLUMN_TYPES = {"rank": np.int64, "name": object, "kind": object, "iteration": np.int64,
           "count": np.int64, "cpu_us": float, "gpu_us": float, "gpu_kernels": np.int64,
           "syncs": np.int64, "ranks": np.int64, "median_rank": np.int64, "cpu_max_us": float,
           "max_rank": np.int64}
@@ -105,7 +103,7 @@ def phases_by_rank(trace: Trace, points: pd.DataFrame) -> pd.DataFrame:
                       "syncs": np.asarray(syncs, dtype=np.int64)})
     if not parts:
         return _empty(RANK_COLUMNS)
-    return _frame({c: np.concatenate([p[c].astype(_TYPES[c]) for p in parts]) for c in RANK_COLUMNS})
+    return _frame({c: np.concatenate([p[c].astype(COLUMN_TYPES[c]) for p in parts]) for c in RANK_COLUMNS})
 
 
 def _counts_at(keys: np.ndarray, rank: np.ndarray, iteration: np.ndarray) -> np.ndarray:
@@ -154,8 +152,8 @@ def over_ranks(by_rank: pd.DataFrame) -> pd.DataFrame:
 
 
 def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
-    """A table of these columns, each of its _TYPES dtype (texts: inferred, as pandas does)."""
-    return pd.DataFrame({c: v if _TYPES[c] is object else np.asarray(v, dtype=_TYPES[c])
+    """A table of these columns, each of its COLUMN_TYPES dtype (texts: inferred, as pandas does)."""
+    return pd.DataFrame({c: v if COLUMN_TYPES[c] is object else np.asarray(v, dtype=COLUMN_TYPES[c])
                          for c, v in columns.items()})
 
 
@@ -166,13 +164,4 @@ def _text_order(values: pd.Series) -> np.ndarray:
 
 
 def _empty(columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=_TYPES[c]) for c in columns})
-
-
-def phases_json(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """The `phases` list of the analysis JSON (or `phases_by_rank` with a `rank` column), plain
-    Python types."""
-    cols = [c for c in (["rank"] + COLUMNS) if c in df.columns]
-    conv = {c: (str if _TYPES[c] is object else float if _TYPES[c] is float else int) for c in cols}
-    return [{c: conv[c](v) for c, v in zip(cols, row)}
-            for row in zip(*(df[c].tolist() for c in cols))]
+    return pd.DataFrame({c: pd.Series(dtype=COLUMN_TYPES[c]) for c in columns})

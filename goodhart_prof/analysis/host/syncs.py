@@ -45,7 +45,6 @@ import pandas as pd
 from ...trace.model import Trace, in_categories
 from ..intervals import group_totals, sorted_rows, tuple_codes
 from .links import LAUNCH_CATS, gpu_launches
-from .line_sites import site_fields
 from .sites import sites
 from ..tree import covered, host_tree, iterations, outermost, sums_inside
 
@@ -291,23 +290,6 @@ class SyncSummary:
     by_kind: dict[str, int]
     sites: pd.DataFrame = field(repr=False)          # kind, site, count, total_us, background
     per_iteration: pd.DataFrame = field(repr=False)  # iteration, kind, count
-
-    def to_json(self) -> dict[str, Any]:
-        """DESIGN.md's `sync_points` object, plain Python types."""
-        per_it = []
-        for it, g in self.per_iteration.groupby("iteration", sort=True):
-            by_kind = {k: 0 for k in KINDS}
-            by_kind.update({str(k): int(c) for k, c in zip(g["kind"], g["count"])})
-            per_it.append({"iteration": int(it), "count": int(g["count"].sum()), "by_kind": by_kind})
-        return {
-            "total": int(self.total),
-            "by_kind": {k: int(v) for k, v in self.by_kind.items()},
-            "sites": [{"kind": str(k), "site": str(s), "count": int(c), "total_us": float(t),
-                       "where": site_fields(str(s)), "background": bool(b)}
-                      for k, s, c, t, b in self.sites[["kind", "site", "count", "total_us", "background"]]
-                      .itertuples(index=False)],
-            "per_iteration": per_it,
-        }
 
 
 def _background_of(points: pd.DataFrame) -> np.ndarray:

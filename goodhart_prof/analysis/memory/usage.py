@@ -36,6 +36,7 @@ import pandas as pd
 from ...trace.model import Trace
 from ..intervals import stable_order, thread_groups, tuple_codes
 from ..tree import host_tree, iterations, step_table
+from ...units import device_key
 
 HOST = 0  # c10 DeviceType CPU
 DEVICE_COLUMNS = ["rank", "device_type", "device", "label", "absolute", "events", "allocations",
@@ -47,11 +48,6 @@ ITERATION_COLUMNS = ["rank", "device_type", "device", "iteration", "allocations"
 SITE_COLUMNS = ["rank", "device_type", "device", "phase", "op", "allocations", "alloc_bytes",
                 "per_iteration", "median_bytes", "live_bytes"]
 KEYS = ["rank", "device_type", "device"]
-
-
-def device_label(rank: int, device_type: int, device: int) -> str:
-    """`rank0/host` or `rank0/gpu1` (the JSON keys of the `memory` section)."""
-    return f"rank{int(rank)}/host" if int(device_type) == HOST else f"rank{int(rank)}/gpu{int(device)}"
 
 
 @dataclass
@@ -69,19 +65,6 @@ class Memory:
     @property
     def recorded(self) -> bool:
         return bool(len(self.devices))
-
-    def to_json(self) -> dict[str, Any]:
-        out = {}
-        for d in self.devices.to_dict("records"):
-            mine = [(self.iterations[c] == d[c]).to_numpy() for c in KEYS]
-            its = self.iterations[mine[0] & mine[1] & mine[2]]
-            sel = [(self.sites[c] == d[c]).to_numpy() for c in KEYS]
-            sites = self.sites[sel[0] & sel[1] & sel[2]].head(10)
-            out[d.pop("label")] = dict(
-                d, kind="host" if d["device_type"] == HOST else "gpu",
-                per_iteration=its.drop(columns=KEYS).to_dict("records"),
-                sites=sites.drop(columns=KEYS).to_dict("records"))
-        return out
 
 
 def memory(trace: Trace) -> Memory:
@@ -168,7 +151,7 @@ def device_table(events: pd.DataFrame, its: pd.DataFrame) -> pd.DataFrame:
         res = reserved[pos]
         peak_reserved = np.nan if host or np.isnan(res).all() else float(np.nanmax(res))
         rows.append({"rank": rank, "device_type": device_type, "device": device,
-                     "label": device_label(rank, device_type, device), "absolute": bool(absolute[pos[0]]),
+                     "label": device_key(rank, device, host=host), "absolute": bool(absolute[pos[0]]),
                      "events": len(pos), "allocations": int((bp > 0).sum()), "frees": int((bp < 0).sum()),
                      "alloc_bytes": float(bp[bp > 0].sum()), "peak_allocated": float(np.nanmax(allocated[pos])),
                      "peak_reserved": peak_reserved,

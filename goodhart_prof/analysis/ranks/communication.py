@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace, comm_arg_table
+from ...units import ELEMENT_BYTES
 from ..intervals import (covered_before, exact_sums, first_positions, merge_intervals, occurs_once,
                         sorted_group_sums, thread_groups, tuple_codes)
 
@@ -52,18 +53,6 @@ _KERNEL = (("reduce_scatter", r"reducescatter"), ("all_gather", r"allgather"),
 _COLLECTIVE_OP = re.compile(r"^(?:c10d::|nccl:)")
 COMM_OP = "record_param_comms"
 
-# Bytes per element of the `dtype` names record_param_comms writes (c10 ScalarType names).
-ELEMENT_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
-                 "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1,
-                 "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-                 "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2, "UInt32": 4, "UInt64": 8}
-
-# Bytes per element of the C++ type names `Input type` writes (record_shapes).
-TYPE_BYTES = {"double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "long": 8, "long int": 8,
-              "int": 4, "short": 2, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-              "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1,
-              "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
-              "c10::complex<c10::Half>": 4, "unsigned short": 2, "unsigned int": 4, "unsigned long": 8}
 _CALL_PREFIXES = ("c10d::", "nccl:")
 
 COLLECTIVE_COLUMNS = ["rank", "device", "kind", "count", "total_us", "sized_count", "bytes",
@@ -97,15 +86,6 @@ class Communication:
     @property
     def sizes_recorded(self) -> bool:
         return bool(len(self.collectives)) and bool((self.collectives["sized_count"] > 0).any())
-
-    def to_json(self) -> list[dict[str, Any]]:
-        out = []
-        for o in self.overlap.to_dict("records"):
-            mine = self.collectives[(self.collectives["rank"] == o["rank"])
-                                    & (self.collectives["device"] == o["device"])]
-            rows = mine.drop(columns=["rank", "device"]).to_dict("records")
-            out.append(dict(o, collectives=rows))
-        return out
 
 
 def has_communication(trace: Trace) -> bool:
@@ -252,7 +232,7 @@ def _operand_bytes(types: pd.Series, dims: pd.Series, rows: np.ndarray) -> np.nd
 def _largest(types: str, dims: str) -> float:
     best = np.nan
     for t, d in zip(types.split(", "), dims.split(", ")):
-        size = TYPE_BYTES.get(t)
+        size = ELEMENT_BYTES.get(t)  # `Input type`'s C++ names (units.py)
         if size is None or not d or d == "?":
             continue
         best = np.fmax(best, float(np.prod([int(x) for x in d.split("x")], dtype=float)) * size)
@@ -260,7 +240,7 @@ def _largest(types: str, dims: str) -> float:
 
 
 def _element_bytes(dtype: pd.Series) -> np.ndarray:
-    return dtype.map(ELEMENT_BYTES).to_numpy(dtype=float, na_value=np.nan)
+    return dtype.map(ELEMENT_BYTES).to_numpy(dtype=float, na_value=np.nan)  # c10 ScalarType names
 
 
 def _launch_nodes(trace: Trace, mask: np.ndarray) -> np.ndarray:

@@ -20,12 +20,12 @@ matching or the clocks cannot be trusted and no arrival figures are given (`reas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace
+from ...units import ms_text
 from ..intervals import covered_before, merge_intervals, sorted_rows, thread_groups, tuple_codes
 
 # Ends of one collective on its ranks, after the clock offsets: NCCL completes a collective on all
@@ -71,12 +71,6 @@ class Ranks:
     def judged(self) -> bool:
         return self.reason is None and not self.iterations.empty
 
-    def to_json(self) -> dict[str, Any]:
-        return {"ranks": self.ranks.to_dict("records"), "iterations": self.iterations.to_dict("records"),
-                "collectives": self.collectives.to_dict("records"),
-                "clock_offsets_us": {str(k): v for k, v in self.offsets_us.items()},
-                "unmatched_kernels": self.unmatched, "reason": self.reason}
-
 
 def empty_ranks(reason: str) -> Ranks:
     return Ranks(pd.DataFrame(columns=RANK_COLUMNS), pd.DataFrame(columns=ARRIVAL_COLUMNS),
@@ -103,7 +97,7 @@ def rank_tables(trace: Trace, kernels: pd.DataFrame) -> Ranks:
     offsets, spread = _clock_offsets(k)
     if spread > ALIGN_TOLERANCE_US:
         out = empty_ranks(f"matched in order, the ranks' collectives do not end together "
-                          f"({spread / 1e3:,.2f} ms apart at the median collective, after clock "
+                          f"({ms_text(spread, ',.2f')} apart at the median collective, after clock "
                           f"alignment): they belong to different process groups (which this trace "
                           f"does not name) or the ranks traced different iterations")
         out.ranks, out.unmatched = per_rank, unmatched

@@ -22,6 +22,7 @@ from ..recorder import record_full_advice
 from ..setup import drop_setup
 from ..tree import host_tree
 from .savings import Basis, Saving, basis
+from .threshold import Threshold
 
 if TYPE_CHECKING:
     from .. import Analysis
@@ -46,27 +47,12 @@ class Finding:
     est_saving_share: float | None = None
     saving_basis: str = "iteration"
 
-    def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "severity": self.severity, "title": self.title,
-                "est_saving_us": self.est_saving_us, "est_saving_share": self.est_saving_share,
-                "saving_basis": self.saving_basis, "saving_note": self.saving_note,
-                "evidence": self.evidence, "fix": self.fix}
-
 
 @dataclass(frozen=True)
 class NotJudged:
     """A rule the runner skipped, and why (what the trace lacks)."""
 
     rule: str
-    reason: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"rule": self.rule, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class Threshold:
-    value: float
     reason: str
 
 

@@ -14,6 +14,7 @@ from ..host.sites import op_sites
 from ..tree import starts_inside
 from .base import Context, Finding, Need, Rule, Threshold, top_sites
 from .savings import Saving
+from ...units import ms_text
 
 
 def _pageable_htod(ctx: Context) -> Finding | None:
@@ -57,7 +58,7 @@ def _pageable_htod(ctx: Context) -> Finding | None:
         fix = "On a GPU: " + fix[0].lower() + fix[1:]
     else:
         where = f"{len(pg)} pageable host-to-device copies"
-        title = f"{where} ({rate}, {copy_us / 1000:.2f} ms on the GPU)"
+        title = f"{where} ({rate}, {ms_text(copy_us)} on the GPU)"
     return Finding(
         "pageable_htod", "medium", title, evidence, fix,
         **PAGEABLE_HTOD.estimated(ctx.per_iteration(copy_us, copied) if len(copies) else None,

@@ -30,6 +30,7 @@ from ..recorder import record_full_advice
 from ..tree import host_tree
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .savings import Saving
+from ...units import ms_text
 
 # Ops whose output has the broadcast shape of their inputs (so no input is larger than the output).
 _ELEMENTWISE = re.compile(
@@ -128,7 +129,7 @@ def _slow_tiny_ops(ctx: Context) -> Finding | NotJudged | None:
     return Finding(
         rule.id, "medium",
         f"host ops on tiny inputs take far longer than their size warrants: {top} ({top_shape}) "
-        f"took a median {t['median_us'] / 1000:.2f} ms over {int(t['calls'])} calls{more}: the "
+        f"took a median {ms_text(t['median_us'])} over {int(t['calls'])} calls{more}: the "
         "thread waits for a core (more runnable threads than free cores)",
         {"ops": ops, "pairs": int(len(slow)), "calls": int(len(mine)), "excess_us": round(excess, 3),
          "cause": "intra-op thread contention / oversubscription"},

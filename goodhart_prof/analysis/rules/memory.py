@@ -12,19 +12,12 @@ from ..intervals import thread_groups
 from ..memory.usage import HOST, Memory
 from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .savings import Saving
+from ...units import bytes_text
 
 _NOT_TIME = ("memory, not time: the rule rates its severity by the memory at stake, and the "
              "time it costs (OOM, a smaller batch) is not in the trace")
 
 GIB = 2**30
-
-
-def _gb(nbytes: float) -> str:
-    """Binary units, as the reports print bytes."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(nbytes) >= size:
-            return f"{nbytes / size:,.1f} {unit}"
-    return f"{nbytes:,.0f} B"
 
 
 def _mem(ctx: Context) -> Memory:
@@ -73,8 +66,8 @@ def _allocator_waste(ctx: Context) -> Finding | NotJudged | None:
     high = share is not None and share >= t["high_device_share"].value
     return Finding(
         "allocator_waste", "high" if high else "medium",
-        f"{row['label']}: {_gb(row['peak_reserved'])} reserved by the caching allocator for a peak of "
-        f"{_gb(row['peak_allocated'])} allocated ({row['reserved_ratio']:.1f}x)",
+        f"{row['label']}: {bytes_text(row['peak_reserved'])} reserved by the caching allocator for a peak of "
+        f"{bytes_text(row['peak_allocated'])} allocated ({row['reserved_ratio']:.1f}x)",
         {"device": row["label"], "peak_allocated": float(row["peak_allocated"]),
          "peak_reserved": float(row["peak_reserved"]), "reserved_ratio": round(float(row["reserved_ratio"]), 3),
          "cached_bytes": float(row["cached_bytes"]), "device_memory": total,
@@ -128,7 +121,7 @@ def _memory_growth(ctx: Context) -> Finding | NotJudged | None:
     where = f", kept from {sites[0]['phase']} / {sites[0]['op']}" if sites else ""
     return Finding(
         "memory_growth", "high",
-        f"{row['label']}: allocated memory grows every iteration, {_gb(row['growth_per_iteration'])} "
+        f"{row['label']}: allocated memory grows every iteration, {bytes_text(row['growth_per_iteration'])} "
         f"per iteration{where}",
         {"device": row["label"], "iterations": int(row["iterations"]),
          "growth": float(row["growth"]), "growth_per_iteration": float(row["growth_per_iteration"]),

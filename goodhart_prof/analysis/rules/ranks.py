@@ -14,10 +14,7 @@ import pandas as pd
 from ..ranks.stragglers import Ranks
 from .base import Context, Finding, Need, Rule, Threshold
 from .savings import Saving
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1e3:.2f} ms" if abs(us) >= 1000 else f"{us:.0f} us"
+from ...units import brief_duration
 
 
 def _step_of(ranks: Ranks, ctx: Context) -> float:
@@ -35,14 +32,14 @@ def _why_late(row: pd.Series) -> tuple[str, str, str]:
     rank, late = int(row["slowest_rank"]), float(row["late_us"])
     cause = max(known, key=known.get) if known else None
     if cause is None or known[cause] < STRAGGLER.limit("cause_share") * late:
-        return ("unknown", f"rank {rank} reached it {_ms(late)} after the median rank; no single "
+        return ("unknown", f"rank {rank} reached it {brief_duration(late)} after the median rank; no single "
                 f"part of its way there (step start, host, GPU queue) explains it",
                 "Compare what rank {r} does before the collective with another rank in the trace "
                 "viewer (goodhart-prof open).".format(r=rank))
     if cause == "start":
         it = int(row["iteration"])
         step = f"ProfilerStep#{it}" if it >= 0 else "the traced iteration"
-        return ("start", f"rank {rank} began {step} {_ms(known['start'])} after the median rank, so "
+        return ("start", f"rank {rank} began {step} {brief_duration(known['start'])} after the median rank, so "
                 f"the delay lies before the step (the previous iteration's tail, input loading, or "
                 f"work only that rank does between steps), which this window does not show",
                 f"Trace the iteration before this one too (a wider PROF_ITERATIONS) to see what "
@@ -50,12 +47,12 @@ def _why_late(row: pd.Series) -> tuple[str, str, str]:
                 f"checkpointing or evaluation on one rank, a slower data loader worker) and move it "
                 f"off the critical path or spread it across ranks.")
     if cause == "host":
-        return ("host", f"rank {rank}'s host took {_ms(known['host'])} longer than the median rank "
+        return ("host", f"rank {rank}'s host took {brief_duration(known['host'])} longer than the median rank "
                 f"from the step's start to the launch, so its CPU work before the collective is slower",
                 f"Find the host ops that take longer on rank {rank} before the collective (the trace "
                 f"viewer, or py-spy on that rank): uneven input preparation, rank-specific Python "
                 f"work, or a CPU shared with other processes.")
-    return ("device", f"rank {rank}'s GPU was still busy with earlier kernels {_ms(known['device'])} "
+    return ("device", f"rank {rank}'s GPU was still busy with earlier kernels {brief_duration(known['device'])} "
             f"longer than the median rank's, so it had more compute to finish first (compute "
             f"imbalance {row['compute_imbalance']:.2f}x across ranks this iteration)",
             "Balance the work across ranks: shard by cost rather than by count (embedding tables, "
@@ -84,15 +81,15 @@ def _straggler(ctx: Context) -> Finding | None:
         "others_wait_us_per_iteration": round(caused, 3), "step_us": round(step, 3),
         "share_of_step": round(share, 4),
         "worst_collective": f"{worst['worst_kind']} #{int(worst['worst_seq'])} of iteration "
-                            f"{int(worst['iteration'])}: the others waited {_ms(worst['worst_wait_us'])} on average",
+                            f"{int(worst['iteration'])}: the others waited {brief_duration(worst['worst_wait_us'])} on average",
         "late_us": round(float(worst["late_us"]), 3), "cause": cause, "why": sentence,
         "compute_imbalance": round(float(worst["compute_imbalance"]), 3)}
     if ranks.offsets_us:
         evidence["clock_offsets_us"] = {str(k): v for k, v in ranks.offsets_us.items()}
     return Finding(
         "straggler_rank", "medium",
-        f"rank {slowest} holds the others back: they wait {_ms(caused)} per iteration for it "
-        f"({100 * share:.0f}% of a {_ms(step)} step)", evidence, fix, **STRAGGLER.estimated(caused))
+        f"rank {slowest} holds the others back: they wait {brief_duration(caused)} per iteration for it "
+        f"({100 * share:.0f}% of a {brief_duration(step)} step)", evidence, fix, **STRAGGLER.estimated(caused))
 
 
 # One rank the others keep waiting for at the collectives.
@@ -143,7 +140,7 @@ def _exposed(ctx: Context) -> Finding | None:
                 "of_which_waiting_us": round(float(worst["waiting_us"]), 3),
                 "step_us": round(float(worst["step_us"]), 3), "share_of_step": round(float(worst["share"]), 4),
                 "overlap": round(float(overlap), 4),
-                "collectives": ", ".join(f"{kind} {int(count)}x {_ms(total_us)}" for kind, count, total_us in
+                "collectives": ", ".join(f"{kind} {int(count)}x {brief_duration(total_us)}" for kind, count, total_us in
                                          zip(*(mine[c].head(3).tolist() for c in ("kind", "count", "total_us")))),
                 "top_kind_per_iteration": round(per_it, 1), "top_kind_mean_us": round(mean_us, 3),
                 "called_from": site, "ranks": int(per_rank.shape[0])}
@@ -151,7 +148,7 @@ def _exposed(ctx: Context) -> Finding | None:
         evidence["waiting_not_separated"] = ranks.reason
     return Finding(
         "exposed_communication", "medium",
-        f"communication the step cannot hide: {_ms(worst['transfer_us'])} per iteration on rank "
+        f"communication the step cannot hide: {brief_duration(worst['transfer_us'])} per iteration on rank "
         f"{worst_rank} ({100 * worst['share']:.0f}% of its step), mostly {top['kind']} "
         f"({per_it:.0f} per iteration); {100 * overlap:.0f}% of it overlapped by compute"
         + (("; one rank traced" if per_rank.shape[0] == 1 else "; arrivals not comparable across ranks")
@@ -169,7 +166,7 @@ def _exposed_fix(kind: str, per_iteration: float, mean_us: float, overlap: float
                      "Issue them on their own stream while compute goes on (DDP's reducer and FSDP do; "
                      "c10d calls with async_op=True and a late .wait() do too).")
     if per_iteration >= EXPOSED.limit("many_per_iteration") and mean_us < EXPOSED.limit("small_us"):
-        parts.append(f"{per_iteration:.0f} {kind}s per iteration of {_ms(mean_us)} each are latency-bound: "
+        parts.append(f"{per_iteration:.0f} {kind}s per iteration of {brief_duration(mean_us)} each are latency-bound: "
                      "bucket them into fewer, larger ones (DDP bucket_cap_mb; under torch.compile, fewer "
                      "graph breaks so DDP's buckets stay whole).")
     in_backward = bool(re.search(r"backward|AccumulateGrad", site, re.I))

@@ -30,6 +30,8 @@ from ...trace.model import Trace
 from ..intervals import first_positions, tuple_codes
 from ..setup import setup_bounds
 from ..tree import step_table
+from .threshold import Threshold
+from ...units import ms_text
 
 if TYPE_CHECKING:
     from .base import Finding
@@ -44,16 +46,10 @@ class Saving:
     reason: str
 
 
-@dataclass(frozen=True)
-class Share:
-    value: float
-    reason: str
-
-
 # Severity from the estimated saving's share of the iteration.
 SEVERITY_SHARES = {
-    "high": Share(0.10, "a tenth of every iteration: a change worth making before any other"),
-    "medium": Share(0.02, "2% of an iteration is above run-to-run noise and adds up over a run"),
+    "high": Threshold(0.10, "a tenth of every iteration: a change worth making before any other"),
+    "medium": Threshold(0.02, "2% of an iteration is above run-to-run noise and adds up over a run"),
 }
 
 
@@ -148,5 +144,5 @@ def overlap(findings: Sequence["Finding"]) -> dict | None:
         "note": (f"the estimated savings add up to {total_share:.0%} of {what}: each is measured "
                  "alone and they overlap (the same idle or waiting time counts in several), so "
                  f"they do not add: fixing all of them saves no more than {what} "
-                 f"({basis_us / 1000:.3g} ms); the largest alone ({largest.rule}) saves "
+                 f"({ms_text(basis_us, '.3g')}); the largest alone ({largest.rule}) saves "
                  f"{float(largest.est_saving_share):.1%}")}

@@ -2,7 +2,6 @@
 dominated by scatter/gather kernels."""
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
@@ -12,6 +11,7 @@ from .base import Context, Finding, Need, NotJudged, Rule, Threshold
 from .idle_advice import (GENERIC_FIX, compiled_first, compiled_fix, compiled_note, idle_fix, short_cause,
                           with_frame)
 from .savings import Saving
+from ...units import ms_text
 
 
 def _tiny_batch(ctx: Context) -> Finding | None:
@@ -144,8 +144,8 @@ def _captured(ctx: Context, rank: "int | None" = None, lo: float = -np.inf, hi: 
     if idle_us <= 0 or covered < CAPTURE_SHARE * idle_us:
         return None
     n = sum(capture_count(ctx.trace, int(r)) for r in set(rows["rank"].tolist()))
-    return (f"the trace records CUDA/HIP graph capture ({n} capture(s) covering {covered / 1e3:,.1f} ms of "
-            f"the GPU's {idle_us / 1e3:,.1f} ms idle time): launches made while a stream captures run no "
+    return (f"the trace records CUDA/HIP graph capture ({n} capture(s) covering {ms_text(covered, ',.1f')} of "
+            f"the GPU's {ms_text(idle_us, ',.1f')} idle time): launches made while a stream captures run no "
             "kernel, so that idle time is one-time setup, not the loop's; trace the replays instead")
 
 

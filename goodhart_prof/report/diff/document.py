@@ -38,7 +38,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..json_report import device_key, records
+from ..json_report import records, spread_json
+from ...units import device_key
 
 SCHEMA = "goodhart-prof/diff/v1"
 
@@ -56,7 +57,7 @@ def _side(analysis) -> dict[str, Any]:
 def _iterations(n) -> dict[str, Any]:
     return {"counted": [int(i) for i in n.iterations], "warmup": [int(i) for i in n.warmup],
             "throughput": [int(i) for i in n.throughput["iteration"]],
-            "profiler_cost": n.profiler_cost.to_json() if n.profiler_cost is not None else None}
+            "profiler_cost": spread_json(n.profiler_cost) if n.profiler_cost is not None else None}
 
 
 def to_document(c, top: int | None = None) -> dict[str, Any]:

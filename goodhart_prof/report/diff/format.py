@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..common import duration, interval_text, kernel_name, percent
+from ..common import interval_text, kernel_name, percent
+from ...units import duration
 
 # the spread, count and headline tables' `kind`, as the reports say it
 KIND_NAMES = {"throughput": "throughput", "iteration": "iteration", "phase": "phase",

@@ -4,7 +4,7 @@ Grouped A-vs-B bars for kernel categories, top kernels, sync points by kind, ann
 collectives (times in ms), after the recording warning, the summary, the better/worse headline,
 the within-noise line, the per-iteration medians with their intervals, the exact counts and the
 host ops as tables. Every figure is written as the analyze page writes it (three significant
-digits in its unit: `report/common.duration`, `interval_text`, `bytes_text`), every row has a
+digits in its unit: `units.duration`, `interval_text`, `bytes_text`), every row has a
 readable name and its verdict. The page is written to a temporary file and renamed; an existing
 file is kept unless `force`.
 """
@@ -16,7 +16,8 @@ import pandas as pd
 
 from ...analysis.compare.summary import shown_rows
 from ...fileio import writing
-from ..common import bytes_text, refuse_overwrite, short_middle
+from ..common import refuse_overwrite, short_middle
+from ...units import bytes_text
 from .format import KIND_NAMES, item_names, count, interval, kernel_labels, ratio_text, signed_text, summary_text, \
     value_text
 from ..html.common import data_table, esc

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..common import bytes_text, duration, percent
+from ..common import percent
+from ...units import bytes_text, duration
 from .format import count, kernel_labels, num, ratio_text, signed_count, signed_us, verdicts
 from ..text.table_fit import Col, fitted_table
 

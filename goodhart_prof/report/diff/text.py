@@ -12,8 +12,9 @@ from rich.text import Text
 
 from ...analysis.compare.summary import shown_rows
 from . import tables as diff_tables
-from ..common import duration, plain, safe_text, short_middle
-from .format import KIND_NAMES, item_names, interval, num, ratio_text, signed_text, summary_text, value_text
+from ..common import plain, safe_text, short_middle
+from ...units import duration
+from .format import KIND_NAMES, item_names, interval, ratio_text, signed_text, summary_text, value_text
 from ..text.table_fit import SEPARATOR, Col, fitted_table
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
@@ -106,7 +107,7 @@ def _headline(c, console: Console, top: int) -> None:
         rows = [(name, KIND_NAMES.get(r.kind, r.kind), value_text(r.metric, r.a),
                  interval(r.metric, r.low_a, r.high_a), value_text(r.metric, r.b),
                  interval(r.metric, r.low_b, r.high_b), signed_text(r.metric, r.delta),
-                 ratio_text(r.ratio, r.a), duration_or_dash(r.impact_us))
+                 ratio_text(r.ratio, r.a), duration(r.impact_us))
                 for name, r in zip(item_names(shown), shown.itertuples())]
         console.print(_with_intervals(
             f"What got {verdict} ({min(top, len(frame))} of {len(frame)}, by impact)",
@@ -122,10 +123,6 @@ def _headline(c, console: Console, top: int) -> None:
         console.print()
         console.print(f"[bold]within noise[/bold]: {plain(', '.join(names[:top]))}{more} (intervals overlap)",
                       highlight=False)
-
-
-def duration_or_dash(us) -> str:
-    return duration(us) if num(us) else "-"
 
 
 def _noise(c, console: Console, top: int) -> None:

@@ -1,12 +1,11 @@
 """What the HTML report's section modules share (report/html/page.py and the html_* sections):
-escaping, plotly layout, durations, small data tables."""
+escaping, plotly layout, small data tables."""
 from __future__ import annotations
 
 import html
 import textwrap
 from typing import Any, Iterable
 
-from ..common import duration
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=10, r=10, t=40, b=40),
               font=dict(size=12), hoverlabel=dict(align="left"))
@@ -26,11 +25,6 @@ def wrap(text: str, width: int = 100) -> str:
     """A long name for a hover box: escaped, cut into lines."""
     return "<br>".join(label(part) for part in textwrap.wrap(str(text), width, break_long_words=True,
                                                               break_on_hyphens=False)[:8])
-
-
-def duration_sig(us: Any) -> str:
-    """Durations on the page: three significant digits."""
-    return duration(us, significant=True)
 
 
 def data_table(caption: str, headers: Iterable[str], rows: Iterable[Iterable[str]]) -> str:

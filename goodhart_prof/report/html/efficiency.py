@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.recorder import record_full_advice
-from ..common import duration
+from ...units import device_text, duration
 from .common import wrap
 
 TITLE = "Efficiency against the hardware (roofline)"
@@ -82,7 +82,7 @@ def roofline_figure(eff):
 def _devices_note(eff) -> str:
     parts = []
     for d in eff.devices.itertuples():
-        where = "the CPU (ops' own CPU time; no kernels)" if d.device < 0 else f"rank {d.rank} / gpu {d.device}"
+        where = "the CPU (ops' own CPU time; no kernels)" if d.device < 0 else device_text(d.rank, d.device)
         peak = (f'peak: {_esc(d.peak_name)} (<a href="{_esc(d.source)}">datasheet</a>)' if d.peak_name
                 else "peak unknown: no roofs, no percentages")
         parts.append(f"{where}: {_esc(d.device_name or 'unnamed device')}, {peak}")

@@ -15,7 +15,7 @@ import pandas as pd
 from ...analysis.gpu.burstiness import GAP_CLASSES
 from ..common import capped, kernel_name, percent
 from .common import LAYOUT as _LAYOUT
-from .common import duration_sig
+from ...units import device_text, duration_sig
 from .common import esc as _esc
 from .common import go as _go
 from .common import label as _label
@@ -189,7 +189,7 @@ def _subplots():
 def _device_title(a, b) -> str:
     util = a.gpu[(a.gpu["rank"] == b.rank) & (a.gpu["device"] == b.device)]["utilization"] \
         if a.gpu is not None and not a.gpu.empty else pd.Series(dtype=float)
-    parts = [f"rank {b.rank} / gpu {b.device}"]
+    parts = [device_text(b.rank, b.device)]
     if len(util):
         parts.append(f"busy {percent(float(util.iloc[0]))}")
     if b.util_cv is not None:

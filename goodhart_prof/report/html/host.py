@@ -10,7 +10,8 @@ from ...analysis.gpu.compiled import display_name
 from ...analysis.host.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from ..common import short, short_tail
 from .common import LAYOUT as _LAYOUT
-from .common import data_table, duration_sig
+from .common import data_table
+from ...units import duration_sig
 from .common import esc as _esc
 from .common import go as _go
 from .common import label as _label

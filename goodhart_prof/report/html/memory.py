@@ -8,9 +8,9 @@ import html
 import pandas as pd
 
 from ...analysis.gpu.compiled import display_name
-from ...analysis.memory.usage import HOST, device_label, timeline
+from ...analysis.memory.usage import HOST, timeline
 from ...analysis.recorder import record_full_advice
-from ..common import bytes_text
+from ...units import bytes_text, device_key
 
 MEMORY_TITLE = "Memory"
 TOP_SITES = 8
@@ -70,7 +70,7 @@ def memory_table_html(a) -> str | None:
     out = _table("Memory per device (host: tensors in host memory, not the process's RSS)", heads, rows)
     sites = mem.sites.head(TOP_SITES)
     if len(sites):
-        site_rows = [[device_label(r.rank, r.device_type, r.device), display_name(r.phase), r.op, f"{r.per_iteration:,.1f}", bytes_text(r.median_bytes),
+        site_rows = [[device_key(r.rank, r.device, host=r.device_type == HOST), display_name(r.phase), r.op, f"{r.per_iteration:,.1f}", bytes_text(r.median_bytes),
                       bytes_text(r.live_bytes)] for r in sites.itertuples()]
         out += _table("Allocations inside iterations by phase and op",
                       ("device", "phase", "op", "per iteration", "median size", "still live at end"),

@@ -24,7 +24,7 @@ from ..common import capped, more_rows, percent, refuse_overwrite, saving_text
 from ...analysis.gpu.idle import cause_label
 from ...analysis.iterations import find_iterations
 from ..text.setup import STEP_BOUNDS_NOTE, setup_line
-from .common import duration_sig
+from ...units import device_text, duration_sig
 from .common import esc as _esc
 from . import ranks as html_ranks
 from .gpu import (CATEGORY_COLORS, GAP_COLORS, MARKED_GAPS, TOP_KERNELS, category_figure,
@@ -166,7 +166,7 @@ def _header(a) -> str:
 
     t = a.trace
     paths = "".join(f"<li><code>{_esc(p)}</code></li>" for p in t.paths)
-    devices = ", ".join(f"rank {r} / gpu {d}" for r, d in t.devices) or "none (no GPU activity)"
+    devices = ", ".join(device_text(r, d) for r, d in t.devices) or "none (no GPU activity)"
     facts = [("trace", f"<ul class=\"paths\">{paths}</ul>"),
              ("ranks", f"{_esc(', '.join(str(r) for r in t.ranks))} "
                        f"<span class=\"muted\">(rank from {_esc(t.rank_source)})</span>"),
@@ -197,7 +197,7 @@ def _gpu_table(a) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("rank / device", "span", "busy", "idle", "utilization",
                                              "kernel time") + (("idle in steps", "util. in steps") if steps else ()))
     body = "".join(
-        f"<tr><td>rank {int(r.rank)} / gpu {int(r.device)}</td><td>{duration_sig(r.span_us)}</td>"
+        f"<tr><td>{device_text(int(r.rank), int(r.device))}</td><td>{duration_sig(r.span_us)}</td>"
         f"<td>{duration_sig(r.busy_us)}</td><td>{duration_sig(r.idle_us)}</td><td>{percent(r.utilization)}</td>"
         f"<td>{duration_sig(getattr(r, 'kernel_us', float('nan')))}</td>"
         + (f"<td>{duration_sig(r.step_idle_us)}</td><td>{percent(r.step_utilization)}</td>" if steps else "")
@@ -245,7 +245,7 @@ def _idle_section(a) -> str:
             f"<tr><td><code>{_esc(cause_label(c))}</code></td><td>{duration_sig(c['idle_us'])}</td>"
             f"<td>{percent(c['share'])}</td><td>{_esc(c.get('frame') or '')}</td></tr>"
             for c in b.idle_causes)
-        tables.append(f'<table class="data"><caption>rank {b.rank} / gpu {b.device}</caption>'
+        tables.append(f'<table class="data"><caption>{device_text(b.rank, b.device)}</caption>'
                       "<tr><th>host was in</th><th>idle</th><th>share of idle</th>"
                       f"<th>mostly in (Python)</th></tr>{rows}</table>")
     note = ("Each idle gap is read off the host thread that launched the work ending it and split "

@@ -7,7 +7,8 @@ from typing import Callable
 import pandas as pd
 
 from ..common import capped, more_rows
-from .common import LAYOUT, data_table, duration_sig, esc, go, label
+from .common import LAYOUT, data_table, esc, go, label
+from ...units import device_text, duration_sig
 from ..text.communication import communication_notes, rate, size
 
 KEY = "ranks"
@@ -39,7 +40,7 @@ def ranks_section(a, figure: Callable) -> str:
 def _collectives_table(comm) -> str:
     c = comm.collectives
     waits = c["wait_us"].notna().any()
-    rows = [(f"rank {r.rank} / gpu {r.device}", esc(r.kind), f"{int(r.count):,}", duration_sig(r.total_us),
+    rows = [(device_text(r.rank, r.device), esc(r.kind), f"{int(r.count):,}", duration_sig(r.total_us),
              esc(size(r.bytes, r.sized_count, r.count)), esc(rate(r.algbw_gbps)), esc(rate(r.busbw_gbps)),
              "-" if pd.isna(r.group_size) else f"{int(r.group_size)}",
              *((duration_sig(r.wait_us) if pd.notna(r.wait_us) else "-", esc(rate(r.arrived_busbw_gbps)))

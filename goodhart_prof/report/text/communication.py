@@ -4,7 +4,8 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from ..common import bytes_text, capped, duration, make_table, more_rows, percent, plain, short
+from ..common import capped, make_table, more_rows, percent, plain, short
+from ...units import bytes_text, device_text, duration, ms_text
 
 TOP_SITES = 5
 TOP_ITERATIONS = 5
@@ -24,7 +25,7 @@ def communication_section(a, console: Console) -> None:
                        right=tuple(range(2, 9 + len(extra))))
     for r in comm.collectives.itertuples():
         cells = (duration(r.wait_us) if pd.notna(r.wait_us) else "-", rate(r.arrived_busbw_gbps)) if waits else ()
-        table.add_row(f"rank {r.rank} / gpu {r.device}", r.kind, f"{r.count:,}", duration(r.total_us),
+        table.add_row(device_text(r.rank, r.device), r.kind, f"{r.count:,}", duration(r.total_us),
                       size(r.bytes, r.sized_count, r.count), rate(r.algbw_gbps), rate(r.busbw_gbps),
                       "-" if pd.isna(r.group_size) else f"{int(r.group_size)}", *cells)
     console.print(table)
@@ -73,7 +74,7 @@ def ranks_section(a, console: Console) -> None:
     if ranks.offsets_us:
         offsets = list(ranks.offsets_us.items())
         kept = [offsets[i] for i in capped([abs(v) for _, v in offsets])]
-        shown = ", ".join(f"rank {k} {v / 1e3:+.3f} ms" for k, v in kept)
+        shown = ", ".join(f"rank {k} {ms_text(v, '+.3f')}" for k, v in kept)
         more = (f" (and {len(offsets) - len(kept):,} more ranks; the {len(kept)} largest are shown)"
                 if len(kept) < len(offsets) else "")
         console.print(f"clock offsets removed (aligned on collective ends): {shown}{more}", highlight=False)

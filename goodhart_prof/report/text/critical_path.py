@@ -4,7 +4,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from ...analysis.critical.path import TOP_OPS, longest_segments
-from ..common import duration, kernel_name, make_table, one_line, percent, plain, short
+from ..common import kernel_name, make_table, one_line, percent, plain, short
+from ...units import duration
 
 BOUND = {"host": "host-bound", "gpu": "GPU-bound"}
 

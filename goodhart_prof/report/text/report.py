@@ -5,10 +5,11 @@ import pandas as pd
 from rich.console import Console
 from rich.padding import Padding
 
-from ..common import (bytes_text, capped, duration, evidence_lines, kernel_name, make_table, more_rows, one_line,
-                     percent, plain, safe_text, saving_text, short)
+from ..common import (capped, evidence_lines, kernel_name, make_table, more_rows, one_line, percent, plain,
+                      safe_text, saving_text, short)
+from ...units import bytes_text, device_key, device_text, duration
 from ...analysis.gpu.device_time import unrecorded_gpu
-from ...analysis.memory.usage import device_label
+from ...analysis.memory.usage import HOST
 from ...analysis.rules.savings import overlap
 from ...analysis.recorder import record_full_advice
 from ...analysis.host.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
@@ -69,7 +70,7 @@ def _gpu(a, console: Console) -> None:
                        *(("idle in steps", "util. in steps") if steps else ()), right=(1, 2, 3, 4, 5, 6, 7))
     keep = capped(a.gpu["idle_us"].to_numpy(float))
     for r in a.gpu.iloc[keep].itertuples():
-        table.add_row(f"rank {r.rank} / gpu {r.device}", duration(r.span_us), duration(r.busy_us), duration(r.idle_us),
+        table.add_row(device_text(r.rank, r.device), duration(r.span_us), duration(r.busy_us), duration(r.idle_us),
                       percent(r.utilization), duration(r.kernel_us),
                       *((duration(r.step_idle_us), percent(r.step_utilization)) if steps else ()))
     console.print(table)
@@ -154,7 +155,7 @@ def _burstiness(a, console: Console) -> None:
     keep = capped([(b.gaps or {}).get("total_us") or 0.0 for b in a.burstiness])
     for b in (a.burstiness[i] for i in keep):
         g = b.gaps or {}
-        label = f"rank {b.rank} / gpu {b.device}"
+        label = device_text(b.rank, b.device)
         table.add_row(label, "-" if b.util_cv is None else f"{b.util_cv:.2f}",
                       "-" if b.burstiness_B is None else f"{b.burstiness_B:+.2f}",
                       f"{g.get('count', 0):,}", duration(g.get("p50_us")), duration(g.get("p90_us")),
@@ -185,7 +186,7 @@ def _idle_causes(a, console: Console) -> None:
     keep = capped([sum(c["idle_us"] for c in b.idle_causes) for b in devices])
     for b in (devices[i] for i in keep):
         for i, c in enumerate(b.idle_causes[:5]):
-            table.add_row(f"rank {b.rank} / gpu {b.device}" if i == 0 else "", cause_label(c),
+            table.add_row(device_text(b.rank, b.device) if i == 0 else "", cause_label(c),
                           duration(c["idle_us"]), f"{100 * c['share']:.1f}%", c.get("frame") or "")
     console.print(table)
     _more(console, len(devices), len(keep), "devices", "most idle time")
@@ -271,7 +272,7 @@ def _memory(a, console: Console) -> None:
         top = make_table("Allocations by phase and op (inside iterations)", "device", "phase", "op",
                          "per iteration", "median size", "still live at end", right=(3, 4, 5))
         for r in sites.itertuples():
-            top.add_row(device_label(r.rank, r.device_type, r.device), short(display_name(r.phase), 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
+            top.add_row(device_key(r.rank, r.device, host=r.device_type == HOST), short(display_name(r.phase), 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
                         bytes_text(r.median_bytes), bytes_text(r.live_bytes))
         console.print(top)
 
@@ -294,7 +295,7 @@ def _efficiency(a, console: Console, top: int) -> None:
                           "no percentages", highlight=False)
             continue
         peak = f"peak {d.peak_name} ({d.source})" if d.peak_name else "peak unknown: no percentages"
-        console.print(f"  rank {d.rank} / gpu {d.device}: {plain(d.device_name or 'unnamed device')}; {peak}",
+        console.print(f"  {device_text(d.rank, d.device)}: {plain(d.device_name or 'unnamed device')}; {peak}",
                       highlight=False)
     if not eff.ops.empty:
         console.print(_roofline_table("by op type", eff.ops, "op", top, console.width))

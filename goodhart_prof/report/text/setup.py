@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...analysis.iterations import find_iterations
 from ...analysis.setup import setup
 from ...trace.model import Trace
-from ..common import bytes_text, duration
+from ...units import bytes_text, duration
 
 # Under the GPU table where steps exist: which bounds each utilization is measured in.
 STEP_BOUNDS_NOTE = ("span: first to last GPU activity; in steps: within the iterations' bounds (each from its "

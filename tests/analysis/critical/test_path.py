@@ -8,6 +8,7 @@ import json
 import pytest
 
 from goodhart_prof.analysis.critical.path import critical_path
+from goodhart_prof.report.json_report import critical_path_json
 from goodhart_prof.trace.load import load
 from tests.support.events import X
 from tests.support.paths import DATA as FIXTURES
@@ -64,7 +65,7 @@ def test_simple_add_matches_hta_output():
         expected, hta_length = hta_path(json.load(f)["traceEvents"])
     cp = critical_path(trace)
     assert cp.scope == "trace" and len(cp.iterations) == 1  # no ProfilerStep#N: the whole trace
-    assert cp.to_json()["iterations_found"] == 0 and cp.to_json()["shown_step"] == -1
+    assert critical_path_json(cp)["iterations_found"] == 0 and critical_path_json(cp)["shown_step"] == -1
     it = cp.iterations[0]
     assert path_events(trace, it) == expected  # the same 624 ops and kernels
     assert len(expected) == 624
@@ -162,7 +163,7 @@ def test_per_iteration_on_marked_steps(tmp_path):
     assert cp.scope == "iteration" and cp.total == 2 and [it.step for it in cp.iterations] == [1]
     every = critical_path(trace, every=True)
     assert [round(it.length_us) for it in every.iterations] == [500, 200]
-    doc = every.to_json()
+    doc = critical_path_json(every)
     assert doc["shown_step"] == 2 and doc["iterations_found"] == 2
     assert doc["ops"][0] == {"name": "op", "side": "host", "us": 195.0, "share": 0.975, "count": 1}
 
@@ -171,7 +172,7 @@ def test_no_gpu_activity(tmp_path):
     trace = load_events(tmp_path, [X("A", "cpu_op", 0, 10)])
     cp = critical_path(trace)
     assert cp.shown is None and cp.note == "no GPU activity in the trace"
-    assert cp.to_json()["iterations"] == []
+    assert critical_path_json(cp)["iterations"] == []
 
 
 def test_whole_trace_path_is_bounded(monkeypatch):

@@ -13,6 +13,7 @@ import pytest
 
 from goodhart_prof.analysis.gpu.burstiness import GAP_CLASSES, burstiness
 from goodhart_prof.analysis.gpu.device_time import gpu_time
+from goodhart_prof.report.json_report import burstiness_json
 from goodhart_prof.trace.load import load
 from tests.support.paths import DATA
 
@@ -168,7 +169,7 @@ def test_fewer_than_three_kernels_have_no_b(tmp_path):
     b = one(trace_of(tmp_path, kernel(0, 10), kernel(50, 10),
                      kernel(70, 5, cat="gpu_memset", name="Memset (Device)")))
     assert b.burstiness_B is None
-    assert b.to_json()["burstiness_B"] is None
+    assert burstiness_json(b)["burstiness_B"] is None
 
 
 # ---- JSON --------------------------------------------------------------------------------------
@@ -181,8 +182,8 @@ def plain(obj) -> bool:
     return obj is None or type(obj) in (int, float, str, bool)
 
 
-def test_to_json_is_plain_and_matches_design(tmp_path):
-    out = one(gap_trace(tmp_path)).to_json()
+def test_json_is_plain_and_matches_design(tmp_path):
+    out = burstiness_json(one(gap_trace(tmp_path)))
     assert set(out) == {"window_us", "util_cv", "burstiness_B", "gaps", "idle_causes"}
     assert out["idle_causes"] and all(set(c) == {"cause", "idle_us", "share", "frame"}
                                       for c in out["idle_causes"])
@@ -192,7 +193,7 @@ def test_to_json_is_plain_and_matches_design(tmp_path):
     assert plain(out)
     json.dumps(out, allow_nan=False)
     # One activity of zero length: nothing is defined, and nothing is NaN either.
-    empty = one(trace_of(tmp_path, kernel(5, 0))).to_json()
+    empty = burstiness_json(one(trace_of(tmp_path, kernel(5, 0))))
     assert empty["util_cv"] is None and empty["burstiness_B"] is None and plain(empty)
     json.dumps(empty, allow_nan=False)
 
@@ -233,8 +234,8 @@ def test_every_trace_gives_finite_burstiness(key):
         assert sum(c["total_us"] for c in g["by_class"].values()) == pytest.approx(g["total_us"])
         if g["count"]:
             assert g["p50_us"] <= g["p90_us"] <= g["p99_us"] <= g["max_us"]
-        assert plain(r.to_json())
-        json.dumps(r.to_json(), allow_nan=False)
+        assert plain(burstiness_json(r))
+        json.dumps(burstiness_json(r), allow_nan=False)
 
 
 def test_h100_gaps_add_up_to_tracelens_idle_time():

@@ -12,6 +12,7 @@ from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.gpu.burstiness import burstiness
 from goodhart_prof.analysis.gpu.idle import UNTRACED
 from goodhart_prof.analysis.rules.utilization import idle_fix
+from goodhart_prof.report.json_report import burstiness_json
 from goodhart_prof.trace.load import load
 from tests.support.helpers import covered, idle_split, read_trace
 from tests.support.paths import DATA
@@ -60,7 +61,7 @@ def test_nested_annotations_innermost_wins_and_profiler_step_is_excluded(tmp_pat
     assert [c["cause"] for c in b.idle_causes] == [UNTRACED, "outer", "inner", "aten::item"]
     assert math.isclose(sum(c["share"] for c in b.idle_causes), 1.0)
     assert causes["outer"]["share"] == pytest.approx(55 / 190)
-    assert b.to_json()["idle_causes"][1] == {"cause": "outer", "idle_us": 55.0,
+    assert burstiness_json(b)["idle_causes"][1] == {"cause": "outer", "idle_us": 55.0,
                                              "share": pytest.approx(55 / 190), "frame": None}
 
 
@@ -99,7 +100,7 @@ def test_python_frames_refine_a_cause_and_fill_where_no_event_is(tmp_path):
 
 def test_no_gaps_no_causes(tmp_path):
     causes, b = causes_of(tmp_path, kernel(0, 10, 1, launch=-5), kernel(10, 10, 2, launch=-4))
-    assert b.idle_causes == [] and b.to_json()["idle_causes"] == []
+    assert b.idle_causes == [] and burstiness_json(b)["idle_causes"] == []
 
 
 def runtime(name, ts, dur, tid=100, cat="cuda_runtime"):
@@ -117,7 +118,7 @@ def test_a_runtime_call_in_the_gap_is_the_cause_with_its_op_as_context(tmp_path)
     assert causes["cudaFree"]["kind"] == "free"
     assert causes["cudaFree"]["context"] == "aten::convolution_backward"
     assert "kind" not in causes["aten::convolution_backward"]
-    assert b.to_json()["idle_causes"][0] == {
+    assert burstiness_json(b)["idle_causes"][0] == {
         "cause": "cudaFree", "idle_us": 900.0, "share": pytest.approx(900 / 990), "frame": None,
         "kind": "free", "context": "aten::convolution_backward"}
     path = tmp_path / "t.json"

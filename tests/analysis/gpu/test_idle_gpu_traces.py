@@ -12,6 +12,7 @@ from rich.console import Console
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.gpu.idle import cause_label
 from goodhart_prof.analysis.rules.origin import foreground
+from goodhart_prof.report.json_report import burstiness_json, syncs_json
 from goodhart_prof.report.text.report import render
 from goodhart_prof.trace.load import load
 from tests.support.events import X
@@ -56,7 +57,7 @@ def test_full_idle_causes_name_the_compiled_functions(full):
     assert not [s for s in shown if "/tmp/" in s or "CompiledFxGraph" in s]
     # the ops inside the graphs are the graphs' now
     assert not {"aten::addmm", "aten::cudnn_convolution"} & {c["cause"] for c in causes}
-    doc = b.to_json()["idle_causes"][0]
+    doc = burstiness_json(b)["idle_causes"][0]
     assert doc["compiled"]["graph"] == ACT and doc["cause"] == act["cause"]
 
 
@@ -114,7 +115,7 @@ def test_full_logger_waits_are_on_a_background_thread(full):
     # the training thread's own read (submit's copy, line 72 at 7c38a10) is not background
     others = full.syncs.sites[~full.syncs.sites["background"]]
     assert list(others["site"].astype(str))[0] == "trainer/logger.py:72 submit"
-    doc = full.syncs.to_json()["sites"]
+    doc = syncs_json(full.syncs)["sites"]
     assert [d["background"] for d in doc] == [True, False, False, False]
     # no finding counts them, and the rules' input leaves them out
     assert not any("_run" in json.dumps(f.evidence) for f in full.findings)

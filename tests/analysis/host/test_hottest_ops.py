@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.analysis.host.hottest_ops import COLUMNS, hot_ops, hot_ops_json
-from goodhart_prof.report.json_report import to_document
+from goodhart_prof.analysis.host.hottest_ops import COLUMNS, hot_ops
+from goodhart_prof.report.json_report import host_ops_json, to_document
 from goodhart_prof.trace.load import load
 from tests.support.helpers import clean_env, run_cmd
 from tests.support.paths import DATA
@@ -89,7 +89,7 @@ def test_json_and_text_report_show_the_top_ops():
     a = analyze(load(CPU_2RANK))
     doc = to_document(a, top=3)
     ops = doc["host_ops"]
-    assert ops == hot_ops_json(a.host_ops, 3) and len(ops["ops"]) == 3
+    assert ops == host_ops_json(a.host_ops, 3) and len(ops["ops"]) == 3
     assert ops["host_us"] == pytest.approx(a.host_ops["self_us"].sum())
     assert [o["name"] for o in ops["ops"]] == list(a.host_ops["name"].head(3))
     assert json.loads(json.dumps(doc, allow_nan=False))["host_ops"] == ops

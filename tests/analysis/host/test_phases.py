@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from goodhart_prof.analysis.host.phases import COLUMNS, RANK_COLUMNS, phases, phases_by_rank, phases_json
+from goodhart_prof.analysis.host.phases import COLUMNS, RANK_COLUMNS, phases, phases_by_rank
 from goodhart_prof.analysis.host.syncs import sync_points
 from goodhart_prof.trace.load import load
+from goodhart_prof.report.json_report import phases_json
 from tests.support.helpers import clean_env, run_cmd, write_tiny_config
 from tests.support.events import ann, cuda_item, kernel, load_events, rt
 from tests.support.paths import DATA

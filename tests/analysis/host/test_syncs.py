@@ -12,6 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from goodhart_prof.analysis.host.syncs import KINDS, sync_points, sync_summary
+from goodhart_prof.report.json_report import syncs_json
 from goodhart_prof.trace.load import load
 from tests.support.events import GPU_PID, STREAM, X, ann, cuda_item, kernel, load_events, memcpy, op, rt
 from tests.support.paths import DATA
@@ -146,7 +147,7 @@ def test_summary_and_json(tmp_path):
     assert summary.by_kind == {**{k: 0 for k in KINDS}, "item": 3, "device_sync": 1}
     assert summary.sites.iloc[0].to_dict() == {"kind": "item", "site": "aten::item", "count": 3,
                                                "total_us": 150.0, "background": False}
-    doc = summary.to_json()
+    doc = syncs_json(summary)
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc
     assert set(doc) == {"total", "by_kind", "sites", "per_iteration"}
     assert [(d["iteration"], d["count"], d["by_kind"]["item"]) for d in doc["per_iteration"]] == [
@@ -158,7 +159,7 @@ def test_empty_trace(tmp_path):
     points = sync_points(load_events(tmp_path, [op("aten::add", 0, 5)]))
     assert points.empty and list(points.columns) == ["rank", "pid", "tid", "ts", "dur", "kind",
                                                      "site", "iteration", "row", "background"]
-    assert sync_summary(points).to_json() == {"total": 0, "by_kind": {k: 0 for k in KINDS},
+    assert syncs_json(sync_summary(points)) == {"total": 0, "by_kind": {k: 0 for k in KINDS},
                                               "sites": [], "per_iteration": []}
 
 
@@ -283,7 +284,7 @@ def test_shared_traces_match_a_count_by_hand(name, expected):
     steps = {int(n.split("#")[1]) for n in trace.events["name"].astype(str).unique()
              if n.startswith("ProfilerStep#")}
     assert set(points["iteration"]) <= steps | {-1}
-    summary = sync_summary(points).to_json()
+    summary = syncs_json(sync_summary(points))
     assert summary["total"] == sum(expected.values())
     assert json.loads(json.dumps(summary, allow_nan=False)) == summary
 
