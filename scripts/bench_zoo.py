@@ -79,7 +79,7 @@ from goodhart_prof.analysis.rules import ZOO_RULES  # noqa: E402
 from goodhart_prof.fileio import write_json  # noqa: E402 (atomic: a temp file, then os.replace)
 from goodhart_prof.capture.settings import parse_iterations  # noqa: E402
 from goodhart_prof.trace.load import load  # noqa: E402
-from trainer import antipatterns  # noqa: E402
+from trainer import zoo  # noqa: E402
 
 STDERR_TAIL = 3000  # characters of a failed child's stderr kept in the JSON
 
@@ -98,7 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="iterations timed per run, the first ones after the warm-up that no "
                         "profiler touched (default 16)")
     p.add_argument("--mode", choices=["lite", "full"], default="full")
-    p.add_argument("--patterns", default=",".join(antipatterns.NAMES),
+    p.add_argument("--patterns", default=",".join(zoo.NAMES),
                    help="comma list, run in this order (default: the whole zoo, zoo order)")
     p.add_argument("--timing-rounds", type=int, default=0,
                    help="extra unprofiled runs of each kind, pooled into its timing (default 0)")
@@ -131,7 +131,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def pattern_order(text: str) -> list[str]:
     """`b,a` -> ['b', 'a']: the order given (the priority order), each once; unknown names fail."""
-    antipatterns.parse(text)  # the one-line error on an unknown name
+    zoo.parse(text)  # the one-line error on an unknown name
     out: list[str] = []
     for name in (n.strip() for n in text.split(",")):
         if name and name not in out:
@@ -280,7 +280,7 @@ def run_kind(name: str, folder: Path, args, env: dict[str, str]) -> dict[str, An
 
 # -- the summary -----------------------------------------------------------------------------------------
 def measurable(name: str, device_type: str) -> bool:
-    return device_type == "cuda" or name in antipatterns.CPU_DETECTABLE
+    return device_type == "cuda" or name in zoo.CPU_DETECTABLE
 
 
 def summarize(runs: dict[str, dict[str, Any]], order: list[str], not_run: list[str],

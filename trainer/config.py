@@ -10,6 +10,8 @@ from typing import Any
 from goodhart_prof.capture.run_options import MAX_SEED
 from goodhart_prof.capture.settings import DEFAULT_OUTPUT_DIR
 
+from .zoo import config_overrides, parse
+
 MAX_SIZE = 2**31 - 1  # a size of the world or the model: torch's int32 index limit
 POPART_BETA = 0.1  # the default, here only (trainer/policy.py PopArtValueHead gives the reason)
 
@@ -109,7 +111,6 @@ class Config:
     """Known slowdowns to plant, comma-separated (`trainer/antipatterns.py`; empty: none)."""
 
     def validate(self) -> "Config":
-        from .antipatterns import parse
         try:
             parse(self.inject)
         except ValueError as exc:
@@ -213,7 +214,6 @@ def build_config(config_file: str | Path | None = None, **overrides: Any) -> Con
             raise ConfigError(f"config key {name} must be {expected.__name__}, "
                               f"not {type(value).__name__} ({value!r})")
     if values.get("inject"):
-        from .antipatterns import config_overrides, parse
         try:
             names = parse(values["inject"])
         except ValueError as exc:

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from goodhart_prof.fileio import writing
 from goodhart_prof.capture.hooks import NoHooks, ProfSettings, make_hooks
 
-from . import antipatterns
+from . import antipatterns, zoo
 from .config import Config
 from .env import N_ACTIONS, EnvState, GoodhartGridWorld, StepResult
 from .logger import AsyncLogger
@@ -63,7 +63,7 @@ class Trainer:
             _check_cudagraphs(cuda, self.compiled, world_size)
         self.static = self.cudagraphs if static_storage is None else static_storage
         # Planted anti-patterns (empty for a clean run): looked up here, once, never per step.
-        self.inject = antipatterns.parse(cfg.inject)
+        self.inject = zoo.parse(cfg.inject)
         self.reward_log: list[float] = []  # filled by the item_logging pattern only
         self.loss_history: list[torch.Tensor] = []  # filled by the memory_growth pattern only
         torch.manual_seed(cfg.seed + rank)

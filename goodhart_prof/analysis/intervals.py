@@ -26,15 +26,29 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
 
 
 def covered_before(block_starts: np.ndarray, block_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Busy time in (-inf, t] for each t, given disjoint sorted blocks."""
-    lengths = block_ends - block_starts
-    cum = np.concatenate(([0.0], np.cumsum(lengths)))
-    i = np.searchsorted(block_starts, t, side="right")  # blocks starting at or before t
-    partial = np.zeros(len(t))
-    inside = i > 0
-    j = i[inside] - 1
-    partial[inside] = np.minimum(np.asarray(t, float)[inside], block_ends[j]) - block_starts[j]
-    return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(partial, 0.0)
+    """Busy time in (-inf, t] for each t, given disjoint sorted blocks (one segment of
+    `segment_covered_before`)."""
+    t = np.asarray(t, dtype=float)
+    return segment_covered_before(block_starts, block_ends, np.array([0, len(block_starts)]),
+                                  np.zeros(len(t), dtype=np.int64), t)
+
+
+def segment_covered_before(block_starts: np.ndarray, block_ends: np.ndarray, bounds: np.ndarray,
+                           segment: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Busy time in (-inf, t[i]] of segment[i]'s blocks, for blocks laid out in segments
+    [bounds[k], bounds[k + 1]) (a device's busy blocks, say), disjoint and sorted in each: the
+    blocks' lengths summed in segment order up to the block holding t, plus its part up to t."""
+    bs, be = block_starts, block_ends
+    if not len(bs):
+        return np.zeros(len(t))
+    cum = segment_cumsum(be - bs, bounds)
+    lo, hi = bounds[:-1][segment], bounds[1:][segment]
+    i = segment_searchsorted(bs, lo, hi, t, side="right") - lo  # blocks starting at or before t
+    j = lo + np.maximum(i - 1, 0)
+    last = len(bs) - 1
+    full = np.where(i > 1, cum[np.clip(j - 1, 0, last)], 0.0)  # the segment's blocks before block j
+    partial = np.where(i > 0, np.minimum(t, be[np.minimum(j, last)]) - bs[np.minimum(j, last)], 0.0)
+    return full + np.maximum(partial, 0.0)
 
 
 ThreadKey = tuple  # (rank, pid, tid)

@@ -1,7 +1,7 @@
 """The iterations of a trace, and how they were found (docs/DESIGN.md "Iterations and setup").
 
 One home for "the iterations": every per-iteration figure (phases, savings basis, sync and copy
-rates, memory, noise, stragglers) reads this table, through `tree.step_table`.
+rates, memory, noise, stragglers) reads this table, through `step_table` (and `iterations`: the iteration of each time).
 
 - **marked**: the trace has `ProfilerStep#N` events (torch.profiler's `step()`): one row per
   host-side step, as recorded (several rows per (rank, N) where a 2021-era trace records both
@@ -40,7 +40,9 @@ import numpy as np
 import pandas as pd
 
 from ..trace.model import Trace
+from .intervals import segment_searchsorted
 from .tree.host import host_tree, profiler_steps
+from .memo import derived
 
 COLUMNS = ["rank", "step", "ts", "end", "dur"]
 MARKED = "ProfilerStep#N"
@@ -84,8 +86,8 @@ class Iterations:
 
 
 def find_iterations(trace: Trace) -> Iterations:
-    """The trace's iterations (module docstring), found once and cached on it."""
-    return trace.derived("iterations", _find)
+    """The trace's iterations (module docstring), found once per trace (memo.py)."""
+    return derived(trace, "iterations", _find)
 
 
 def _find(trace: Trace) -> Iterations:
@@ -217,14 +219,13 @@ class StepWindows:
 
 
 def step_windows(trace: Trace) -> StepWindows:
-    """The trace's StepWindows (empty without iterations), built once and cached on it."""
-    return trace.derived("step_windows", _step_windows)
+    """The trace's StepWindows (empty without iterations), built once per trace (memo.py)."""
+    return derived(trace, "step_windows", _step_windows)
 
 
 def _step_windows(trace: Trace) -> StepWindows:
     from .intervals import first_positions, segment_merge, tuple_codes
     from .host.links import gpu_launches
-    from .tree.host import iterations
     steps = find_iterations(trace).table
     if steps.empty:
         return StepWindows(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0), np.zeros(0))
@@ -254,3 +255,33 @@ def _step_windows(trace: Trace) -> StepWindows:
     bounds = np.r_[first, len(rank)].astype(np.int64)
     starts, ends, wb = segment_merge(ts, end, bounds)
     return StepWindows(rank[first], np.asarray(wb, dtype=np.int64), starts, ends)
+
+
+def step_table(trace: Trace) -> pd.DataFrame:
+    """The trace's iterations (analysis/iterations.py: its `ProfilerStep#N`, else inferred from
+    what repeats), found once per trace: rank, step, ts, end, dur per (rank, step)."""
+    return find_iterations(trace).table
+
+
+def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """N of the iteration (step_table: ProfilerStep#N, or inferred) on the same rank (any thread)
+    whose interval holds ts, else -1."""
+    out = np.full(len(ts), -1, dtype=np.int64)
+    steps = step_table(trace)
+    s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))
+    if not len(s_rank) or not len(ts):
+        return out
+    # the steps by rank, then start (ties: table order); each query searches its rank's steps,
+    # all ranks in one segment_searchsorted (a pass over every ts per rank was quadratic: 20,000
+    # ranks; a sort of all the query times cost more than the search)
+    order = np.lexsort((s_ts, s_rank))
+    s_rank_sorted = s_rank[order].astype(np.int64)
+    rank = np.asarray(rank, dtype=np.int64)
+    lo = np.searchsorted(s_rank_sorted, rank, side="left")
+    hi = np.searchsorted(s_rank_sorted, rank, side="right")
+    j = segment_searchsorted(np.asarray(s_ts, dtype=float)[order], lo, hi, np.asarray(ts, dtype=float),
+                             side="right") - 1
+    at = order[np.maximum(j, 0)]
+    ok = (j >= lo) & (ts <= s_end[at])
+    out[ok] = s_step[at[ok]]
+    return out

@@ -24,6 +24,7 @@ import pandas as pd
 from ..trace.model import Trace
 from .iterations import find_iterations
 from .host.links import gpu_launches
+from .memo import derived
 
 TOP_OPS = 3
 
@@ -31,7 +32,7 @@ TOP_OPS = 3
 def setup_bounds(trace: Trace) -> pd.DataFrame:
     """Per rank with a setup: `rank`, `start` (its first event), `end` (module docstring) and
     `bound` ("first iteration" or "first kernel launch"). Cached on the trace."""
-    return trace.derived("setup_bounds", _bounds)
+    return derived(trace, "setup_bounds", _bounds)
 
 
 def _bounds(trace: Trace) -> pd.DataFrame:
@@ -99,8 +100,8 @@ class Setup:
 
 
 def setup(trace: Trace) -> Setup:
-    """The trace's Setup (module docstring), built once and cached on it."""
-    return trace.derived("setup", _setup)
+    """The trace's Setup (module docstring), built once per trace (memo.py)."""
+    return derived(trace, "setup", _setup)
 
 
 def _setup(trace: Trace) -> Setup:

@@ -3,7 +3,7 @@
 `analyze` runs every analysis through one `Stages`; the JSON report's `timing` section shows them
 beside the load's time (`Trace.load_cost`) and the report's own, so a slowdown shows where it is
 (`scripts/bench_analyze.py --stages`). A stage that reuses a table another built earlier (the host
-tree, the launch join: `Trace.derived`) is cheaper than alone: the first to ask pays.
+tree, the launch join: analysis/memo.py) is cheaper than alone: the first to ask pays.
 """
 from __future__ import annotations
 

@@ -27,9 +27,9 @@ from . import times
 from .columns import NUMBERS, parse_int, categorical_of, float_or_nan, int_id, recode, values_column
 from .decode import DecodeError, TraceDoc, decode
 from .frame import events_end, events_start
-from .memory_table import empty_memory, memory_frame
-from .model import Frames
-from .piece import Piece
+from .memory_table import memory_frame
+from .model import Frames, empty_memory
+from .piece_tables import Piece
 from .op_labels import CONCRETE_INPUTS, INPUT_DIMS, INPUT_TYPES, comm_args_of, label_codes
 from .pieces import check_frame, find_cut, head_doc, merge_headers, tail_doc
 from .tables import complete_table, frame_keep, ranks_from_names

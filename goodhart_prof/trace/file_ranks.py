@@ -16,7 +16,7 @@ from ..errors import TraceError
 from ..textsafe import quote_path
 
 if TYPE_CHECKING:
-    from .load import FileResult
+    from .file_result import FileResult
 
 MAX_RANK = 2**31 - 1
 NOT_TRACES = {"run.json"}

@@ -10,7 +10,6 @@ import resource
 import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,8 @@ from . import times
 from .decode import AmbiguousDoc, DecodeError
 from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
 from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, trace_files, world_size
-from .memory_table import concat_memory, empty_memory
+from .memory_table import concat_memory
+from .file_result import FileResult
 from .model import Frames, LoadCost, Trace
 from . import columnar, native_gzip, ranges
 from .pieces import PIECE_BYTES, BadCut, file_frame, gzip_chunks, merge_headers
@@ -34,24 +34,6 @@ from ..textsafe import quote_path
 PROGRESS_BYTES = 50 * 1024 * 1024  # inputs over ~50 MB get a progress bar
 PARALLEL_BYTES = 8 * 1024 * 1024   # below this, worker processes cost more than they save
 TRIM_EVENTS = 1_000_000  # a load this big gives its freed heap back once assembled (4 GB trace: 1.55 -> 0.93 GB RSS)
-
-
-@dataclass
-class FileResult:
-    """One file loaded: its tables and what it says about its rank (file_ranks.py reads those)."""
-
-    path: Path
-    table: pd.DataFrame
-    frames: Frames
-    rank: int | None                 # from distributedInfo
-    merged_ranks: list[int]          # from process names `rank <r>` (merged traces; None: rank)
-    device_properties: list[dict[str, Any]] = field(default_factory=list)
-    skipped: int = 0
-    base_ns: int | None = None
-    warnings: list[str] = field(default_factory=list)
-    memory: pd.DataFrame = field(default_factory=empty_memory)
-    world_size: int | None = None    # from distributedInfo
-    unfit: int = 0                   # of `skipped`: times that do not fit the trace (times.py)
 
 
 def _streamed(path: Path, parts: int, progress: "Progress | None") -> "tuple[list[ranges.Piece] | None, Any]":

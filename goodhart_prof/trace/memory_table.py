@@ -11,7 +11,7 @@ import pandas as pd
 from . import times
 from .columns import NUMBERS, column, float_or_nan, id_column, int_column, is_number, new_ids
 from .decode import MEMORY_EVENT, Instant, MemoryArgs, TraceDoc
-from .model import MEMORY_COLUMNS, is_sorted
+from .model import empty_memory, is_sorted
 
 _IS_INSTANT = Instant.__instancecheck__
 NO_MEMORY_ARGS = MemoryArgs()
@@ -61,13 +61,6 @@ def memory_frame(pid, tid, ts, device_type, device, nbytes, total_allocated, tot
         "rank": np.zeros(len(ts), dtype=np.int32), "pid": pid, "tid": tid, "ts": ts,
         "device_type": device_type, "device": device, "bytes": nbytes,
         "total_allocated": total_allocated, "total_reserved": total_reserved, "addr": addr})
-
-
-def empty_memory() -> pd.DataFrame:
-    dtypes = {"rank": np.int32, "pid": np.int64, "tid": np.int64, "ts": np.float64,
-              "device_type": np.int32, "device": np.int64, "bytes": np.float64,
-              "total_allocated": np.float64, "total_reserved": np.float64, "addr": np.int64}
-    return pd.DataFrame({c: np.empty(0, dtype=dtypes[c]) for c in MEMORY_COLUMNS})
 
 
 def concat_memory(tables: list[pd.DataFrame], sort: bool = True) -> pd.DataFrame:

@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -93,6 +94,15 @@ KEPT_TORCH_FRAMES = ("torch/distributions/", "torch/nn/utils/", "torch/profiler/
 
 MEMORY_COLUMNS = ("rank", "pid", "tid", "ts", "device_type", "device", "bytes", "total_allocated",
                   "total_reserved", "addr")
+
+
+def empty_memory() -> pd.DataFrame:
+    """A memory table with no rows (MEMORY_COLUMNS, their dtypes)."""
+    dtypes = {"rank": np.int32, "pid": np.int64, "tid": np.int64, "ts": np.float64,
+              "device_type": np.int32, "device": np.int64, "bytes": np.float64,
+              "total_allocated": np.float64, "total_reserved": np.float64, "addr": np.int64}
+    return pd.DataFrame({c: np.empty(0, dtype=dtypes[c]) for c in MEMORY_COLUMNS})
+
 
 FRAME_COLUMNS = ("rank", "pid", "tid", "ts", "dur", "end", "name", "python_id", "python_parent_id")
 
@@ -222,7 +232,7 @@ class Trace:
     skipped_events: int = 0
     warnings: list[str] = field(default_factory=list)
     frames: Frames = field(default_factory=Frames.empty)
-    memory: pd.DataFrame = field(default_factory=lambda: _empty_memory())
+    memory: pd.DataFrame = field(default_factory=empty_memory)
     # The job's number of ranks (distributedInfo.world_size, when every file that states one
     # agrees; None otherwise): it may exceed the ranks loaded.
     world_size: int | None = None
@@ -230,25 +240,13 @@ class Trace:
     # names); empty when not known (a Trace built by hand). The exporters read it.
     file_ranks: list = field(default_factory=list)
     load_cost: LoadCost | None = field(default=None, compare=False)  # set by trace.load.load
-    # Derived tables that several analyses share (GPU activity, launch links), built once. The
-    # tables above are treated as immutable; dataclasses.replace() makes a new, empty cache.
-    cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def derived(self, key: str, build: "Callable[[Trace], Any]") -> Any:
-        """A table derived from this trace, built by `build(trace)` on first use and cached."""
-        value = self.cache.get(key)
-        if value is None:
-            value = self.cache[key] = build(self)
-        return value
-
-    @property
+    @cached_property
     def gpu(self) -> pd.DataFrame:
-        """GPU activity: kernels, memcpys and memsets (selected once, then cached)."""
-        gpu = self.cache.get("gpu")
-        if gpu is None:
-            rows = np.flatnonzero(in_categories(self.events["cat"], GPU_ACTIVITY_CATS))
-            gpu = self.cache["gpu"] = self.events.iloc[rows]
-        return gpu
+        """GPU activity: kernels, memcpys and memsets, a view of the loaded events (selected on
+        first use; the events are not changed after loading)."""
+        rows = np.flatnonzero(in_categories(self.events["cat"], GPU_ACTIVITY_CATS))
+        return self.events.iloc[rows]
 
     @property
     def devices(self) -> list[tuple[int, int]]:
@@ -279,8 +277,3 @@ class Trace:
         return Trace(events, self.paths, ranks, self.rank_source, self.device_properties,
                      self.skipped_events, self.warnings, frames, memory, self.world_size,
                      self.file_ranks)
-
-
-def _empty_memory() -> pd.DataFrame:
-    from .memory_table import empty_memory  # memory_table.py imports this module
-    return empty_memory()

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from goodhart_prof.analysis.intervals import (first_positions, occurs_once, sorted_group_sums, sorted_rows,
-                                              thread_groups)
+from goodhart_prof.analysis.intervals import (covered_before, first_positions, occurs_once, segment_covered_before,
+                                              sorted_group_sums, sorted_rows, thread_groups)
 from goodhart_prof.analysis.gpu.kernels import _groups
 
 
@@ -76,3 +76,16 @@ def test_first_positions_and_occurs_once():
     assert first_positions(np.array([2, 0, 2, 1, 0])).tolist() == [1, 3, 0]
     assert first_positions(np.array([], dtype=np.int64)).tolist() == []
     assert occurs_once(np.array([4, -1, 4, 7, -1, 2])).tolist() == [False, False, False, True, False, True]
+
+
+def test_covered_before_one_set_and_per_segment():
+    """Busy time up to t: segment 0 busy [0, 10] and [20, 30], segment 1 busy [5, 6] and
+    [100, 150]; one set of blocks is one segment."""
+    starts, ends = np.array([0.0, 20, 5, 100]), np.array([10.0, 30, 6, 150])
+    bounds = np.array([0, 2, 4])
+    t = np.array([-1.0, 5, 15, 25, 40, 0, 5.5, 50, 120, 200])
+    segment = np.repeat([0, 1], 5)
+    np.testing.assert_array_equal(segment_covered_before(starts, ends, bounds, segment, t),
+                                  [0, 5, 10, 15, 20, 0, 0.5, 1, 21, 51])
+    np.testing.assert_array_equal(covered_before(starts[:2], ends[:2], t[:5]), [0, 5, 10, 15, 20])
+    assert covered_before(np.zeros(0), np.zeros(0), np.array([1.0, 2.0])).tolist() == [0.0, 0.0]

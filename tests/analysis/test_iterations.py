@@ -9,12 +9,14 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.analysis.iterations import find_iterations
+from goodhart_prof.analysis import iterations as iterations_module
+from goodhart_prof.analysis.iterations import find_iterations, step_table
 from goodhart_prof.analysis.setup import in_setup, setup, setup_bounds
-from goodhart_prof.analysis.tree import profiler_steps, step_table
+from goodhart_prof.analysis.tree import profiler_steps
 from goodhart_prof.trace.load import load
 from tests.support.paths import DATA, ROOT
 
@@ -239,3 +241,27 @@ def test_backward_passes_when_no_marker_repeats(tmp_path, pairs):
     bounds = np.r_[it.table["ts"].to_numpy(float)[:1], it.table["end"].to_numpy(float)]
     inside = (bounds[:, None] >= steps[None, :, 0]) & (bounds[:, None] <= steps[None, :, 1])
     assert inside.sum(axis=1).tolist() == [1] * 5 and inside.argmax(axis=1).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_iterations_equals_the_last_step_starting_by_each_time(monkeypatch):
+    """iterations.iterations: N of the step of the same rank that started last at or before ts (ties:
+    the later table row) when it still holds ts, else -1; ranks without steps, times before
+    the first step and between steps get -1."""
+    rng = np.random.default_rng(4)
+    rank = np.repeat([0, 2, 5], [40, 30, 1])
+    ts = np.round(rng.uniform(0, 1000, len(rank)), 0)
+    ts[5] = ts[6]  # a tie of starts on rank 0
+    steps = {"rank": rank, "ts": ts, "end": ts + np.round(rng.uniform(1, 60, len(rank)), 0),
+             "step": np.arange(len(rank)) * 10}
+    monkeypatch.setattr(iterations_module, "step_table", lambda trace: pd.DataFrame(steps))
+    q_rank = rng.choice([0, 1, 2, 5], 3000)
+    q_ts = np.r_[np.round(rng.uniform(-10, 1100, 2996), 0), ts[5], ts[5], ts[40], steps["end"][40]]
+    q_rank[-4:] = [0, 0, 2, 2]
+    want = []
+    for r, t in zip(q_rank.tolist(), q_ts.tolist()):
+        mine = [i for i in range(len(rank)) if rank[i] == r and ts[i] <= t]
+        best = max(mine, key=lambda i: (ts[i], i)) if mine else None
+        want.append(int(steps["step"][best]) if best is not None and t <= steps["end"][best] else -1)
+    got = iterations_module.iterations(None, q_rank, q_ts)
+    np.testing.assert_array_equal(got, want)
+    assert (got >= 0).sum() > 200 and (got[q_rank == 1] == -1).all() and got[-4] == 60

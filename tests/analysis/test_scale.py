@@ -21,7 +21,7 @@ from goodhart_prof.analysis.intervals import (dense_codes, merge_intervals, per_
 from goodhart_prof.analysis.tree import frame_forest, host_tree
 from goodhart_prof.analysis.host.links import gpu_launches
 from goodhart_prof.analysis.tree import host as tree_host
-from goodhart_prof.analysis.tree import iterations
+from goodhart_prof.analysis.iterations import iterations
 from goodhart_prof.cli import cli
 from goodhart_prof.report.common import ROW_LIMIT
 from goodhart_prof.trace.load import load

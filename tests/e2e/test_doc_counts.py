@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from goodhart_prof.analysis.rules import RULES, ZOO_RULES
-from trainer.antipatterns import CPU_DETECTABLE, ZOO
+from trainer.zoo import CPU_DETECTABLE, ZOO
 from tests.support.paths import ROOT
 
 WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "

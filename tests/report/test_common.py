@@ -9,7 +9,7 @@ import io
 import numpy as np
 import pytest
 
-from goodhart_prof.analysis.rules.base import Finding
+from goodhart_prof.analysis.rules.finding import Finding
 from goodhart_prof.errors import UserError
 from goodhart_prof.report.common import (SafeConsole, capped, distinct_names, evidence_lines, evidence_value,
                                          interval_text, make_table, more_rows, percent, refuse_overwrite,

@@ -10,7 +10,8 @@ import pandas as pd
 
 from goodhart_prof.trace.columns import text_id
 from goodhart_prof.trace.decode import decode
-from goodhart_prof.trace.memory_table import concat_memory, empty_memory, memory_table
+from goodhart_prof.trace.memory_table import concat_memory, memory_table
+from goodhart_prof.trace.model import empty_memory
 from goodhart_prof.trace.model import MEMORY_COLUMNS
 
 

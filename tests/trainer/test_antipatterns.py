@@ -26,7 +26,7 @@ from goodhart_prof.trace.load import load
 from tests.support.helpers import clean_env, error_lines, run_cmd, write_tiny_config
 from tests.support.events import ann, kernel, load_events, memcpy, op, rt
 from tests.support.paths import DATA, ROOT
-from trainer import antipatterns
+from trainer import antipatterns, zoo
 from trainer.config import ConfigError, build_config
 from trainer.ppo import clip_grad_norm_no_sync
 from trainer.train import Trainer
@@ -50,7 +50,7 @@ EXPECTED = {
 # memory_growth's evidence is growth across iterations, not a count per iteration at a site: its
 # run traces three iterations (the rule needs them), and test_planted_memory_growth checks it.
 GROWTH = "memory_growth"
-assert set(EXPECTED) | {GROWTH} == antipatterns.CPU_DETECTABLE
+assert set(EXPECTED) | {GROWTH} == zoo.CPU_DETECTABLE
 WINDOW = {"clean": "2-4", GROWTH: "2-4"}  # the clean run is judged by memory_growth too
 
 
@@ -152,14 +152,14 @@ def test_bad_inject_name_is_one_line_error(tmp_path, argv):
     assert res.returncode == 2 and "Traceback" not in res.stderr
     lines = error_lines(res.stderr)
     assert len(lines) == 1 and "'bogus'" in lines[0], res.stderr
-    assert all(n in lines[0] for n in antipatterns.NAMES)
+    assert all(n in lines[0] for n in zoo.NAMES)
     assert not (tmp_path / "never").exists()
 
 
 def test_inject_config_is_canonical_and_overrides(tmp_path):
     cfg = build_config(write_tiny_config(tmp_path), device="cpu", inject="tiny_batch, no_amp,tiny_batch")
     assert cfg.inject == "no_amp,tiny_batch"  # zoo order, each once
-    assert (cfg.n_envs, cfg.amp) == (antipatterns.TINY_BATCH_ENVS, "off")
+    assert (cfg.n_envs, cfg.amp) == (zoo.TINY_BATCH_ENVS, "off")
     with pytest.raises(ConfigError, match="valid: item_logging"):
         build_config(None, device="cpu", inject="fast")
 
@@ -172,7 +172,7 @@ def test_clean_trainer_has_no_planted_code(tmp_path):
     assert type(trainer.policy).forward is antipatterns.ActorCritic.forward
     assert "prepare_targets" not in vars(trainer.policy.value_head)
     planted = Trainer(build_config(write_tiny_config(tmp_path), device="cpu",
-                                   output_dir=str(tmp_path), inject=",".join(antipatterns.NAMES)))
+                                   output_dir=str(tmp_path), inject=",".join(zoo.NAMES)))
     assert planted.env_step != planted.env.step and isinstance(planted.optimizer, torch.optim.Adam)
 
 

@@ -53,12 +53,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import Analysis
-from ...trace.run import RunRecord
+from ..result import Analysis
+from ...trace.run_record import RunRecord
 from .summary import ratio, recording, recording_warning, same, summary_table
 from .noise import Noise, noise
 from .spread import MIN_ITERATIONS, median_interval
 from ..host.syncs import KINDS
+from ..iterations import iterations
 from ..tree import host_tree
 from ...units import device_key
 from .verdicts import count_table, headline, iterations_line, spread_table, \
@@ -120,7 +121,7 @@ class Comparison:
 def compare(a: Analysis, b: Analysis, run_a: RunRecord | None = None,
             run_b: RunRecord | None = None) -> Comparison:
     """Pair the tables of two analyses (pure: neither analysis is changed); `run_a`/`run_b`
-    are the run records of the sides' run folders (`trace.run.read_run`), when they have one."""
+    are the run records of the sides' run folders (`trace.run_record.read_run`), when they have one."""
     categories = _paired(a.categories, b.categories, ["category"], ["count", "total_us"])
     kernels = _paired(a.kernels, b.kernels, ["name"], ["count", "total_us"], carry=["category"])
     sync_kinds = _paired(_kind_table(a), _kind_table(b), ["kind"], ["count", "total_us"])
@@ -188,7 +189,7 @@ def host_op_samples(a: Analysis, counted: list[int]) -> pd.DataFrame:
     rank, the largest rank's, 0 where the op did not run in the iteration (as noise.py's figures)."""
     tree = host_tree(a.trace)
     ops = np.flatnonzero(tree.is_op & ~tree.is_step)
-    it = tree.iteration[ops] if len(ops) else np.zeros(0, dtype=np.int64)
+    it = iterations(a.trace, tree.rank[ops], tree.ts[ops])
     keep = np.isin(it, counted)
     ops, it = ops[keep], it[keep]
     if not len(ops) or not counted:

@@ -1,7 +1,7 @@
 """Per-iteration samples of one side of a comparison: what `diff` tells signal from noise with.
 
 **Counted iterations**: the traced iterations (`ProfilerStep#N`, any rank) that are not warm-up.
-Warm-up is the run's first iteration (`trace/run.py`: the first row of the run's metrics.jsonl;
+Warm-up is the run's first iteration (`trace/run_record.py`: the first row of the run's metrics.jsonl;
 iteration 0 when the trace is not part of a run folder): compilation, autotuning and allocator
 growth land there. Traces of our trainer never hold it unless the window starts at 0 (the hooks
 warm the profiler up in the iteration before the window, which is not recorded).
@@ -35,9 +35,10 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace, name_codes
-from ...trace.run import RunRecord
+from ...trace.run_record import RunRecord
 from .spread import Spread, median_interval
-from ..tree import STEP, iterations, step_table, sums_inside
+from ..iterations import iterations, step_table
+from ..tree import STEP, sums_inside
 
 SAMPLE_COLUMNS = ["kind", "item", "iteration", "value"]
 ITERATION_TIME, ITERATION_GPU_TIME, ENV_STEPS = "iteration time", "iteration GPU time", "env-steps/s"

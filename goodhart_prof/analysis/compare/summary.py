@@ -26,8 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import Analysis
-from ...trace.run import RunRecord
+from ..result import Analysis
+from ...trace.run_record import RunRecord
 from ..gpu.hardware import device_name
 from .noise import ITERATION_GPU_TIME, ITERATION_TIME
 

@@ -30,7 +30,7 @@ import pandas as pd
 from ...trace.model import Trace
 from . import idle
 from .device_time import DeviceTable, device_table
-from ..intervals import exact_sums, per_segment, segment_cumsum, segment_searchsorted
+from ..intervals import exact_sums, per_segment, segment_covered_before, segment_searchsorted
 from ..host.links import gpu_launches
 
 LAUNCH_GAP_US = 30.0
@@ -131,16 +131,8 @@ def _timeline(t: DeviceTable, first: np.ndarray, last: np.ndarray, windows: int,
     rel_ends[w_bounds[1:][n > 0] - 1] = span[n > 0]
     block_dev = np.repeat(np.arange(len(n)), np.diff(t.block_bounds))
     bs, be = t.block_starts - first[block_dev], t.block_ends - first[block_dev]
-    cum = segment_cumsum(be - bs, t.block_bounds)
-    lo, hi = t.block_bounds[:-1][dev], t.block_bounds[1:][dev]
-
-    def covered_before(x: np.ndarray) -> np.ndarray:  # intervals.covered_before, per device
-        i = segment_searchsorted(bs, lo, hi, x, side="right") - lo  # blocks starting at or before x
-        j = lo + np.maximum(i - 1, 0)
-        full = np.where(i > 1, cum[np.maximum(j - 1, 0)], 0.0)  # the blocks before block j
-        partial = np.where(i > 0, np.minimum(x, be[j]) - bs[j], 0.0)
-        return full + np.maximum(partial, 0.0)
-    busy = covered_before(rel_ends) - covered_before(rel_starts)
+    busy = (segment_covered_before(bs, be, t.block_bounds, dev, rel_ends)
+            - segment_covered_before(bs, be, t.block_bounds, dev, rel_starts))
     return window_us, w_bounds, first[dev] + rel_starts, busy / (rel_ends - rel_starts)
 
 

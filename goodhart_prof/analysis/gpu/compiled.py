@@ -13,7 +13,7 @@ outputs and launches the graph's kernels one by one (triton launches, extern cuB
 on the autograd engine's thread, with no user frame around it.
 
 - `GRAPH`: the annotation's name; `graph_label` says it readably (`compiled graph f4qcacf6
-  (inductor code)`), `is_inductor_file` tells a generated file from user code, `frame_label`
+  (inductor code)`), `frame_label`
   says such a frame readably (`inductor code cedsdeuk.py(1124): call`).
 - `graph_owner(tree)`: per host-tree node, the graph it is part of (the wrapper's own calls:
   aten ops, triton launches; not a custom op inside the graph): idle.py gives such a node's idle
@@ -33,7 +33,9 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace
+from ..host.user_code import FRAME, INDUCTOR_FILE, nearest_user_frame
 from ..tree import frame_forest, host_tree
+from ..memo import derived
 
 GRAPH = re.compile(r"^## Call CompiledFxGraph (?P<hash>\w+) ##$")
 REGION = re.compile(r"^Torch-Compiled Region: \d+/\d+$")
@@ -41,14 +43,6 @@ BACKWARD = "CompiledFunctionBackward"
 # the ops a generated wrapper calls itself: aten ops (extern kernels: aten::addmm, cuDNN
 # convolutions; random_) and triton kernels, recorded as cpu ops by their kernel's name
 OWN_OPS = re.compile(r"^(?:aten::|prims::|triton_)")
-# inductor's cache layout: <cache dir>/<h[1:3]>/<h>.py with h = "c" + a base32 hash
-_FILE = re.compile(r"(?:^|[/\\])(?P<dir>[a-z0-9]{2})[/\\](?P<base>c(?P=dir)[a-z0-9]{20,})\.py$")
-_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
-
-
-def is_inductor_file(path: str) -> bool:
-    """Whether a file path is one inductor generated (its cache layout, module docstring)."""
-    return bool(_FILE.search(str(path)))
 
 
 def graph_label(name: str, where: str | None = None) -> str | None:
@@ -63,8 +57,8 @@ def graph_label(name: str, where: str | None = None) -> str | None:
 def frame_label(frame: str | None) -> str | None:
     """A Python frame as the reports say it: one in a generated file as `inductor code
     cedsdeuk.py(1124): call` (the cache path is no place in the user's code), else unchanged."""
-    m = _FRAME.match(frame) if isinstance(frame, str) else None
-    f = _FILE.search(m["file"]) if m else None
+    m = FRAME.match(frame) if isinstance(frame, str) else None
+    f = INDUCTOR_FILE.search(m["file"]) if m else None
     if f is None:
         return frame
     return f"inductor code {f['base'][:8]}.py({m['line']}): {m['fn']}"
@@ -127,7 +121,7 @@ def readable_causes(trace: Trace, causes: list[dict]) -> list[dict]:
 
 def graph_sources(trace: Trace) -> dict[str, dict]:
     """Per graph annotation name: {function, region, phase, calls} (module docstring)."""
-    return trace.derived("compiled_graph_sources", _sources)
+    return derived(trace, "compiled_graph_sources", _sources)
 
 
 def _sources(trace: Trace) -> dict[str, dict]:
@@ -159,9 +153,8 @@ def _sources(trace: Trace) -> dict[str, dict]:
 
 
 def _user_function(forest, pos: int) -> str | None:
-    """The first frame walking out from forest position pos that is user code (sites.user_site,
+    """The first frame walking out from forest position pos that is user code (host/user_code.py,
     generated files excluded), as the trace names it (`file(N): fn`); None where none is."""
-    from ..host.sites import nearest_user_frame  # sites asks this module which files are generated
     return nearest_user_frame(forest, pos, "_compiled_user", str)
 
 

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace, in_categories
-from ..intervals import per_segment, segment_merge
+from ..intervals import per_segment, segment_covered_before, segment_merge
+from ..memo import derived
 
 COLUMNS = ["rank", "device", "span_us", "busy_us", "idle_us", "utilization", "kernel_us",
            "activity_count", "first_ts", "last_end", "step_span_us", "step_busy_us", "step_idle_us",
@@ -65,8 +66,8 @@ class DeviceTable:
 
 
 def device_table(trace: Trace) -> DeviceTable:
-    """The trace's DeviceTable, built once and cached on it."""
-    return trace.derived("device_table", _device_table)
+    """The trace's DeviceTable, built once per trace (memo.py)."""
+    return derived(trace, "device_table", _device_table)
 
 
 def _device_table(trace: Trace) -> DeviceTable:
@@ -86,16 +87,16 @@ def _device_table(trace: Trace) -> DeviceTable:
 def device_activity(trace: Trace) -> list[DeviceActivity]:
     """One entry per (rank, device) with GPU activity, in (rank, device) order: views of the
     DeviceTable, built once per trace."""
-    cached = trace.cache.get("device_activity")
-    if cached is None:
-        t = device_table(trace)
-        b, bb = t.bounds.tolist(), t.block_bounds.tolist()
-        cached = trace.cache["device_activity"] = [
-            DeviceActivity(r, d, t.rows[b[i]:b[i + 1]], t.starts[b[i]:b[i + 1]], t.ends[b[i]:b[i + 1]],
+    return derived(trace, "device_activity", _device_activity)
+
+
+def _device_activity(trace: Trace) -> list[DeviceActivity]:
+    t = device_table(trace)
+    b, bb = t.bounds.tolist(), t.block_bounds.tolist()
+    return [DeviceActivity(r, d, t.rows[b[i]:b[i + 1]], t.starts[b[i]:b[i + 1]], t.ends[b[i]:b[i + 1]],
                            t.is_kernel[b[i]:b[i + 1]],
                            (t.block_starts[bb[i]:bb[i + 1]], t.block_ends[bb[i]:bb[i + 1]]))
             for i, (r, d) in enumerate(zip(t.rank.tolist(), t.device.tolist()))]
-    return cached
 
 
 def gpu_time(trace: Trace) -> pd.DataFrame:
@@ -131,27 +132,13 @@ def _in_steps(trace: Trace, t: DeviceTable) -> dict[str, np.ndarray]:
     n = len(t)
     dev, ws, we = step_windows(trace).of_each(t.rank)
     has = np.bincount(dev, minlength=n) > 0
-    busy = _covered_before(t, dev, we) - _covered_before(t, dev, ws)
+    busy = (segment_covered_before(t.block_starts, t.block_ends, t.block_bounds, dev, we)
+            - segment_covered_before(t.block_starts, t.block_ends, t.block_bounds, dev, ws))
     span = np.bincount(dev, weights=we - ws, minlength=n)
     busy = np.bincount(dev, weights=busy, minlength=n)
     span, busy = np.where(has, span, np.nan), np.where(has, busy, np.nan)
     util = np.where(span > 0, busy / np.where(span > 0, span, 1.0), np.where(has, 0.0, np.nan))
     return {"step_span_us": span, "step_busy_us": busy, "step_idle_us": span - busy, "step_utilization": util}
-
-
-def _covered_before(t: DeviceTable, dev: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Busy time of device dev[i] before time x[i] (the union of its activity up to x)."""
-    from ..intervals import segment_cumsum, segment_searchsorted
-    bs, be = t.block_starts, t.block_ends
-    cum = segment_cumsum(be - bs, t.block_bounds)
-    lo, hi = t.block_bounds[:-1][dev], t.block_bounds[1:][dev]
-    i = segment_searchsorted(bs, lo, hi, x, side="right") - lo  # blocks starting at or before x
-    j = lo + np.maximum(i - 1, 0)
-    last = max(len(bs) - 1, 0)
-    full = np.where(i > 1, cum[np.clip(j - 1, 0, last)], 0.0) if len(bs) else np.zeros(len(x))
-    partial = np.where(i > 0, np.minimum(x, be[np.minimum(j, last)]) - bs[np.minimum(j, last)], 0.0) \
-        if len(bs) else np.zeros(len(x))
-    return full + np.maximum(partial, 0.0)
 
 
 # Runtime/driver calls that launch device work (cudaLaunchKernel, cudaLaunchKernelExC,
@@ -192,7 +179,7 @@ class Unrecorded:
 def unrecorded_gpu(trace: Trace) -> Unrecorded | None:
     """Unrecorded when the trace has no GPU activity but launch calls, GPU memory events or
     listed GPUs; None when it has GPU activity or none of these (a CPU-only run). Cached."""
-    return trace.derived("unrecorded_gpu", _unrecorded_gpu) or None
+    return derived(trace, "unrecorded_gpu", _unrecorded_gpu) or None
 
 
 def _unrecorded_gpu(trace: Trace) -> Unrecorded | bool:

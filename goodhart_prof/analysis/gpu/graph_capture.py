@@ -16,13 +16,14 @@ import numpy as np
 
 from ...trace.model import Trace, name_codes
 from ..intervals import merge_intervals, thread_groups
+from ..memo import derived
 
 CAPTURE_CALL = re.compile(r"^(cuda|hip)Stream(Begin|End)Capture")
 
 
 def capture_windows(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """rank -> (starts, ends) of its merged capture windows (cached on the trace)."""
-    return trace.derived("capture_windows", _capture_windows)
+    """rank -> (starts, ends) of its merged capture windows (built once per trace: memo.py)."""
+    return derived(trace, "capture_windows", _capture_windows)
 
 
 def _capture_windows(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -42,6 +42,7 @@ from ...trace.model import Trace
 from .kernel_rules import (CATEGORIES, CATEGORY_RULES, LAYOUT_TRANSPOSE, LIBRARIES, LIBRARY_RULES,
                            OP_OVERRIDES, OP_RULES)
 from ..intervals import sorted_rows
+from ..memo import derived
 
 # Demangled names often open with a return type (`void `, `std::enable_if<...>::type `), which
 # would hide a `^` anchor; the rules look at the name with that prefix removed.
@@ -174,7 +175,7 @@ def launching_ops(trace: Trace) -> pd.DataFrame:
     """Per GPU activity (trace.gpu's row order): `op`, the innermost cpu op holding its launch
     call, and `top_op`, the outermost (categoricals; missing where the trace links none), and
     `op_node`, that innermost op's node in the host call tree (-1: none). Built once per trace."""
-    return trace.derived("launching_ops", _launching_ops)
+    return derived(trace, "launching_ops", _launching_ops)
 
 
 def _launching_ops(trace: Trace) -> pd.DataFrame:
@@ -190,7 +191,7 @@ def _launching_ops(trace: Trace) -> pd.DataFrame:
         if len(tree):
             node = tree.enclosing(*(links[c].to_numpy()[has] for c in
                                     ("rank", "pid", "tid", "launch_ts", "launch_end")))
-            op_node[has] = tree.innermost_op(node)
+            op_node[has] = tree.climb_to(node, tree.is_op)
             op = np.where(op_node >= 0, tree.name[np.maximum(op_node, 0)], -1)
             outer = np.where(node >= 0, tree.top_op[np.maximum(node, 0)], -1)
             top[has] = np.where(outer >= 0, tree.name[np.maximum(outer, 0)], -1)
@@ -209,7 +210,7 @@ LIBRARY_COLUMNS = ["library", "count", "total_us", "pct"]
 def gpu_with_category(trace: Trace) -> pd.DataFrame:
     """GPU activity (trace.gpu's rows) with `category`, `library` and launching `op`/`top_op`;
     built once per trace (the tables and the dominance rule use it)."""
-    return trace.derived("gpu_with_category", _gpu_with_category)
+    return derived(trace, "gpu_with_category", _gpu_with_category)
 
 
 def _gpu_with_category(trace: Trace) -> pd.DataFrame:
@@ -225,6 +226,12 @@ def _gpu_with_category(trace: Trace) -> pd.DataFrame:
          "dur": gpu["dur"].to_numpy(),
          # launching ops as categoricals over the tree's names (a code per row, no strings)
          "op": ops["op"].array, "top_op": ops["top_op"].array}, index=gpu.index)
+
+
+def comm_mask(trace: Trace) -> np.ndarray:
+    """Which rows of trace.gpu are communication kernels (kernels of category `communication`)."""
+    gpu = gpu_with_category(trace)
+    return (gpu["category"] == "communication").to_numpy() & (trace.gpu["cat"] == "kernel").to_numpy()
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from ..intervals import group_totals, sorted_rows
 from .kernels import gpu_with_category, launching_ops
 from ..host.links import gpu_launches, graph_launched
 from ..tree import host_tree
+from ..memo import derived
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "unknown")
 LOW_PRECISION = ("bf16", "fp16", "fp8", "fp4", "int8")
@@ -112,8 +113,8 @@ def op_dtype(input_types: str) -> str:
 
 def kernel_precision(trace: Trace) -> pd.DataFrame:
     """One row per GEMM/conv kernel (COLUMNS; `gpu_row` is its row label in trace.events, `op`
-    the launching op's name or ""). Built once per trace and cached on it."""
-    return trace.derived("kernel_precision", _kernel_precision)
+    the launching op's name or ""). Built once per trace (memo.py)."""
+    return derived(trace, "kernel_precision", _kernel_precision)
 
 
 def _kernel_precision(trace: Trace) -> pd.DataFrame:

@@ -31,6 +31,7 @@ import pandas as pd
 from ...trace.model import Trace, name_codes
 from .links import gpu_launches
 from ..tree import STEP, covered, host_tree, launched_inside, starts_inside
+from ..memo import derived
 
 FACTORIES = frozenset({
     "aten::zeros", "aten::ones", "aten::empty", "aten::full", "aten::arange", "aten::rand",
@@ -49,8 +50,8 @@ def top_level_ops(trace: Trace) -> pd.DataFrame:
     on the thread starts inside it), `prev_top` / `next_top` (names of the previous / next
     top-level op on the thread, "" at the ends). Whether an op is torch's own is asked of the
     few ops that need it (`inside_torch_annotation`).
-    Index: the op's row label in trace.events. Built once per trace and cached on it."""
-    return trace.derived("top_level_ops", _top_level_ops)
+    Index: the op's row label in trace.events. Built once per trace (memo.py)."""
+    return derived(trace, "top_level_ops", _top_level_ops)
 
 
 def _top_level_ops(trace: Trace, none: bool = False) -> pd.DataFrame:
@@ -118,9 +119,10 @@ def fresh_moves(trace: Trace) -> pd.DataFrame:
     (`factory` / `host_data`), gpu (the rank has GPU activity), copies (HtoD memcpys it
     launched), bytes, copy_us, pageable (copies from pageable memory).
     """
-    cached = trace.cache.get("fresh_moves")
-    if cached is not None:
-        return cached
+    return derived(trace, "fresh_moves", _fresh_moves)
+
+
+def _fresh_moves(trace: Trace) -> pd.DataFrame:
     names = trace.events["name"].cat.categories
     # No move op anywhere in the trace: no fresh move, and no need for the op structure.
     ops = top_level_ops(trace) if names.isin(MOVES).any() else _top_level_ops(trace, none=True)
@@ -155,9 +157,7 @@ def fresh_moves(trace: Trace) -> pd.DataFrame:
         moves[col] = moves[col].fillna(0)
     real = np.where(moves["gpu"].to_numpy(), moves["copies"].to_numpy() > 0,
                     ~moves["has_child"].to_numpy())
-    moves = moves[real].drop(columns=["top", "has_child", "prev_top", "next_top"])
-    trace.cache["fresh_moves"] = moves
-    return moves
+    return moves[real].drop(columns=["top", "has_child", "prev_top", "next_top"])
 
 
 def _htod_inside(trace: Trace, moves: pd.DataFrame) -> pd.DataFrame:

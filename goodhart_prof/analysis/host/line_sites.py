@@ -38,11 +38,12 @@ from pathlib import Path
 import numpy as np
 
 from ...trace.model import Trace
-from ...trace.run import RUN_FILE, run_folder
+from ...trace.run_record import RUN_FILE, run_folder
 from ...trace.run_json import RunJsonError, read_run_json
 from .called_ops import TORCH_ANNOTATION
 from .source_lines import STEP_SEGMENT, Body, SourceIndex
 from ..tree import FrameForest, HostTree
+from ..memo import derived
 
 _FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
 
@@ -134,8 +135,8 @@ class Placer:
 
     def __init__(self, trace: Trace, tree: HostTree, forest: FrameForest):
         self.trace, self.tree, self.forest = trace, tree, forest
-        self.index: SourceIndex = trace.derived(
-            "source_index", lambda t: SourceIndex(source_roots(t), recorded_at(t), recorded_revision(t)))
+        self.index: SourceIndex = derived(
+            trace, "source_index", lambda t: SourceIndex(source_roots(t), recorded_at(t), recorded_revision(t)))
         self._events: dict[tuple, np.ndarray] = {}
         self._py: dict[int, tuple[int, int]] = {}
         self._around: dict[int, int] = {}
@@ -237,7 +238,7 @@ class Placer:
         """(python id, python parent id) of forest position pos (-1 when not recorded)."""
         if pos not in self._py:
             f = self.trace.frames
-            order = self.trace.derived("frame_ts_order", lambda t: np.argsort(t.frames["ts"], kind="stable"))
+            order = derived(self.trace, "frame_ts_order", lambda t: np.argsort(t.frames["ts"], kind="stable"))
             ts = f["ts"][order]
             i = int(np.searchsorted(ts, self.forest.ts[pos], side="left"))
             found = (-1, -1)

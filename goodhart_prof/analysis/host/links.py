@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import GPU_ACTIVITY_CATS, Trace, in_categories
+from ..memo import derived
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 GRAPH_LAUNCH = re.compile(r"GraphLaunch", re.I)  # cudaGraphLaunch, hipGraphLaunch
@@ -17,9 +18,9 @@ def gpu_launches(trace: Trace) -> pd.DataFrame:
 
     Columns: `gpu_row`, `launch_row` (row labels in trace.events; -1 when the launch is not in
     the trace), `rank`, `device`, `ts`, `end`, `dur`, `launch_ts`, `launch_end`, `pid`, `tid`
-    (of the launching thread; -1 when unknown). Built once per trace and cached on it.
+    (of the launching thread; -1 when unknown). Built once per trace (memo.py).
     """
-    return trace.derived("gpu_launches", _gpu_launches)
+    return derived(trace, "gpu_launches", _gpu_launches)
 
 
 def graph_launched(trace: Trace, launch_rows: np.ndarray) -> np.ndarray:

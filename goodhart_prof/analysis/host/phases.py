@@ -38,9 +38,9 @@ import pandas as pd
 
 from ...trace.model import Trace, name_codes
 from ..intervals import exact_sums, tuple_codes
-from ..iterations import find_iterations
+from ..iterations import find_iterations, step_table
 from .links import gpu_launches
-from ..tree import STEP, step_table, sums_inside
+from ..tree import STEP, sums_inside
 
 RANK_COLUMNS = ["rank", "name", "kind", "iteration", "count", "cpu_us", "gpu_us", "gpu_kernels",
                 "syncs"]

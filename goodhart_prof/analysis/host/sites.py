@@ -28,28 +28,15 @@ aten::is_nonzero (called at ppo.py:82 get_action)`.
 from __future__ import annotations
 
 import re
-import sys
 
 import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace, name_codes
-from ..gpu.compiled import is_inductor_file
 from .called_ops import TORCH_ANNOTATION
 from .line_sites import Placer
+from .user_code import FRAME, nearest_user_frame, user_site
 from ..tree import FrameForest, frame_forest, host_tree
-
-_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<fn>.*)$")
-# The profiler strips sys.path prefixes, so installed packages look like relative paths: these
-# top-level names are library code, never the user's line.
-LIBRARY_TOPS = frozenset({
-    "torch", "torchvision", "torchaudio", "torchrl", "tensordict", "functorch", "triton",
-    "numpy", "pandas", "typing_extensions", "einops", "transformers", "accelerate", "apex",
-    "deepspeed", "lightning", "pytorch_lightning", "gym", "gymnasium", "stable_baselines3",
-    "_pytest", "pytest", "pluggy", "tqdm", "click", "rich", "msgspec",
-})
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) - {"test"}
-
 
 def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
     """The site of each row of `points` (columns rank, pid, tid, ts, end, row, name, hosted,
@@ -105,14 +92,9 @@ def _torch_annotation(trace: Trace, tree, nodes: np.ndarray) -> np.ndarray:
     ancestors (-1: none, or node -1). 2021-era traces record these annotations as cpu ops."""
     wanted = np.zeros(len(tree.names), dtype=bool)
     wanted[name_codes(trace.events, TORCH_ANNOTATION)] = True
-    out = np.asarray(nodes, dtype=np.int64).copy()
-    if not wanted.any() or len(tree.name) == 0:  # no annotation, or no host op to climb from
-        return np.full(len(out), -1, dtype=np.int64)
-    up = (out >= 0) & ~wanted[tree.name[np.maximum(out, 0)]]
-    while up.any():
-        out[up] = tree.parent[out[up]]
-        up = (out >= 0) & ~wanted[tree.name[np.maximum(out, 0)]]
-    return out
+    if not wanted.any():  # no such annotation in the trace
+        return np.full(len(nodes), -1, dtype=np.int64)
+    return tree.climb_to(nodes, wanted[tree.name])
 
 
 def op_sites(trace: Trace, rows: pd.Index | np.ndarray) -> list[str]:
@@ -142,7 +124,7 @@ def _torch_entry(nest: FrameForest, pos: int) -> str | None:
     `torch/pkg/file.py:line fn`; else None."""
     found = None
     while pos >= 0:
-        m = _FRAME.match(nest.name[pos]) if isinstance(nest.name[pos], str) else None
+        m = FRAME.match(nest.name[pos]) if isinstance(nest.name[pos], str) else None
         if m is None or not m["file"].replace("\\", "/").startswith("torch/"):
             break
         found = f"{m['file']}:{m['line']} {m['fn']}"
@@ -205,51 +187,3 @@ def _user_frame_at(nest: FrameForest, pos: int) -> int:
 def _user_frame(nest: FrameForest, pos: int) -> str | None:
     """The first user-code frame walking out from frame pos, as a site (answers cached on the nest)."""
     return nearest_user_frame(nest, pos, "user_sites", user_site)
-
-
-def nearest_user_frame(nest: FrameForest, pos: int, key: str, answer) -> str | None:
-    """`answer(name)` of the first frame walking out from frame pos whose name is user code
-    (`user_site`), None where none is; the answers are cached on the nest under `key`, for every
-    frame the walk passed."""
-    cache = nest.__dict__.setdefault(key, {})
-    todo, found = [], None
-    while pos >= 0:
-        if pos in cache:
-            found = cache[pos]
-            break
-        todo.append(pos)
-        name = nest.name[pos]
-        if user_site(name) is not None:
-            found = answer(name)
-            break
-        pos = int(nest.parent[pos])
-    for p in todo:
-        cache[p] = found
-    return found
-
-
-def user_site(frame_name: str) -> str | None:
-    """`file.py:line fn` for a Kineto Python frame name of user code, else None."""
-    m = _FRAME.match(frame_name) if isinstance(frame_name, str) else None
-    if m is None:
-        return None
-    path = m["file"]
-    if path.startswith("<"):
-        if not (path == "<stdin>" or path.startswith("<ipython-input")):
-            return None
-    elif not is_user_path(path):
-        return None
-    return f"{path}:{m['line']} {m['fn']}"
-
-
-def is_user_path(path: str) -> bool:
-    p = path.replace("\\", "/")
-    if "site-packages/" in p or "dist-packages/" in p or re.search(r"/lib/python\d", p):
-        return False
-    if "/torch/" in p or is_inductor_file(p):  # torch's, or code inductor generated
-        return False
-    if p.startswith("/"):
-        return True
-    top = p.split("/", 1)[0]
-    top = top[:-3] if top.endswith(".py") else top
-    return top not in LIBRARY_TOPS and top not in _STDLIB

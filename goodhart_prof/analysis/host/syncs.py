@@ -46,7 +46,9 @@ from ...trace.model import Trace, in_categories
 from ..intervals import group_totals, sorted_rows, tuple_codes
 from .links import LAUNCH_CATS, gpu_launches
 from .sites import sites
-from ..tree import covered, host_tree, iterations, outermost, sums_inside
+from ..iterations import iterations
+from ..tree import covered, host_tree, outermost, sums_inside
+from ..memo import derived
 
 KINDS = ("item", "nonzero", "is_nonzero", "memcpy_dtoh", "memcpy_htod_pageable",
          "stream_sync", "device_sync", "event_sync", "sync_memcpy")
@@ -117,7 +119,7 @@ def device_ranks(trace: Trace) -> set[int]:
     """Ranks with GPU activity or CUDA/HIP runtime calls, or that allocated GPU memory in a trace
     whose GPU activity was not recorded (gpu_time.unrecorded_gpu): where a read can wait for a
     device (found once per trace, by category code)."""
-    return trace.derived("device_ranks", _device_ranks)
+    return derived(trace, "device_ranks", _device_ranks)
 
 
 def _device_ranks(trace: Trace) -> set[int]:

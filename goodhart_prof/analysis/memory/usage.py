@@ -35,7 +35,8 @@ import pandas as pd
 
 from ...trace.model import Trace
 from ..intervals import stable_order, thread_groups, tuple_codes
-from ..tree import host_tree, iterations, step_table
+from ..iterations import iterations, step_table
+from ..tree import host_tree
 from ...units import device_key
 
 HOST = 0  # c10 DeviceType CPU

@@ -34,8 +34,10 @@ import pandas as pd
 
 from ...trace.model import Trace, comm_arg_table
 from ...units import ELEMENT_BYTES
+from ..gpu.kernels import comm_mask
 from ..intervals import (covered_before, exact_sums, first_positions, merge_intervals, occurs_once,
                         sorted_group_sums, thread_groups, tuple_codes)
+from ..memo import derived
 
 if TYPE_CHECKING:
     from .stragglers import Ranks
@@ -140,17 +142,10 @@ def _kinds_of(values: pd.Series, rules) -> np.ndarray:
     return kinds[codes].astype(object)  # code -1 (missing): the appended None
 
 
-def comm_mask(trace: Trace) -> np.ndarray:
-    """Which rows of trace.gpu are communication kernels."""
-    from ..gpu.kernels import gpu_with_category
-    gpu = gpu_with_category(trace)
-    return (gpu["category"] == "communication").to_numpy() & (trace.gpu["cat"] == "kernel").to_numpy()
-
-
 def comm_kernels(trace: Trace) -> pd.DataFrame:
-    """_comm_kernels of the trace, built once and cached on it (communication and the rank
+    """_comm_kernels of the trace, built once per trace (memo.py) (communication and the rank
     tables both read it)."""
-    return trace.derived("comm_kernels", _comm_kernels)
+    return derived(trace, "comm_kernels", _comm_kernels)
 
 
 def _comm_kernels(trace: Trace) -> pd.DataFrame:
@@ -162,7 +157,7 @@ def _comm_kernels(trace: Trace) -> pd.DataFrame:
     `ProfilerStep#N` holding that launch call; -1: none), launch_node (the host tree node holding
     the launch call; -1: none)."""
     from ..host.links import gpu_launches
-    from ..tree import iterations
+    from ..iterations import iterations
     mask = comm_mask(trace)
     gpu = trace.gpu.iloc[np.flatnonzero(mask)]
     links = gpu_launches(trace).iloc[np.flatnonzero(mask)]
@@ -208,7 +203,7 @@ def _call_bytes(trace: Trace, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray
     names = tree.texts
     ev = trace.events
     for i, prefix in enumerate(_CALL_PREFIXES):
-        call = _climb(tree.parent, nodes, np.array([n.startswith(prefix) for n in names], dtype=bool)[tree.name])
+        call = tree.climb_to(nodes, np.array([n.startswith(prefix) for n in names], dtype=bool)[tree.name])
         alone = occurs_once(call)
         if not alone.any():
             continue
@@ -257,17 +252,6 @@ def _launch_nodes(trace: Trace, mask: np.ndarray) -> np.ndarray:
     return node
 
 
-def _climb(parent: np.ndarray, nodes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Each node if `wanted`, else its nearest wanted ancestor (-1: none). A few steps: the
-    launch call sits a level or two under the collective's ops."""
-    out = nodes.copy()
-    up = (out >= 0) & ~wanted[np.maximum(out, 0)]
-    while up.any():
-        out[up] = parent[out[up]]
-        up = (out >= 0) & ~wanted[np.maximum(out, 0)]
-    return out
-
-
 def _called_kind(trace: Trace, nodes: np.ndarray) -> np.ndarray:
     """The kind named by the innermost c10d:: op or nccl: annotation around each launch."""
     from ..tree import host_tree
@@ -276,7 +260,7 @@ def _called_kind(trace: Trace, nodes: np.ndarray) -> np.ndarray:
     tree = host_tree(trace)
     names = tree.texts
     is_collective = np.array([bool(_COLLECTIVE_OP.search(n)) for n in names], dtype=bool)[tree.name]
-    op = _climb(tree.parent, nodes, is_collective)
+    op = tree.climb_to(nodes, is_collective)
     kinds = _first_match(names, _CALLED)
     return np.where(op >= 0, kinds[tree.name[np.maximum(op, 0)]], None)
 
@@ -303,7 +287,7 @@ def _op_arg_codes(trace: Trace, nodes: np.ndarray) -> np.ndarray:
         return out
     tree = host_tree(trace)
     is_op = np.array([n == COMM_OP for n in tree.texts], dtype=bool)[tree.name]
-    op = _climb(tree.parent, nodes, is_op)
+    op = tree.climb_to(nodes, is_op)
     alone = occurs_once(op)
     ev = trace.events
     rows = ev.index.get_indexer(tree.row[op[alone]])

@@ -127,9 +127,9 @@ def rank_iterations(trace: Trace, kernels: pd.DataFrame) -> pd.DataFrame:
     of its communication kernels launched in it), exposed_us (the part of comm_us no compute
     kernel of the same device overlaps). wait_us and last_count are 0 here (rank_tables fills
     them from the arrivals)."""
-    from .communication import comm_mask
+    from ..gpu.kernels import comm_mask
     from ..host.links import gpu_launches
-    from ..tree import iterations, step_table
+    from ..iterations import iterations, step_table
     gpu = trace.gpu
     links = gpu_launches(trace)
     comm = comm_mask(trace)
@@ -226,7 +226,7 @@ def _arrivals(k: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _step_starts(trace: Trace, offsets: pd.Series) -> pd.DataFrame:
     """Each (iteration, rank)'s ProfilerStep#N start on the aligned clock."""
-    from ..tree import step_table
+    from ..iterations import step_table
     steps = step_table(trace)
     shift = steps["rank"].map(offsets).fillna(0.0).to_numpy(float)
     return pd.DataFrame({"iteration": steps["step"].to_numpy(), "rank": steps["rank"].to_numpy(),

@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import compilation, copies, coverage, dominance, hostthreads, memory, precision, ranks, syncs, utilization
-from .base import Context, Finding, Need, NotJudged, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding, NotJudged
 from .savings import SEVERITY_SHARES, Saving, finish
 
 if TYPE_CHECKING:
-    from .. import Analysis
+    from ..result import Analysis
 
 # The order findings of equal saving (and of no saving, within a severity) are listed in.
 RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,

@@ -21,40 +21,13 @@ from ..intervals import dense_codes
 from ..recorder import record_full_advice
 from ..setup import drop_setup
 from ..tree import host_tree
+from .finding import Finding, NotJudged
+from .origin import sync_origin
 from .savings import Basis, Saving, basis
 from .threshold import Threshold
 
 if TYPE_CHECKING:
-    from .. import Analysis
-
-SEVERITIES = ("high", "medium", "low")
-
-
-@dataclass
-class Finding:
-    """One rule's advice. `est_saving_us`: time per iteration (per rank) fixing it would save, as
-    its rule declares (`Rule.saving`), None where the trace cannot say; `saving_note`: what it
-    counts or why none. The runner (rules/savings.py) sets `est_saving_share` (of the mean
-    iteration, or of the trace span: `saving_basis`) and, from it, the severity."""
-
-    rule: str
-    severity: str
-    title: str
-    evidence: dict[str, Any]
-    fix: str
-    est_saving_us: float | None = None
-    saving_note: str = ""
-    est_saving_share: float | None = None
-    saving_basis: str = "iteration"
-
-
-@dataclass(frozen=True)
-class NotJudged:
-    """A rule the runner skipped, and why (what the trace lacks)."""
-
-    rule: str
-    reason: str
-
+    from ..result import Analysis
 
 # Autograd's backward ops (also what eager_update counts as the backward pass).
 BACKWARD = re.compile(r"autograd::engine|Backward", re.I)
@@ -170,8 +143,8 @@ class Context:
 
     @cached_property
     def sync_origin(self) -> pd.DataFrame:
-        from .origin import sync_origin
-        return sync_origin(self)
+        """The sync points with who caused them (rules/origin.py)."""
+        return sync_origin(self.trace, self.points, self.device_ranks)
 
     @cached_property
     def host_name_codes(self) -> np.ndarray:

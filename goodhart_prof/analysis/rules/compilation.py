@@ -9,7 +9,8 @@ import pandas as pd
 from ...trace.model import rows_named
 from ..host.links import gpu_launches
 from ..tree import launched_inside
-from .base import BACKWARD, Context, Finding, Need, Rule, Threshold
+from .base import BACKWARD, Context, Need, Rule, Threshold
+from .finding import Finding
 from .savings import Saving
 
 _FUSED_OPT = re.compile(r"fused_adam|FusedAdam|_fused_adamw?_|fused_sgd|FusedSgd|fused_adagrad|"

@@ -12,7 +12,8 @@ from ..host.links import gpu_launches
 from ..setup import drop_setup
 from ..host.sites import op_sites
 from ..tree import starts_inside
-from .base import Context, Finding, Need, Rule, Threshold, top_sites
+from .base import Context, Need, Rule, Threshold, top_sites
+from .finding import Finding
 from .savings import Saving
 from ...units import ms_text
 

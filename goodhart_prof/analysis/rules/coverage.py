@@ -10,7 +10,8 @@ no time by itself, so it has no estimate and sorts after the findings that do.
 from __future__ import annotations
 
 from ..recorder import ADVICE, recorded_by
-from .base import Context, Finding, Need, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding
 from .savings import Saving
 
 _UNNAMED = ("(other)", "(host idle / not traced)")

@@ -9,7 +9,8 @@ import pandas as pd
 from ...trace.model import in_categories
 from ...trace.names import kernel_name
 from ..gpu.kernels import gpu_with_category
-from .base import Context, Finding, Need, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding
 from .dominance_advice import faster_path
 from .savings import Saving
 

@@ -28,7 +28,8 @@ import pandas as pd
 
 from ..recorder import record_full_advice
 from ..tree import host_tree
-from .base import Context, Finding, Need, NotJudged, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding, NotJudged
 from .savings import Saving
 from ...units import ms_text
 
@@ -83,9 +84,9 @@ def _tiny_calls(ctx: Context) -> pd.DataFrame | NotJudged:
             shape.loc[tree.nodes(np.asarray(idx))] = ", ".join(p for p in str(text).split(", ") if p.strip())
     # 2. elementwise ops: the host bytes allocated inside the op itself (innermost op)
     if len(host_mem):
-        held = tree.innermost_op(tree.enclosing(host_mem["rank"].to_numpy(), host_mem["pid"].to_numpy(),
-                                                host_mem["tid"].to_numpy(), host_mem["ts"].to_numpy(),
-                                                host_mem["ts"].to_numpy()))
+        held = tree.climb_to(tree.enclosing(host_mem["rank"].to_numpy(), host_mem["pid"].to_numpy(),
+                                            host_mem["tid"].to_numpy(), host_mem["ts"].to_numpy(),
+                                            host_mem["ts"].to_numpy()), tree.is_op)
         keep = held >= 0
         alloc = pd.Series(host_mem["bytes"].to_numpy(float)[keep]).groupby(held[keep]).sum()
         alloc = alloc[alloc.index.isin(nodes)]

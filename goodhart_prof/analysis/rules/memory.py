@@ -10,7 +10,8 @@ import pandas as pd
 
 from ..intervals import thread_groups
 from ..memory.usage import HOST, Memory
-from .base import Context, Finding, Need, NotJudged, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding, NotJudged
 from .savings import Saving
 from ...units import bytes_text
 

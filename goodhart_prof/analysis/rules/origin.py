@@ -17,17 +17,13 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from ...trace.model import rows_named
+from ...trace.model import Trace, rows_named
 from ..host.called_ops import inside_torch_annotation, top_level_ops
 from ..tree import between, host_tree
-
-if TYPE_CHECKING:
-    from .base import Context
 
 # Grad-norm ops: what gradient clipping computes before it scales the gradients.
 GRAD_NORM_OPS = frozenset({"aten::linalg_vector_norm", "aten::_foreach_norm", "aten::norm",
@@ -39,12 +35,12 @@ READBACK_KINDS = ("item", "is_nonzero", "memcpy_dtoh", "sync_memcpy", "stream_sy
 _ANY_OPT_STEP = re.compile(r"Optimizer\.step#")
 
 
-def sync_origin(ctx: "Context") -> pd.DataFrame:
-    """The sync points with `internal` and `grad_clip` (module docstring)."""
-    sp = foreground(ctx.points)
+def sync_origin(trace: Trace, points: pd.DataFrame, device_ranks: set) -> pd.DataFrame:
+    """The foreground sync `points` with `internal` and `grad_clip` (module docstring);
+    `device_ranks`: the ranks with GPU activity or runtime calls."""
+    sp = foreground(points)
     if sp.empty:
         return sp.assign(internal=np.zeros(0, dtype=bool), grad_clip=np.zeros(0, dtype=bool))
-    trace = ctx.trace
     ev = trace.events
     rows = sp.assign(end=sp["ts"] + sp["dur"])
     torch_own = inside_torch_annotation(trace, rows)
@@ -52,7 +48,7 @@ def sync_origin(ctx: "Context") -> pd.DataFrame:
     node = tree.nodes(sp["row"].to_numpy())  # -1: a runtime call or device event, not an op
     nested = np.zeros(len(sp), dtype=bool)  # an op under another op
     nested[node >= 0] = tree.top_op[node[node >= 0]] != node[node >= 0]
-    cpu_only = ~sp["rank"].isin(ctx.device_ranks).to_numpy()
+    cpu_only = ~sp["rank"].isin(device_ranks).to_numpy()
     scalar = sp["kind"].isin(["item", "is_nonzero"]).to_numpy()
     internal = torch_own | (cpu_only & nested & scalar)
     readback = sp["kind"].isin(READBACK_KINDS).to_numpy() & ~internal
@@ -75,7 +71,7 @@ def foreground(points: pd.DataFrame) -> pd.DataFrame:
     return points[~points["background"].to_numpy(bool)]
 
 
-def user_points(ctx: "Context", kind: str) -> pd.DataFrame:
-    """Sync points of one kind that the user's code made (not torch's, not gradient clipping's)."""
-    so = ctx.sync_origin
+def user_points(so: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """The sync points of one kind (of `so`, sync_origin's table) that the user's code made (not
+    torch's, not gradient clipping's)."""
     return so[(so["kind"] == kind).to_numpy() & ~so["internal"].to_numpy() & ~so["grad_clip"].to_numpy()]

@@ -12,7 +12,8 @@ import pandas as pd
 
 from ..intervals import group_totals, sorted_rows
 from ..gpu.precision import FULL_PRECISION, LOW_PRECISION, kernel_precision, precision_summary
-from .base import Context, Finding, Need, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding
 from .savings import Saving
 
 TOP_KERNELS = 5

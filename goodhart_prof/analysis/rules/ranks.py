@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..ranks.stragglers import Ranks
-from .base import Context, Finding, Need, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding
 from .savings import Saving
 from ...units import brief_duration
 

@@ -20,7 +20,7 @@ Here the runner turns it into a share of the iteration, a severity and an order:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -29,12 +29,10 @@ import pandas as pd
 from ...trace.model import Trace
 from ..intervals import first_positions, tuple_codes
 from ..setup import setup_bounds
-from ..tree import step_table
+from ..iterations import step_table
+from .finding import SEVERITIES, Finding
 from .threshold import Threshold
 from ...units import ms_text
-
-if TYPE_CHECKING:
-    from .base import Finding
 
 
 @dataclass(frozen=True)
@@ -114,7 +112,6 @@ def finish(findings: list["Finding"], b: Basis, order: Sequence[str]) -> list["F
         if f.est_saving_share is not None:
             f.severity = severity_of(f.est_saving_share)
     rank = {rule: i for i, rule in enumerate(order)}
-    from .base import SEVERITIES
     return sorted(findings, key=lambda f: (
         f.est_saving_us is None, -(f.est_saving_us or 0.0),
         SEVERITIES.index(f.severity), rank.get(f.rule, len(rank))))

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..host.sites import torch_package
-from .base import Context, Finding, Need, Rule, Threshold, is_logging_site, on_host_only, top_sites
+from .base import Context, Need, Rule, Threshold, is_logging_site, on_host_only, top_sites
+from .finding import Finding
 from .origin import READBACK_KINDS, foreground, user_points
 from .savings import Saving
 
@@ -108,7 +109,7 @@ def _torch_own(package: str, site: str, per_it: float) -> tuple[str, str]:
 
 def _item_logging(ctx: Context) -> Finding | None:
     return _rate_finding(
-        ctx, ITEM_LOGGING, ("item",), lambda c: user_points(c, "item"),
+        ctx, ITEM_LOGGING, ("item",), lambda c: user_points(c.sync_origin, "item"),
         ".item() reads a tensor back to the host {per_it:.1f} times per iteration (most at {site})",
         _item_fix)
 
@@ -184,7 +185,7 @@ NAN_CHECKS = Rule(
 
 def _branchy_value_head(ctx: Context) -> Finding | None:
     return _rate_finding(
-        ctx, BRANCHY_VALUE_HEAD, ("is_nonzero",), lambda c: user_points(c, "is_nonzero"),
+        ctx, BRANCHY_VALUE_HEAD, ("is_nonzero",), lambda c: user_points(c.sync_origin, "is_nonzero"),
         "Python branches on tensor values (`if tensor:`) sync {per_it:.1f} times per iteration (most at {site})",
         "Replace the branch with torch.where (compute both outcomes, keep one), or decide it once "
         "outside the per-step path, so the hot path is straight-line code.")

@@ -2,12 +2,14 @@
 dominated by scatter/gather kernels."""
 from __future__ import annotations
 
+
 import numpy as np
 import pandas as pd
 
 from ..gpu.idle import OTHER
 from ..gpu.graph_capture import capture_count, captured_us
-from .base import Context, Finding, Need, NotJudged, Rule, Threshold
+from .base import Context, Need, Rule, Threshold
+from .finding import Finding, NotJudged
 from .idle_advice import (GENERIC_FIX, compiled_first, compiled_fix, compiled_note, idle_fix, short_cause,
                           with_frame)
 from .savings import Saving

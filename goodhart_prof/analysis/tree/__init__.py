@@ -16,7 +16,6 @@ parent always comes before its children. Columns, one numpy array each:
 | end_rank | the end's dense rank among its thread's ends (ends compared as integers within a thread) |
 | top_op | the outermost cpu op among its ancestors and itself (the op the code on the host called); -1: none |
 | annotation | the innermost user annotation among its ancestors, `ProfilerStep#N` excluded; -1: none |
-| iteration | N of the `ProfilerStep#N` of its rank (any thread) whose interval holds its start; -1 |
 | op_parent | the nearest cpu op among its ancestors (`ProfilerStep#N` is no op); -1: none |
 | self_us | a cpu op's duration less the union of the ops directly under it (op_parent children); NaN for annotations |
 
@@ -37,11 +36,10 @@ in between does), and the few that fail (partial overlaps, equal stamps) are sea
 """
 from __future__ import annotations
 
-from .host import (HOST_CATS, STEP, FrameForest, HostTree, frame_forest, host_tree, iterations,
-                   profiler_steps, step_table)
+from .host import HOST_CATS, STEP, FrameForest, HostTree, frame_forest, host_tree, profiler_steps
 from .parents import climb, depths, holder_parents, start_order
 from .spans import between, covered, launched_inside, outermost, starts_inside, sums_inside
 
-__all__ = ["HOST_CATS", "STEP", "FrameForest", "HostTree", "frame_forest", "host_tree", "iterations",
-           "profiler_steps", "step_table", "climb", "depths", "holder_parents", "start_order", "between",
+__all__ = ["HOST_CATS", "STEP", "FrameForest", "HostTree", "frame_forest", "host_tree",
+           "profiler_steps", "climb", "depths", "holder_parents", "start_order", "between",
            "covered", "launched_inside", "outermost", "starts_inside", "sums_inside"]

@@ -13,6 +13,7 @@ from ...trace.model import Frames, Trace, name_codes, rows_named
 from ..intervals import first_positions, segment_searchsorted, stable_order, thread_groups, tuple_codes
 from .parents import climb, parents_depths_ranks, start_order
 from .threads import ThreadSpans
+from ..memo import derived
 
 # A step number of 19 digits or more may not fit the int64 `iteration` columns: such a
 # `ProfilerStep#N` is an ordinary annotation (docs/DESIGN.md, "Times that fit a trace").
@@ -40,7 +41,7 @@ class HostTree:
     end_rank: np.ndarray  # the end's dense rank among its thread's ends (compares ends within a thread)
     threads: dict[tuple[int, int, int], tuple[int, int]]  # thread -> (first, last + 1) in tree order
     node_of_row: np.ndarray = field(repr=False)  # row label -> node (-1: not a host node)
-    trace: Trace = field(repr=False)
+    dur: np.ndarray = field(repr=False)  # durations as recorded (end - ts loses a few 1e-4 us at epoch-scale stamps)
 
     # Columns derived from the parents, each computed on first use.
     @cached_property
@@ -55,11 +56,6 @@ class HostTree:
         return self.nearest(~self.is_op & ~self.is_step)
 
     @cached_property
-    def iteration(self) -> np.ndarray:
-        """N of the ProfilerStep#N of the node's rank holding its start (-1: none)."""
-        return iterations(self.trace, self.rank, self.ts)
-
-    @cached_property
     def op_parent(self) -> np.ndarray:
         """The nearest cpu op among each node's ancestors (-1: none); ProfilerStep#N is no op."""
         return self.nearest(self.is_op & ~self.is_step)
@@ -70,9 +66,7 @@ class HostTree:
         ops directly under it (its `op_parent` children; an annotation between them is the
         op's own time). NaN for nodes that are not ops (annotations, ProfilerStep#N)."""
         ops = self.is_op & ~self.is_step
-        # durations as recorded: end - ts at epoch-scale stamps loses a few 1e-4 us per event
-        dur = self.trace.events["dur"].loc[self.row].to_numpy(float) if len(self.row) else np.zeros(0)
-        out = np.where(ops, dur, np.nan)
+        out = np.where(ops, self.dur, np.nan)
         child = np.flatnonzero(ops & (self.op_parent >= 0))
         if len(child):
             par = self.op_parent[child]
@@ -89,7 +83,7 @@ class HostTree:
                      else pd.Series(end).groupby(par).cummax().to_numpy())
             before = np.r_[-np.inf, reach[:-1]]
             before[np.r_[True, par[1:] != par[:-1]]] = -np.inf  # a parent's first child
-            covered = np.where(ts >= before, dur[child], np.maximum(0.0, end - before))
+            covered = np.where(ts >= before, self.dur[child], np.maximum(0.0, end - before))
             np.subtract.at(out, par, covered)
         return out
 
@@ -126,19 +120,23 @@ class HostTree:
         start = self.spans.latest_starting(self.ts, np.asarray(thread, dtype=np.int64), ts)
         return climb(start, np.asarray(end, dtype=float), self.end, self.parent)
 
-    def innermost_op(self, nodes: np.ndarray) -> np.ndarray:
-        """Each node if it is a cpu op, else its nearest cpu-op ancestor (-1: none, or node -1).
-        Climbs only from the annotations among `nodes` (usually a step or two)."""
+    def climb_to(self, nodes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+        """Each of `nodes` where `wanted` (a mask over the nodes) holds, else its nearest
+        ancestor where it does (-1: none, or node -1): the nearest enclosing X of a few nodes.
+        Climbs only from the nodes not yet wanted, a level a step (usually a step or two;
+        `nearest` answers for every node at once)."""
         out = np.asarray(nodes, dtype=np.int64).copy()
-        up = (out >= 0) & ~self.is_op[np.maximum(out, 0)]
+        if not len(self.parent):
+            return np.full(len(out), -1, dtype=np.int64)
+        up = (out >= 0) & ~wanted[np.maximum(out, 0)]
         while up.any():
             out[up] = self.parent[out[up]]
-            up = (out >= 0) & ~self.is_op[np.maximum(out, 0)]
+            up = (out >= 0) & ~wanted[np.maximum(out, 0)]
         return out
 
     def nearest(self, mask: np.ndarray) -> np.ndarray:
         """For each node, the nearest ancestor where mask is true (-1: none). One pass per depth
-        level, parents first."""
+        level, parents first (`climb_to`: for a few nodes, themselves included)."""
         out = np.full(len(mask), -1, dtype=np.int64)
         for nodes in self._levels()[1:]:
             par = self.parent[nodes]
@@ -220,8 +218,8 @@ class HostTree:
 
 
 def host_tree(trace: Trace) -> HostTree:
-    """The host call tree of the trace, built once and cached on it."""
-    return trace.derived("host_tree", _build)
+    """The host call tree of the trace, built once per trace (memo.py)."""
+    return derived(trace, "host_tree", _build)
 
 
 def _build(trace: Trace) -> HostTree:
@@ -250,7 +248,8 @@ def _build(trace: Trace) -> HostTree:
     tree = HostTree(row=rows, rank=col["rank"][order], pid=col["pid"][order], tid=col["tid"][order],
                     ts=col["ts"][order], end=col["end"][order], name=codes, names=names,
                     is_op=is_op, is_annotation=~is_op, is_step=is_step, parent=parent, depth=depth,
-                    end_rank=end_rank, threads=threads, node_of_row=node_of_row, trace=trace)
+                    end_rank=end_rank, threads=threads, node_of_row=node_of_row,
+                    dur=col["dur"][order].astype(float))
     return tree
 
 
@@ -348,7 +347,7 @@ class FrameForest:
 
 def frame_forest(trace: Trace) -> FrameForest:
     """The Python frames of all threads (FrameForest), built on first use and cached."""
-    return trace.derived("frame_forest", lambda t: FrameForest(t.frames, frame_threads(t)))
+    return derived(trace, "frame_forest", lambda t: FrameForest(t.frames, frame_threads(t)))
 
 
 def frame_threads(trace: Trace) -> dict[tuple[int, int, int], np.ndarray]:
@@ -357,7 +356,7 @@ def frame_threads(trace: Trace) -> dict[tuple[int, int, int], np.ndarray]:
     def build(t: Trace) -> dict:
         f = t.frames
         return thread_groups(pd.DataFrame({c: f[c] for c in ("rank", "pid", "tid")})) if len(f) else {}
-    return trace.derived("frame_threads", build)
+    return derived(trace, "frame_threads", build)
 
 
 # -- iterations ------------------------------------------------------------------------------------
@@ -366,34 +365,3 @@ def profiler_steps(ev: pd.DataFrame) -> pd.DataFrame:
     sel = ev.iloc[rows_named(ev, STEP, HOST_CATS)]
     step = np.array([int(str(n)[len("ProfilerStep#"):]) for n in sel["name"]], dtype=np.int64)
     return sel.assign(step=step)
-
-
-def step_table(trace: Trace) -> pd.DataFrame:
-    """The trace's iterations (analysis/iterations.py: its `ProfilerStep#N`, else inferred from
-    what repeats), found once and cached on it: rank, step, ts, end, dur per (rank, step)."""
-    from ..iterations import find_iterations  # iterations.py reads the tree built here
-    return find_iterations(trace).table
-
-
-def iterations(trace: Trace, rank: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """N of the iteration (step_table: ProfilerStep#N, or inferred) on the same rank (any thread)
-    whose interval holds ts, else -1."""
-    out = np.full(len(ts), -1, dtype=np.int64)
-    steps = step_table(trace)
-    s_rank, s_ts, s_end, s_step = (steps[c].to_numpy() for c in ("rank", "ts", "end", "step"))
-    if not len(s_rank) or not len(ts):
-        return out
-    # the steps by rank, then start (ties: table order); each query searches its rank's steps,
-    # all ranks in one segment_searchsorted (a pass over every ts per rank was quadratic: 20,000
-    # ranks; a sort of all the query times cost more than the search)
-    order = np.lexsort((s_ts, s_rank))
-    s_rank_sorted = s_rank[order].astype(np.int64)
-    rank = np.asarray(rank, dtype=np.int64)
-    lo = np.searchsorted(s_rank_sorted, rank, side="left")
-    hi = np.searchsorted(s_rank_sorted, rank, side="right")
-    j = segment_searchsorted(np.asarray(s_ts, dtype=float)[order], lo, hi, np.asarray(ts, dtype=float),
-                             side="right") - 1
-    at = order[np.maximum(j, 0)]
-    ok = (j >= lo) & (ts <= s_end[at])
-    out[ok] = s_step[at[ok]]
-    return out

@@ -4,7 +4,7 @@ region, the phase) on a hand-made trace."""
 from __future__ import annotations
 
 from goodhart_prof.analysis.gpu.compiled import (BACKWARD, display_name, frame_label, graph_label,
-                                                 graph_sources, is_inductor_file)
+                                                 graph_sources)
 from tests.support.events import X, ann, load_events, op
 
 ACT = "## Call CompiledFxGraph fi36ptu7hclw7ptqgi5zqowpt3rd6stxowv3c4gow2kzhgolg4g5 ##"
@@ -14,11 +14,6 @@ CACHE_FRAME = ("/tmp/goodhart-acceptance/cache/inductor/ed/"
 
 
 def test_generated_files_and_names_are_said_readably():
-    assert is_inductor_file(CACHE_FRAME.partition("(")[0])
-    assert is_inductor_file("/tmp/torchinductor_me/r7/cr7jqfoicqvkuvpgw6m2hmgu4sqhlyesd7hjrtqmow2fy64bt3ch.py")
-    # the folder must be the two characters after the file's `c`
-    assert not is_inductor_file("/tmp/cache/xx/cr7jqfoicqvkuvpgw6m2hmgu4sqhlyesd7hjrtqmow2fy64bt3ch.py")
-    assert not is_inductor_file("trainer/env.py")
     assert frame_label(CACHE_FRAME) == "inductor code cedsdeuk.py(1124): call"
     assert frame_label("trainer/env.py(247): step") == "trainer/env.py(247): step"
     assert frame_label(None) is None

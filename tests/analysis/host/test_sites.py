@@ -1,36 +1,11 @@
-"""Where a host event happened (analysis/host/sites.py): which Python frames are the user's code,
-the chain of annotations and ops without stacks, torch's optimizer annotation named with the
+"""Where a host event happened (analysis/host/sites.py): the chain of annotations and ops without stacks, torch's optimizer annotation named with the
 user's call around it, and the package a torch-owned site names."""
 from __future__ import annotations
 
 import pytest
 
-from goodhart_prof.analysis.host.sites import is_user_path, op_sites, torch_package, user_site
+from goodhart_prof.analysis.host.sites import op_sites, torch_package
 from tests.support.events import X, ann, load_events, op
-
-CACHE_FRAME = ("/tmp/goodhart-acceptance/cache/inductor/ed/"
-               "cedsdeukyofswthbmjbu2dsr4jth2jopbyxv35etppx26fgj4dbg.py(1124): call")
-
-
-def test_user_site():
-    assert user_site("trainer/ppo.py(123): ppo_update") == "trainer/ppo.py:123 ppo_update"
-    assert user_site("/abs/path/x.py(45): f") == "/abs/path/x.py:45 f"
-    assert user_site("<stdin>(5): f") == "<stdin>:5 f"
-    for lib in ("torch/nn/modules/module.py(1736): _call_impl", "typing.py(359): inner",
-                "threading.py(1012): run", "<frozen importlib._bootstrap>(1): _load",
-                "<built-in method item of Tensor object at 0x7f62>", "nn.Module: Linear_0",
-                "/usr/lib/python3.11/threading.py(10): run",
-                "/venv/lib/python3.11/site-packages/numpy/x.py(3): f",
-                "/usr/lib/python3/dist-packages/foo/x.py(3): f"):
-        assert user_site(lib) is None, lib
-
-
-def test_generated_code_is_not_the_users():
-    assert user_site(CACHE_FRAME) is None  # an absolute path, but no code the user wrote
-    assert user_site("/home/me/train.py(3): main") == "/home/me/train.py:3 main"
-    assert not is_user_path("/home/me/venv/torch/nn/functional.py")
-    assert is_user_path("mylib/model.py") and not is_user_path("einops/einops.py")
-
 
 def test_torch_package():
     site = "torch: torch/distributions/categorical.py:151 log_prob > aten::is_nonzero (called at ppo.py:82 f)"

@@ -125,3 +125,22 @@ def test_enclosing_an_instant_between_two_ops(tmp_path):
     # an interval reaching across the hole is held by nothing either
     assert tree.enclosing(tree.rank[:1], np.array([100]), np.array([100]), np.array([4.0]),
                           np.array([11.0])).tolist() == [-1]
+
+
+def test_climb_to_the_nearest_wanted_node(tmp_path):
+    # one thread: op a [0, 100] holds annotation b [10, 80], which holds op c [20, 60], which
+    # holds annotation d [30, 40]; op e [200, 10] stands alone
+    events = [X("aten::a", "cpu_op", 0, 100), X("b", "user_annotation", 10, 70),
+              X("aten::c", "cpu_op", 20, 40), X("d", "user_annotation", 30, 10), X("aten::e", "cpu_op", 200, 10)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    tree = host_tree(load(path, progress=False))
+    node = {tree.names[c]: i for i, c in enumerate(tree.name)}
+    a, b, c, d, e = (node[n] for n in ("aten::a", "b", "aten::c", "d", "aten::e"))
+    nodes = np.array([d, c, b, a, e, -1])
+    # the nearest op, the node itself included: d -> c, b -> a
+    assert tree.climb_to(nodes, tree.is_op).tolist() == [c, c, a, a, e, -1]
+    # the nearest annotation: none above a or e
+    assert tree.climb_to(nodes, tree.is_annotation).tolist() == [d, b, b, -1, -1, -1]
+    # the same answers as the whole-tree verb, where the node itself is not wanted
+    assert tree.nearest(tree.is_op)[[d, b]].tolist() == [c, a]

@@ -61,32 +61,6 @@ def test_start_order_by_thread_equals_lexsort():
     np.testing.assert_array_equal(start_order(ts[:300], dur[:300]), np.lexsort((-dur[:300], ts[:300])))
 
 
-def test_iterations_equals_the_last_step_starting_by_each_time(monkeypatch):
-    """tree.iterations: N of the step of the same rank that started last at or before ts (ties:
-    the later table row) when it still holds ts, else -1; ranks without steps, times before
-    the first step and between steps get -1."""
-    from goodhart_prof.analysis.tree import host
-    rng = np.random.default_rng(4)
-    rank = np.repeat([0, 2, 5], [40, 30, 1])
-    ts = np.round(rng.uniform(0, 1000, len(rank)), 0)
-    ts[5] = ts[6]  # a tie of starts on rank 0
-    steps = {"rank": rank, "ts": ts, "end": ts + np.round(rng.uniform(1, 60, len(rank)), 0),
-             "step": np.arange(len(rank)) * 10}
-    import pandas as pd
-    monkeypatch.setattr(host, "step_table", lambda trace: pd.DataFrame(steps))
-    q_rank = rng.choice([0, 1, 2, 5], 3000)
-    q_ts = np.r_[np.round(rng.uniform(-10, 1100, 2996), 0), ts[5], ts[5], ts[40], steps["end"][40]]
-    q_rank[-4:] = [0, 0, 2, 2]
-    want = []
-    for r, t in zip(q_rank.tolist(), q_ts.tolist()):
-        mine = [i for i in range(len(rank)) if rank[i] == r and ts[i] <= t]
-        best = max(mine, key=lambda i: (ts[i], i)) if mine else None
-        want.append(int(steps["step"][best]) if best is not None and t <= steps["end"][best] else -1)
-    got = host.iterations(None, q_rank, q_ts)
-    np.testing.assert_array_equal(got, want)
-    assert (got >= 0).sum() > 200 and (got[q_rank == 1] == -1).all() and got[-4] == 60
-
-
 def test_end_rank_orders_each_threads_ends_both_ways(monkeypatch):
     """HostTree.end_rank: within each thread, ranks compare as the ends do (equal ends, equal
     ranks), whether the tree is built thread by thread or for all threads at once."""
