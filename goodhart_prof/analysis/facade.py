@@ -13,7 +13,8 @@ from .host.hottest_ops import hot_ops
 from .host.phases import over_ranks, phases_by_rank
 from .host.syncs import split_host_reads, sync_points, sync_summary
 from .memory.usage import memory
-from .ranks.communication import comm_kernels, communication, has_communication
+from .ranks.comm_kernels import comm_kernels, has_communication
+from .ranks.communication import communication
 from .ranks.stragglers import empty_ranks, rank_tables
 from .result import Analysis
 from .timing import Stages

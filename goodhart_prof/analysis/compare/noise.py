@@ -160,7 +160,7 @@ def _annotations(trace: Trace) -> pd.DataFrame:
 
 def _gpu(trace: Trace, counted: list[int]) -> pd.DataFrame:
     """Per-iteration GPU time by category, by kernel name and by collective kind."""
-    from ..ranks.communication import comm_kernels, has_communication
+    from ..ranks.comm_kernels import comm_kernels, has_communication
     from ..gpu.kernels import gpu_with_category
     from ..host.links import gpu_launches
 

@@ -62,7 +62,7 @@ class Ranks:
     offsets_us: dict[int, float] = field(default_factory=dict)
     unmatched: int = 0
     reason: str | None = None
-    # Per matched kernel (index: its position in comm.comm_kernels): `ranks` that ran its
+    # Per matched kernel (index: its position in comm_kernels.comm_kernels): `ranks` that ran its
     # collective and its `wait_us` for the last of them (empty when no arrival figures are given).
     kernel_matches: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(
         {"ranks": pd.Series(dtype=np.int64), "wait_us": pd.Series(dtype=float)}))
@@ -79,7 +79,7 @@ def empty_ranks(reason: str) -> Ranks:
 
 
 def rank_tables(trace: Trace, kernels: pd.DataFrame) -> Ranks:
-    """The tables of the module docstring; `kernels` is comm.comm_kernels(trace)."""
+    """The tables of the module docstring; `kernels` is comm_kernels.comm_kernels(trace)."""
     if kernels.empty:
         return empty_ranks("the trace has no communication kernels")
     per_rank = rank_iterations(trace, kernels)
