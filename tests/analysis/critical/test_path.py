@@ -180,7 +180,7 @@ def test_whole_trace_path_is_bounded(monkeypatch):
     (the 586 MB benchmark trace took 1.8 s), never a silent absence."""
     from goodhart_prof.analysis.critical import path as cp_mod
     from goodhart_prof.trace.load import load
-    trace = load(DATA / "hta" / "critical_path_simple_add.json.gz", progress=False)
+    trace = load(HTA_INPUT, progress=False)
     n = int((trace.events["rank"] == trace.gpu["rank"].min()).sum())
     monkeypatch.setattr(cp_mod, "WHOLE_TRACE_EVENTS", n - 1)
     out = cp_mod.critical_path(trace)

@@ -185,10 +185,12 @@ def test_recorded_cpu_trace(tmp_path):
     assert kinds(points) == {"item": 6, "nonzero": 2}
     per_it = Counter(zip(points["iteration"], points["kind"]))
     assert per_it == {(3, "item"): 3, (3, "nonzero"): 1, (4, "item"): 3, (4, "nonzero"): 1}
-    # Kineto names a frame by its function's first line; test_syncs.py (a name relative to
-    # tests/) is not found from the trace's folder or the current directory: no line claimed.
-    items_at = f"in function _three_items (test_syncs.py, frame line {_three_items.__code__.co_firstlineno})"
-    mask_at = f"in function _mask_index (test_syncs.py, frame line {_mask_index.__code__.co_firstlineno})"
+    # Kineto names a frame by its function's first line; this file, recorded by a name relative to
+    # the current directory (the checkout), is read and each read placed on the line of its call:
+    # the line after each function's `def`.
+    here = "tests/analysis/host/test_syncs.py"
+    items_at = f"{here}:{_three_items.__code__.co_firstlineno + 1} _three_items"
+    mask_at = f"{here}:{_mask_index.__code__.co_firstlineno + 1} _mask_index"
     sites = Counter(zip(points["kind"], points["site"]))
     assert len(sites) == 2, sites
     for (kind, site), n in sites.items():
