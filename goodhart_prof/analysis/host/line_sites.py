@@ -41,7 +41,8 @@ from ...trace.model import Trace
 from ...trace.run_record import RUN_FILE, run_folder
 from ...trace.run_json import RunJsonError, read_run_json
 from .called_ops import TORCH_ANNOTATION
-from .source_lines import STEP_SEGMENT, Body, SourceIndex
+from .source_files import SourceIndex
+from .source_lines import STEP_SEGMENT, Body
 from ..tree import FrameForest, HostTree
 from ..memo import derived
 

@@ -134,7 +134,7 @@ def test_logger_candidate_lines_are_the_recorded_codes_waits():
     """Lines 87 and 88 are the two event waits of `_run` in the source the trace was recorded
     from (run.json's git_revision), which is what the site reads, whatever the working tree's
     trainer/logger.py holds now."""
-    from goodhart_prof.analysis.host.source_lines import recorded_source
+    from goodhart_prof.analysis.host.source_files import recorded_source
     run = json.loads((H200 / "full" / "clean" / "run.json").read_text())
     assert run["git_revision"].startswith("7c38a10")
     source = recorded_source(ROOT / "trainer" / "logger.py", run["git_revision"])
@@ -201,7 +201,7 @@ def test_lines_are_read_at_the_recorded_revision(tmp_path):
     """With run.json's git_revision, the source is read at that revision (a fresh clone gives
     every file one mtime, so mtimes prove nothing, and the file may have changed since): at an
     older revision of logger.py, `_run`'s waits are lines 81 and 82 there, and the site says so."""
-    from goodhart_prof.analysis.host.source_lines import recorded_source
+    from goodhart_prof.analysis.host.source_files import recorded_source
     logger = ROOT / "trainer" / "logger.py"
     older = "819090fd0b00ea5632070ee2d1d857700285a9e3"  # logger.py before 7c38a10's version
     run = json.loads((H200 / "full" / "clean" / "run.json").read_text())

@@ -119,7 +119,7 @@ def test_missing_source_of_module_code_names_where_tracing_began(tmp_path, monke
 def test_a_source_too_big_or_too_deep_is_not_read(tmp_path, monkeypatch):
     """A frame's file over SOURCE_LIMIT (a hostile or odd trace may name any file) is not read,
     and a source nested too deep for the parser is skipped: the function is named, no line."""
-    from goodhart_prof.analysis.host.source_lines import SOURCE_LIMIT
+    from goodhart_prof.analysis.host.source_files import SOURCE_LIMIT
     shutil.copy(LOOPS / "helper_loop.pt.trace.json.gz", tmp_path / "helper_loop.pt.trace.json.gz")
     src = tmp_path / "helper_loop.py"
     src.write_text((LOOPS / "helper_loop.py").read_text() + "#" * SOURCE_LIMIT + "\n")

@@ -1,18 +1,14 @@
 """A user frame's function in its source (analysis/host/source_lines.py): the body `find_body`
 finds by name and line (or none where the source does not match the trace), its call sites with
 the event classes each can make and whether it runs once per pass, `with` annotations as
-segments, `prof.step()` loops, and the files `SourceIndex` reads: found beside the trace, not
-when edited after it, at the run's recorded git revision where there is one."""
+segments and `prof.step()` loops."""
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
 
 import pytest
 
-from goodhart_prof.analysis.host.source_lines import (STEP_SEGMENT, SourceIndex, find_body, recorded_source,
-                                                      steps_profiler)
+from goodhart_prof.analysis.host.source_lines import STEP_SEGMENT, find_body, steps_profiler
 
 
 @pytest.mark.parametrize("body, segment", [
@@ -78,53 +74,3 @@ def test_subscripts_and_comprehension_conditions_are_candidates():
     assert [s.line for s in body.candidates("index", -1)] == [3]
     assert [s.line for s in body.candidates("item", -1)] == [3, 5]
     assert [(s.line, s.single[0]) for s in body.candidates("truth", -1)] == [(4, False)]
-
-
-LOOP = ("def train(t, xs):\n"      # 1
-        "    a = t.item()\n"        # 2
-        "    return a\n")           # 3
-
-
-def test_source_index_reads_a_frames_file_beside_the_trace(tmp_path):
-    (tmp_path / "loop.py").write_text(LOOP)
-    index = SourceIndex([tmp_path / "missing", tmp_path])
-    body = index.body("loop.py", "train", 1, running=False)
-    assert (body.function, body.def_line, body.running) == ("train", 1, False)
-    assert [s.line for s in body.candidates("item", -1)] == [2]
-    assert index.body("loop.py", "train", 1, running=False) is body  # parsed and found once
-    assert index.body("other.py", "train", 1) is None  # no such file
-    assert index.body("<stdin>", "train", 1) is None   # no file at all
-    (tmp_path / "broken.py").write_text("def train(:\n")
-    assert index.body("broken.py", "train", 1) is None  # unparsable: no line claimed
-
-
-def test_a_file_edited_after_the_trace_is_not_read(tmp_path):
-    path = tmp_path / "loop.py"
-    path.write_text(LOOP)
-    written = path.stat().st_mtime
-    assert SourceIndex([tmp_path], recorded=written).body("loop.py", "train", 1, running=False) is not None
-    os.utime(path, (written + 60, written + 60))  # edited a minute after the trace was written
-    assert SourceIndex([tmp_path], recorded=written).body("loop.py", "train", 1, running=False) is None
-
-
-def test_the_source_at_the_recorded_revision(tmp_path):
-    repo = tmp_path / "repo"
-    repo.mkdir()
-
-    def git(*args):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
-    git("init", "-q")
-    path = repo / "loop.py"
-    path.write_text(LOOP)
-    git("add", "loop.py")
-    git("commit", "-q", "-m", "traced")
-    path.write_text("# moved down\n" + LOOP)  # edited since: train's def is on line 2 now
-    assert recorded_source(path, "HEAD") == LOOP.encode()
-    assert recorded_source(path, "no-such-revision") is None
-    assert recorded_source(tmp_path / "elsewhere.py", "HEAD") is None  # no repository
-    # the index reads the code traced, whatever the file holds now
-    body = SourceIndex([repo], revision="HEAD").body("loop.py", "train", 1, running=False)
-    assert body is not None and body.def_line == 1
-    assert SourceIndex([repo]).body("loop.py", "train", 1, running=False) is None
