@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from goodhart_prof.analysis.gpu.efficiency import efficiency, op_work
+from goodhart_prof.analysis.gpu.efficiency import efficiency
+from goodhart_prof.analysis.gpu.op_work import op_work
 from goodhart_prof.analysis.gpu.hardware import device_peak
 from goodhart_prof.analysis.gpu.precision import op_dtype
 from goodhart_prof.trace.load import load
@@ -238,7 +239,7 @@ def test_reports_carry_the_roofline(tmp_path):
 
 
 def test_the_loader_keeps_scalars_for_exactly_the_ops_with_a_formula_and_sizes_for_every_op(ours):
-    from goodhart_prof.analysis.gpu.efficiency import FORMULAS
+    from goodhart_prof.analysis.gpu.op_work import FORMULAS
     from goodhart_prof.trace.model import SHAPED_OPS
     assert set(FORMULAS) == SHAPED_OPS
     ev = ours.events
