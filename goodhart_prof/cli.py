@@ -283,20 +283,22 @@ def log_add(path, change, log_file):
 
     Without PATH: the latest run's folder (its run.json gives env-steps/s).
     """
-    from . import perflog
+    from .perflog.measure import add
+    from .perflog.show import describe
     if path is None:
         path = _latest("adding")
     with out_of_memory(path):
-        row = perflog.add(path, change, log_file)
-    click.echo(printable(f"added to {log_file}: {perflog.describe(row)}"))
+        row = add(path, change, log_file)
+    click.echo(printable(f"added to {log_file}: {describe(row)}"))
 
 
 @perf_log.command("show")
 @_LOG_OPTION
 def log_show(log_file):
     """Print the log's rows, newest first, numbered as `log compare` takes them."""
-    from . import perflog
-    perflog.render_rows(perflog.require_rows(log_file), _console())
+    from .perflog.log_file import require_rows
+    from .perflog.show import render_rows
+    render_rows(require_rows(log_file), _console())
 
 
 @perf_log.command("compare")
@@ -308,10 +310,12 @@ def log_compare(first, second, log_file):
 
     Name a row by its number in `log show` (1 = newest) or by its id (id:7).
     """
-    from . import perflog
-    rows = perflog.require_rows(log_file)
-    a, b = perflog.select(rows, first), perflog.select(rows, second)
-    perflog.render_comparison(a, b, perflog.compare_rows(a, b), _console())
+    from .perflog.compare import compare_rows, select
+    from .perflog.log_file import require_rows
+    from .perflog.show import render_comparison
+    rows = require_rows(log_file)
+    a, b = select(rows, first), select(rows, second)
+    render_comparison(a, b, compare_rows(a, b), _console())
 
 
 @cli.command()

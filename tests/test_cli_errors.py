@@ -74,14 +74,6 @@ def test_diff_and_log_add_warn_for_a_torn_metrics_line(tmp_path):
     assert "added to" in res.stdout
 
 
-def test_a_perflog_twin_torn_inside_a_utf8_character_still_reads(tmp_path):
-    from goodhart_prof import perflog
-    log = tmp_path / "PERFLOG.md"
-    twin = perflog.jsonl_path(log)
-    twin.write_bytes(b'{"id": 1, "change": "a"}\n{"id": 2, "change": "\xc3')
-    assert [r["id"] for r in perflog.read_rows(log)] == [1]
-
-
 # -- 10: --scheduler validated before Dask ---------------------------------------------------------
 @pytest.mark.parametrize("address, why", [
     ("foo://x", "protocol foo:// is not one Dask speaks (tcp, tls, ws, wss, ucx)"),

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from goodhart_prof import perflog
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare.comparison import compare
 from goodhart_prof.fileio import WriteError, atomic_path, write_json
+from goodhart_prof.perflog.log_file import append
+from goodhart_prof.perflog.measure import measure
 from goodhart_prof.capture.hooks import write_profiler_trace
 from goodhart_prof.report.export import chrome_json, perfetto
 from goodhart_prof.report.diff import page as diff_html
@@ -54,7 +55,7 @@ WRITERS = {
     "merged trace": lambda a, t, tmp: merge_rank_traces({0: MI250}, t),
     "run.json": lambda a, t, tmp: write_json(t, {"schema": "goodhart-prof/run/v1"}),
     "profiler trace": lambda a, t, tmp: write_profiler_trace(_profiler(), t),
-    "performance log": lambda a, t, tmp: perflog.append(perflog.measure(a, MI250), "a change", t),
+    "performance log": lambda a, t, tmp: append(measure(a, MI250), "a change", t),
     "checkpoint": lambda a, t, tmp: _checkpoint(tmp)(t),
 }
 TARGETS = {"html report": "report.html", "perfetto export": "out.pftrace",

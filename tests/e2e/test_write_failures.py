@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from goodhart_prof import perflog
 from goodhart_prof.analysis import analyze
+from goodhart_prof.perflog.log_file import append
+from goodhart_prof.perflog.measure import measure
 from goodhart_prof.trace.load import load
 from tests.support.helpers import TINY_CONFIG, clean_env, error_lines
 from tests.support.mounts import fill, read_only, small_disk
@@ -43,7 +44,7 @@ def _cli(args: list[str]) -> subprocess.CompletedProcess:
 def _existing(command: str, target: Path, measured: dict) -> None:
     """What the user had before: a file to keep, or for the log a row in both twins."""
     if command == "log_add":
-        perflog.append(measured, "the first row", target)
+        append(measured, "the first row", target)
     else:
         target.write_bytes(OLD)
 
@@ -56,7 +57,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 def outcomes(tmp_path_factory):
     """Every command under every condition, run as the user runs it (a subprocess)."""
     root = tmp_path_factory.mktemp("writes")
-    measured = perflog.measure(analyze(load(MI250)), MI250)
+    measured = measure(analyze(load(MI250)), MI250)
     with ExitStack() as stack:
         plan, before, skipped = {}, {}, {}
         (root / "afile").write_text("a file where a folder should be\n")

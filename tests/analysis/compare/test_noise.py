@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from goodhart_prof import perflog
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare.comparison import compare
 from goodhart_prof.analysis.compare.noise import profiler_cost
+from goodhart_prof.perflog.measure import add
 from tests.support.helpers import run_main
 from goodhart_prof.report.diff.page import page
 from goodhart_prof.report.diff.document import to_document
@@ -162,7 +162,7 @@ def test_diff_command_on_run_folders(capsys):
 
 def test_log_compare_of_two_runs_of_one_configuration(tmp_path, capsys):
     log = tmp_path / "PERFLOG.md"
-    rows = [perflog.add(AB / name, name, log) for name in ("clean_1", "clean_2")]
+    rows = [add(AB / name, name, log) for name in ("clean_1", "clean_2")]
     for row in rows:
         run = read_run(AB / row["change"])
         rates = run.throughput()["rate"].to_numpy()
