@@ -18,6 +18,7 @@ import pytest
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare.comparison import compare
 from goodhart_prof.analysis.compare.summary import recording_warning
+from tests.support.diffs import steps_trace
 from tests.support.helpers import run_main
 from goodhart_prof.report.common import SafeConsole
 from goodhart_prof.report.diff.format import interval
@@ -83,20 +84,6 @@ def test_host_ops_are_compared_with_verdicts(planted):
 
 
 # -- one side only ---------------------------------------------------------------------------------
-def steps_trace(path: Path, phases: tuple[str, ...]) -> Path:
-    """One rank, five `ProfilerStep#N`, each holding the given annotations."""
-    events, ts = [], 0.0
-    for n, dur in enumerate((1000.0, 1010.0, 990.0, 1005.0, 995.0)):
-        events.append({"ph": "X", "name": f"ProfilerStep#{n}", "cat": "user_annotation", "ts": ts,
-                       "dur": dur, "pid": 1, "tid": 1})
-        for k, name in enumerate(phases):
-            events.append({"ph": "X", "name": name, "cat": "user_annotation", "ts": ts + 1 + 300 * k,
-                           "dur": 200.0, "pid": 1, "tid": 1})
-        ts += dur + 10
-    path.write_text(json.dumps({"traceEvents": events}))
-    return path
-
-
 def test_a_phase_on_one_side_is_only_there(tmp_path, capsys):
     pa = steps_trace(tmp_path / "a.json", ("rollout",))
     pb = steps_trace(tmp_path / "b.json", ("rollout", "logging"))

@@ -4,32 +4,14 @@ the raw rank files), the arrival heatmap's slowest rank, and the sentence for a 
 collectives."""
 from __future__ import annotations
 
-import gzip
-import json
 import re
 
 import pytest
 
 from goodhart_prof.report.html.ranks import arrival_figure, rank_figure, ranks_section
 from tests.support.analyses import analysis_of
-from tests.support.paths import DATA
+from tests.support.dlrm import DLRM, raw_rank
 
-DLRM = "param/dlrm_8rank"
-
-
-def raw_rank(rank: int) -> tuple[dict, float]:
-    """Per NCCL kernel kind [count, summed us], and the ProfilerStep's duration, of one rank file."""
-    with gzip.open(DATA / DLRM / f"worker{rank}_step_12.pt.trace.json.gz", "rt") as fh:
-        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
-    kinds: dict = {}
-    for e in events:
-        if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_"):
-            kind = "all_to_all" if "SendRecv" in e["name"] else "all_reduce"
-            kinds.setdefault(kind, [0, 0.0])
-            kinds[kind][0] += 1
-            kinds[kind][1] += e["dur"]
-    (step,) = [e["dur"] for e in events if e["name"].startswith("ProfilerStep#")]
-    return kinds, step
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,7 @@ from the raw rank files), the notes on where sizes came from, message sizes and 
 and nothing printed for a trace without collectives."""
 from __future__ import annotations
 
-import gzip
 import io
-import json
 
 import pandas as pd
 import pytest
@@ -15,23 +13,8 @@ from rich.console import Console
 from goodhart_prof.report.text.communication import (communication_notes, communication_section, rate,
                                                      ranks_section, size)
 from tests.support.analyses import analysis_of
-from tests.support.paths import DATA
+from tests.support.dlrm import DLRM, raw_rank
 
-DLRM = "param/dlrm_8rank"
-
-
-def raw_rank(rank: int) -> tuple[dict, float]:
-    """Per NCCL kernel kind (count, summed us), and the ProfilerStep's duration, of one rank file."""
-    with gzip.open(DATA / DLRM / f"worker{rank}_step_12.pt.trace.json.gz", "rt") as fh:
-        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
-    kinds: dict = {}
-    for e in events:
-        if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_"):
-            kind = "all_to_all" if "SendRecv" in e["name"] else "all_reduce"
-            n, us = kinds.get(kind, (0, 0.0))
-            kinds[kind] = (n + 1, us + e["dur"])
-    (step,) = [e["dur"] for e in events if e["name"].startswith("ProfilerStep#")]
-    return kinds, step
 
 
 def text(section, a, width: int = 160) -> list[str]:
