@@ -176,14 +176,27 @@ class _StructArgs:
         return args if len(rows) == len(args) else [args[i] for i in rows.tolist()]
 
 
+def canonical_categories(raw_cats: pd.Categorical) -> pd.Categorical:
+    """Categories under their canonical names (`Kernel` -> `kernel`, CATEGORY_ALIASES); a trace
+    holding both spellings of one gets one category for both."""
+    names = [CATEGORY_ALIASES.get(c, c) for c in raw_cats.categories]
+    if names == list(raw_cats.categories):
+        return raw_cats
+    unique = list(dict.fromkeys(names))
+    if len(unique) == len(names):
+        return raw_cats.rename_categories(names)
+    where = {name: i for i, name in enumerate(unique)}
+    to_new = np.array([where[name] for name in names] + [-1], dtype=np.int64)  # code -1 stays -1
+    return pd.Categorical.from_codes(to_new[np.asarray(raw_cats.codes, dtype=np.int64)], unique)
+
+
 def complete_table(ts: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.ndarray, raw_cats: pd.Categorical,
                    name: pd.Categorical, args) -> tuple[pd.DataFrame, int]:
     """The events table of usable complete events (times checked, ids mapped, names interned)
     and how many were dropped as malformed (a GPU id no int64 holds, or a negative one). `args`
     reads their args: `_StructArgs` (decoded structs) or columnar.NativeArgs (the native decoder)."""
     n = len(ts)
-    cat = raw_cats.rename_categories([CATEGORY_ALIASES.get(c, c) for c in raw_cats.categories]) \
-        if any(c in CATEGORY_ALIASES for c in raw_cats.categories) else raw_cats
+    cat = canonical_categories(raw_cats)
     external = args.ints("external_id")
     lacking = np.flatnonzero(external < 0)
     if len(lacking):  # 2021 GPU events spell it "external id"
