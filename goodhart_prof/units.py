@@ -35,14 +35,15 @@ def duration(us: Any, significant: bool = False) -> str:
         return MISSING
     us = float(us)
     if significant:
+        us = float(f"{us:.3g}")  # rounded first, so 999.7 us is `1 ms`, never `1e+03 us`
         if us >= 1e6:
             return f"{us / 1e6:,.3g} s" if us < 1e7 else f"{us / 1e6:,.1f} s"
         if us >= 1e3:
             return f"{us / 1e3:,.3g} ms"
         return f"{us:,.3g} us"
-    if us >= 1e6:
+    if round(us / 1e3, 3) >= 1e3:  # the unit of the rounded figure: 999,999.6 us is `1.000 s`
         return f"{us / 1e6:,.3f} s"
-    if us >= 1e3:
+    if round(us, 1) >= 1e3:
         return f"{us / 1e3:,.3f} ms"
     return f"{us:,.1f} us"
 

@@ -21,6 +21,14 @@ def test_duration_picks_the_unit_and_dashes_what_is_missing():
         assert duration(missing) == duration_sig(missing) == "-"
 
 
+def test_a_figure_rounded_up_to_the_next_unit_is_written_in_that_unit():
+    assert duration(999.7, significant=True) == "1 ms"      # not `1e+03 us`
+    assert duration(999_700, significant=True) == "1 s"
+    assert duration(999.96) == "1.000 ms"                    # not `1,000.0 us`
+    assert duration(999_999.6) == "1.000 s"
+    assert duration(999.94) == "999.9 us" and duration(998.5, significant=True) == "998 us"
+
+
 def test_milliseconds_in_the_callers_number_format():
     assert ms_text(12_345) == "12.35 ms"
     assert ms_text(1_234_567, ",.1f") == "1,234.6 ms"
