@@ -118,7 +118,7 @@ def make_naive(cfg, trainer: Trainer, n: int):
 def _act_autocast(trainer: Trainer, obs: torch.Tensor):
     """The policy's batch-1 forward under the trainer's autocast, as its own rollout runs it
     (with bf16 observations on CUDA, a forward outside autocast meets float32 weights)."""
-    with trainer._autocast():
+    with trainer.autocast():
         return act(trainer.policy, obs)
 
 
@@ -160,7 +160,7 @@ VARIANTS = ("eager", "compiled", "cudagraphs")
 
 def build_variant(cfg, name: str) -> Trainer:
     """The trainer of one variant: eager (compile off), compiled (torch.compile), cudagraphs
-    (torch.compile with CUDA graphs, trainer/train.py; a one-line ConfigError off CUDA)."""
+    (torch.compile with CUDA graphs, trainer/step_functions.py; a one-line ConfigError off CUDA)."""
     if name == "eager":
         return Trainer(cfg)
     if name == "compiled":

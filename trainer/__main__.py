@@ -28,11 +28,11 @@ from goodhart_prof.fileio import take_folder_lock, write_error
 from goodhart_prof.capture.hooks import ProfSettings, SettingsError
 from goodhart_prof.capture.runs import refuse_finished
 
+from .checkpoint import checkpoint_path
 from .config import Config, ConfigError, build_config, to_dict
 from .launch import (RankFailed, clear_earlier_outputs, describe_failure, earlier_outputs,
                      finish_run, interrupted_outcomes, launch, resume_iteration, trim_metrics)
 from .signals import Interrupted, catch_signals, default_signals
-from .train import checkpoint_path
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

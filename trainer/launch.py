@@ -33,10 +33,11 @@ from goodhart_prof.capture.merging import MergeUnavailable, merge_apart
 from goodhart_prof.capture.runs import CREATED
 from goodhart_prof.textsafe import quote_path
 
+from .checkpoint import checkpoint_path
 from .config import Config
 from .signals import (Interrupted, catch_signals, default_signals, deferred, ignore_signals,
                       signal_name)
-from .train import RunResult, checkpoint_path, train
+from .train import RunResult, train
 
 RUN_SCHEMA = "goodhart-prof/run/v1"
 
@@ -68,7 +69,7 @@ class RankOutcome:
     warmup_s: float | None
     last_row: dict[str, Any] | None
     trace_path: str | None
-    memory: list[dict[str, Any]] = field(default_factory=list)  # train.memory_row per traced iteration
+    memory: list[dict[str, Any]] = field(default_factory=list)  # iteration_memory.memory_row per traced iteration
 
 
 def _outcome(rank: int, result: RunResult, warmup_s: float | None) -> RankOutcome:

@@ -318,7 +318,7 @@ def test_memory_growth_values_bf16_observations_under_the_trainers_autocast(tmp_
     with pytest.raises(RuntimeError, match="BFloat16"):
         unguarded()  # the bug, as it was
     planted = antipatterns.value_loss_history_gae(_fake_gae(n), trainer.policy, obs, history,
-                                                  trainer._autocast)
+                                                  trainer.autocast)
     advantages, returns = planted()
     assert len(history) == 1 and history[0].dtype == torch.float32 and history[0].requires_grad
     assert torch.isfinite(history[0]) and history[0].grad_fn is not None

@@ -5,8 +5,8 @@
   exactly, with a plain per-env reference that consumes the same random draws.
 * What changes the random stream (resets gather k layouts, respawn by random candidates): their
   invariants, the respawn's distribution and its fallback, and the shapes the step touches.
-* The CUDA-graph path: its config errors on the CPU, and its static storage (per-step writes into
-  the buffer, trainer-owned state) giving the same iteration as the default path.
+* The CUDA-graph path: its config errors on the CPU (its static storage giving the same iteration
+  as the default path is tests/trainer/test_rollout_storage.py).
 """
 from __future__ import annotations
 
@@ -198,30 +198,7 @@ def test_rollout_values_final_observations_without_a_cat(tmp_path):
     assert torch.equal(out.action, out2.action) and torch.equal(values, values2)
 
     # That the buffer holds V(final obs) wherever an episode was truncated is
-    # test_trainer_run.test_rollout_stores_the_value_of_each_truncated_final_state.
-
-
-def test_static_storage_gives_the_same_iterations(tmp_path):
-    """The CUDA-graph path's storage (each step written into the buffer at once, state and
-    observations copied into trainer-owned tensors that never move), run on the CPU without
-    graphs: two iterations give the same buffer, weights and env state, bit for bit, and the
-    warm-up's restore keeps the tensors' addresses."""
-    cfg = _tiny(tmp_path, value_head="popart")
-    plain, static = Trainer(cfg), Trainer(cfg, static_storage=True)
-    addresses = [x.data_ptr() for x in (*static.state, static.policy_obs, static.final_rows)]
-    for trainer in (plain, static):  # one after the other, from the same random state
-        torch.manual_seed(7)
-        trainer.warm_up()
-        for it in range(2):
-            trainer.run_iteration(it, None)
-    assert [x.data_ptr() for x in (*static.state, static.policy_obs, static.final_rows)] == addresses
-    for name, a in vars(plain.buf).items():
-        assert torch.equal(a, getattr(static.buf, name)), name
-    for a, b in zip(plain.state, static.state):
-        assert torch.equal(a, b)
-    assert torch.equal(plain.policy_obs, static.policy_obs)
-    for (name, a), b in zip(plain.policy.state_dict().items(), static.policy.state_dict().values()):
-        assert torch.equal(a, b), name
+    # tests/trainer/test_rollout_storage.py.
 
 
 def test_cudagraphs_is_a_config_error_without_cuda_or_compile(tmp_path):

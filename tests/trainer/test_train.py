@@ -175,34 +175,3 @@ def test_summary_line_names_outputs(tmp_path):
     assert res.returncode == 0
     assert re.search(r"trained 2 iterations \(256 env-steps\) on 1 rank\(s\), cpu \| [\d,]+ env-steps/s",
                      res.stdout)
-
-
-def test_rollout_stores_the_value_of_each_truncated_final_state(tmp_path):
-    """The final state of every truncated episode is valued by the next step's forward (the
-    last step's by the last-value forward): the buffer holds V(final obs) of the policy that
-    ran the rollout, wherever an episode was truncated."""
-    import copy
-
-    from trainer.train import Trainer
-    cfg = build_config(str(write_tiny_config(tmp_path)), device="cpu", max_episode_steps=5,
-                       output_dir=str(tmp_path))
-    trainer = Trainer(cfg)
-    seen = []
-    env_step = trainer.env_step
-
-    def spy(state, action):
-        res = env_step(state, action)
-        seen.append((res.final_obs.clone(), res.final_rows.clone(), res.truncated.clone()))
-        return res
-    trainer.env_step = spy
-    rollout_policy = copy.deepcopy(trainer.policy)
-    trainer.run_iteration(0, None)
-    assert len(seen) == cfg.rollout_steps
-    for t, (final_obs, rows, truncated) in enumerate(seen):
-        assert 3 <= int(truncated.sum()) <= trainer.max_truncated  # 16 envs, clocks of 5 steps
-        assert final_obs.shape[0] == rows.shape[0] == trainer.max_truncated  # k rows, not n
-        ended = truncated[rows]
-        assert int(ended.sum()) == int(truncated.sum())  # the k rows hold every truncated env
-        with torch.no_grad():
-            expected = rollout_policy.value_head.denormalize(rollout_policy(final_obs)[1].float())
-        assert torch.allclose(trainer.buf.final_values[t][rows[ended]], expected[ended], atol=1e-5), t
