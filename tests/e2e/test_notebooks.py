@@ -97,7 +97,7 @@ def test_sync_points(kernel_env):
 
 def test_ab_compare(kernel_env):
     from goodhart_prof.analysis.compare.comparison import compare
-    from goodhart_prof.trace.run import read_run
+    from goodhart_prof.trace.run_record import read_run
 
     texts = execute("03_ab_compare.ipynb")
     ab = ROOT / "tests/data/ours/ab"
