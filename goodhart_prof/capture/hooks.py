@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..fileio import atomic_path, write_json, writing
 from .heap_guard import PROCESS_GUARD, release_memory
-from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, ProfSettings, SettingsError,
+from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, QUIET_KINETO, ProfSettings, SettingsError,
                        parse_iterations)
 
 __all__ = ["DEFAULT_ITERATIONS", "MODES", "PHASES", "ProfSettings", "SettingsError", "parse_iterations",
@@ -87,8 +87,12 @@ class ProfilerHooks:
 
     enabled = True
 
-    def __init__(self, settings: ProfSettings, rank: int = 0, device_type: str = "cpu"):
-        self.settings, self.rank, self.device_type = settings, rank, device_type
+    def __init__(self, settings: ProfSettings, rank: int = 0, device_type: str | None = None):
+        self.settings, self.rank, self.device_type = settings, rank, profiled_device(device_type)
+        # Kineto's own lines (`USDT ... profiler_start`, stage logs) would print inside the user's
+        # loop; quiet, as `goodhart-prof run` starts the trainer, unless KINETO_LOG_LEVEL is set.
+        # Kineto reads it when the first profiler starts, which is after this.
+        os.environ.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO)
         self.trace_path = Path(settings.output_dir) / trace_name(rank)
         self._prof: profile | None = None  # exists from the warm-up (or cold start) to the close
         self._recording = False            # start_trace called: events are being recorded
@@ -190,8 +194,18 @@ class ProfilerHooks:
             self._guard.release()
 
 
-def make_hooks(settings: ProfSettings, rank: int = 0, device_type: str = "cpu"):
+def make_hooks(settings: ProfSettings, rank: int = 0, device_type: str | None = None):
+    """The hooks of one rank's loop. `device_type`: None traces the GPU when torch sees one
+    (`cuda`, also ROCm's), else the CPU only; `cuda` without a GPU is the CPU only (the profiler
+    would warn and record nothing of the device)."""
     return ProfilerHooks(settings, rank, device_type) if settings.enabled else NoHooks()
+
+
+def profiled_device(device_type: str | None) -> str:
+    """`cuda` where torch sees a GPU and the caller asked for it or left it to us, else `cpu`."""
+    if device_type in (None, "cuda"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device_type
 
 
 # -- trace files ----------------------------------------------------------------------------

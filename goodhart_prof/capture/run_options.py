@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping
 import click
 
 from ..errors import UserError
-from .settings import (DEFAULT_MODE, DEFAULT_OUTPUT_DIR, DEFAULT_WINDOW, SettingsError,
-                       parse_iterations)
+from .settings import (DEFAULT_MODE, DEFAULT_OUTPUT_DIR, DEFAULT_WINDOW, KINETO_DEFAULT, QUIET_KINETO,
+                       SettingsError, parse_iterations)
 
 DEVICES = ("auto", "cpu", "cuda")
 # torch.manual_seed takes 0..2**64-1 (and negatives, folded onto those): seeds up to 2**63-1 leave
@@ -120,12 +120,6 @@ def trainer_argv(values: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-# Kineto's log levels: 0 verbose, 1 info, 2 warning, 3 stage, 4 error, 5 usdt; 6 prints nothing. Its
-# lines (`ERROR ... gpuGetDeviceCount failed with code 35` on a CPU-only machine with a CUDA build
-# of torch, `profiler_start`/`profiler_stop` stages) say nothing about the user's run.
-QUIET_KINETO = "6"
-
-
 def run_command(iterations: tuple[int, int] | None, mode: str | None, values: Mapping[str, Any],
                 environ: Mapping[str, str], verbose: bool = False) -> tuple[list[str], dict[str, str]]:
     """`goodhart-prof run`'s child: `python -m trainer` with profiling on, and its environment.
@@ -136,8 +130,9 @@ def run_command(iterations: tuple[int, int] | None, mode: str | None, values: Ma
     last iteration.
     """
     env = dict(environ)
-    if not verbose:  # a KINETO_LOG_LEVEL the user set wins
-        env.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO)
+    # a KINETO_LOG_LEVEL the user set wins; `verbose` sets Kineto's own default level, since the
+    # hooks quiet an unset one
+    env.setdefault("KINETO_LOG_LEVEL", KINETO_DEFAULT if verbose else QUIET_KINETO)
     first, last = iterations if iterations is not None else env_window(env)
     output_dir = values["output_dir"] or env.get("PROF_OUTPUT_DIR") or DEFAULT_OUTPUT_DIR
     env.update(PROF_ENABLED="1", PROF_ITERATIONS=f"{first}-{last}",

@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+
+# Kineto's log levels: 0 verbose, 1 info, 2 warning, 3 stage, 4 error, 5 usdt; 6 prints nothing. Its
+# lines (`ERROR ... gpuGetDeviceCount failed with code 35` on a CPU-only machine with a CUDA build
+# of torch, `profiler_start`/`profiler_stop` stages) say nothing about the user's run.
+QUIET_KINETO = "6"
+KINETO_DEFAULT = "4"  # what Kineto prints when the variable is unset: its errors and stage markers
+
 PHASES = ("rollout", "env_step", "policy_act", "store", "gae", "ppo_update",
           "minibatch", "optimizer_step", "logging")
 MODES = ("lite", "full")

@@ -1,6 +1,9 @@
 """Profiler hooks: settings, the off path, the traced window, lite vs full, atomic writes."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -10,6 +13,7 @@ from goodhart_prof.fileio import atomic_path
 from goodhart_prof.capture.hooks import (PHASES, NoHooks, ProfilerHooks, ProfSettings, SettingsError,
                                  make_hooks, parse_iterations)
 from tests.support.helpers import read_trace, step_labels
+from tests.support.paths import ROOT
 
 
 @pytest.mark.parametrize("text,expected", [("50-55", (50, 55)), ("7", (7, 7)), (" 0 - 3 ", (0, 3)),
@@ -207,3 +211,39 @@ def test_throughput_leaves_out_warmup_traced_and_export_iterations(tmp_path, mon
     assert seen == [expected]
     assert step_labels(read_trace(result.trace_path)["traceEvents"]) == \
         [f"ProfilerStep#{i}" for i in range(first, last + 1)]
+
+
+@pytest.mark.parametrize("asked,gpu,traced", [
+    (None, False, "cpu"), ("cuda", False, "cpu"),   # no GPU: the CPU only, no profiler warning
+    (None, True, "cuda"), ("cuda", True, "cuda"), ("cpu", True, "cpu"),
+])
+def test_the_device_traced_follows_what_torch_sees(tmp_path, monkeypatch, asked, gpu, traced):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    hooks = make_hooks(ProfSettings(True, 4, 6, "lite", tmp_path), device_type=asked)
+    assert hooks.device_type == traced
+
+
+KINETO_LOOP = """
+import sys
+from goodhart_prof.capture.hooks import ProfSettings, make_hooks
+import torch
+hooks = make_hooks(ProfSettings(True, 1, 1, "lite", sys.argv[1]), rank=0)
+for it in range(3):
+    with hooks.iteration(it):
+        torch.randn(64).sum()
+hooks.close()
+"""
+
+
+@pytest.mark.parametrize("level,quiet", [(None, True), ("5", False)])
+def test_kinetos_own_lines_are_quiet_unless_asked_for(tmp_path, level, quiet):
+    """Kineto prints `USDT ... profiler_start` into the user's loop; the hooks quiet it the way
+    `goodhart-prof run` does, and a KINETO_LOG_LEVEL the user set (5: its usdt lines) wins."""
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL" and not k.startswith("PROF_")}
+    if level is not None:
+        env["KINETO_LOG_LEVEL"] = level
+    done = subprocess.run([sys.executable, "-c", KINETO_LOOP, str(tmp_path)], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert step_labels(read_trace(tmp_path / "rank-0.pt.trace.json.gz")["traceEvents"]) == ["ProfilerStep#1"]
+    assert ("profiler_start" not in done.stderr + done.stdout) == quiet, done.stderr[-2000:]

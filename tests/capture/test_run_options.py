@@ -133,12 +133,14 @@ def test_cli_stays_torch_free_and_never_imports_trainer():
 def test_run_keeps_the_profilers_own_log_quiet_unless_verbose():
     """Kineto's lines (`ERROR ... gpuGetDeviceCount failed with code 35` on a CPU-only machine
     with a CUDA torch, `profiler_start`) are off unless --verbose; a level the user set wins."""
-    from goodhart_prof.capture.run_options import QUIET_KINETO
+    from goodhart_prof.capture.settings import QUIET_KINETO
     given = _run_params([])
     given.pop("verbose", None)
     _, env = run_command(given.pop("iterations"), given.pop("mode"), dict(given), {})
     assert env["KINETO_LOG_LEVEL"] == QUIET_KINETO == "6"
     _, env = run_command(None, None, dict(given), {}, verbose=True)
-    assert "KINETO_LOG_LEVEL" not in env
+    assert env["KINETO_LOG_LEVEL"] == "4"  # Kineto's own default: the hooks quiet an unset level
+    _, env = run_command(None, None, dict(given), {"KINETO_LOG_LEVEL": "0"}, verbose=True)
+    assert env["KINETO_LOG_LEVEL"] == "0"
     _, env = run_command(None, None, dict(given), {"KINETO_LOG_LEVEL": "2"})
     assert env["KINETO_LOG_LEVEL"] == "2"
