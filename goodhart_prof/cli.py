@@ -183,7 +183,8 @@ def _analyze(path, as_json, top, rank, device, hta, progress, html_file, force, 
         explicit_top = click.get_current_context().get_parameter_source("top").name != "DEFAULT"
         click.echo(json.dumps(to_document(result, top if explicit_top else None), indent=1))
         return
-    from .report.text.report import render, render_hta
+    from .report.text.hta import render_hta
+    from .report.text.report import render
     console = _console()
     render(result, console, top)
     if hta:

@@ -190,3 +190,29 @@ def test_dlrm_slowest_rank_is_among_htas_straggler_candidates(hta_dlrm, dlrm_ana
     candidates = hta_dlrm.get_potential_stragglers(num_candidates=2)
     (it,) = dlrm_analysis.ranks.iterations.itertuples()
     assert candidates == [2, 7] and it.slowest_rank == 7
+
+
+
+def test_htas_own_log_lines_stay_out_of_the_report():
+    """HTA logs at INFO to stdout and prints while it parses ("Parsed ...", "add distributedInfo");
+    `analyze --hta` shows its tables and none of that."""
+    from tests.support.helpers import run_cmd
+
+    done = run_cmd(["-c", "import sys; from goodhart_prof.entry import main; main(sys.argv[1:])",
+                    "analyze", str(DATA / "hta" / "mi250_minitoy_rocm.json.gz"), "--hta"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "HTA: temporal breakdown" in done.stdout and "HTA: idle time breakdown" in done.stdout
+    for chatter in ("Parsed ", "distributedInfo", "parse_traces", "Rounding down ns"):
+        assert chatter not in done.stdout + done.stderr, chatter
+
+
+def test_quiet_leaves_logging_as_it_found_it():
+    import logging
+
+    from goodhart_prof.analysis.hta_bridge import quiet
+
+    before = logging.root.manager.disable
+    with quiet():
+        assert logging.root.manager.disable == logging.WARNING
+        print("not shown")
+    assert logging.root.manager.disable == before

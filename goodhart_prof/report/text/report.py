@@ -359,14 +359,3 @@ def _each_finding(a, console: Console) -> None:
         for line in evidence_lines(f.evidence):  # wrapped lines keep the indent
             console.print(Padding(safe_text(line.lstrip()), (0, 0, 0, 8 + len(line) - len(line.lstrip()))))
         console.print(Padding(safe_text(f"fix: {f.fix}"), (0, 0, 0, 8)))
-
-
-def render_hta(frames: dict[str, pd.DataFrame], console: Console) -> None:
-    """HTA's own breakdowns, printed beside ours (see `goodhart-prof analyze --hta`)."""
-    for title, frame in frames.items():
-        console.print()
-        table = make_table(f"HTA: {title}", *[str(c) for c in frame.columns])
-        for row in frame.head(20).itertuples(index=False):
-            table.add_row(*[short(v, 60) if isinstance(v, str) else
-                            (f"{v:,.3f}" if isinstance(v, float) else str(v)) for v in row])
-        console.print(table)

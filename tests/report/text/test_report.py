@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import io
 
-import pandas as pd
 import pytest
 from rich.console import Console
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.report.text.report import render, render_hta
+from goodhart_prof.report.text.report import render
 from tests.support.events import X, cuda_item, launch, load_events, op
 
 
@@ -66,12 +65,3 @@ def test_many_devices_are_capped_with_a_line(tmp_path):
     assert len(shown) == 20
     assert "... and 5 more devices (the 20 with the most idle time are shown; --json lists all)" in lines
     assert row(lines, "k      ")[3:5] == ["25", f"{sum(10 + d for d in range(25)):.1f} us"]  # 550 us
-
-
-def test_hta_breakdowns_as_tables():
-    out = io.StringIO()
-    frame = pd.DataFrame({"name": ["x" * 80, "y"], "time": [1.23456, 2.0], "n": [1, 2]})
-    render_hta({"kernel breakdown": frame}, Console(file=out, width=120, color_system=None))
-    lines = out.getvalue().splitlines()
-    assert lines[1].startswith("HTA: kernel breakdown")
-    assert cells(lines[4]) == ["x" * 59 + "…", "1.235", "1"] and cells(lines[5]) == ["y", "2.000", "2"]
