@@ -296,7 +296,7 @@ def log_add(path, change, log_file):
 @perf_log.command("show")
 @_LOG_OPTION
 def log_show(log_file):
-    """Print the log's rows, newest first, numbered as `log compare` takes them."""
+    """Print the log's rows, newest first; `log compare` names them by their id (#)."""
     from .perflog.log_file import require_rows
     from .perflog.show import render_rows
     render_rows(require_rows(log_file), _console())
@@ -309,7 +309,7 @@ def log_show(log_file):
 def log_compare(first, second, log_file):
     """Compare two rows field by field (B = SECOND against A = FIRST).
 
-    Name a row by its number in `log show` (1 = newest) or by its id (id:7).
+    Name a row by its id, the # column of `log show` (7 or id:7).
     """
     from .perflog.compare import compare_rows, select
     from .perflog.log_file import require_rows

@@ -99,7 +99,7 @@ def test_diff_and_perflog_escape_names(hostile, tmp_path):
         assert_no_raw_control(res)
     assert not RAW.search(log.read_bytes())  # the markdown log too
     show = cli("log", "show", "--log", str(log))
-    compare = cli("log", "compare", "1", "2", "--log", str(log))
+    compare = cli("log", "compare", "2", "1", "--log", str(log))
     for res in (show, compare):
         assert res.returncode == 0
         assert_no_raw_control(res)

@@ -2,7 +2,8 @@
 
 `goodhart-prof log add PATH --change TEXT` analyses PATH (`measure.py`) and adds a row to a markdown
 table (PERFLOG.md by default: newest row first, right under the header; the file and header are
-made when missing, and a file without our header gets the table appended at its end) and to its
+made when missing, a table of the layout before `Host reads/iter` is upgraded in place, and a
+file without our header gets the table appended at its end) and to its
 machine-readable twin next to it (PERFLOG.jsonl: one JSON object per row, append-only, oldest
 first), both written under one lock (`log_file.py`). `log compare` judges two rows field by field
 (`compare.py`); `show.py` prints rows and comparisons in the terminal. Row fields
@@ -10,7 +11,7 @@ first), both written under one lock (`log_file.py`). `log compare` judges two ro
 
 | field | meaning |
 | --- | --- |
-| id | 1, 2, 3, ... in the order rows were added (stable; row numbers shift as rows are added) |
+| id | 1, 2, 3, ... in the order rows were added: the `#` column, and how `log compare` names a row |
 | date, created | local date (markdown) and ISO timestamp (JSONL) of the append |
 | change | what this run changed (`--change`) |
 | trace | PATH as given |
@@ -20,6 +21,7 @@ first), both written under one lock (`log_file.py`). `log compare` judges two ro
 | env_steps_per_s_low, _high, _n | the median's interval (`analysis/compare/spread.py`) and the number of iterations (JSONL only; null: no spread recorded) |
 | gpu_busy_pct | GPU busy / span over all devices, % |
 | syncs_per_iteration | sync points inside `ProfilerStep#N` per step |
+| host_reads_per_iteration | host reads (`.item()`, `nonzero`, `if tensor:` on CPU-only ranks: each a sync on a GPU) inside `ProfilerStep#N` per step; empty in rows added before it was logged |
 | top_kernel, top_kernel_pct | the kernel with the most GPU time and its share of GPU activity time, % |
 | memcpy_htod_ms | total duration of GPU memcpys named `Memcpy HtoD*`, ms |
 """

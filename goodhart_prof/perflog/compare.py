@@ -5,8 +5,8 @@ interval (3+ iterations each) and the intervals overlap, the verdict is `within 
 better/worse); a row without one (older rows, a run without metrics.jsonl) gives `no spread
 recorded`, fewer than 3 iterations `not judged`.
 
-Rows are named, for `select`, by their row number in newest-first order (`1` is the newest, as
-`log show` numbers them) or by id (`id:7`).
+Rows are named, for `select`, by their id: the `#` column `log show` and the markdown print (`7`,
+or `id:7`), one numbering everywhere.
 """
 from __future__ import annotations
 
@@ -18,26 +18,22 @@ from .log_file import PerfLogError
 SPREAD_FIELDS = ("iteration_ms", "env_steps_per_s")  # fields whose rows carry _low, _high, _n
 # (field, better when) for `compare`; None: neither direction is better.
 COMPARED = (("iteration_ms", "lower"), ("env_steps_per_s", "higher"), ("gpu_busy_pct", "higher"),
-            ("syncs_per_iteration", "lower"), ("top_kernel", None), ("top_kernel_pct", None),
-            ("memcpy_htod_ms", "lower"))
+            ("syncs_per_iteration", "lower"), ("host_reads_per_iteration", "lower"), ("top_kernel", None),
+            ("top_kernel_pct", None), ("memcpy_htod_ms", "lower"))
 
 
 def select(rows: list[dict[str, Any]], ref: str) -> dict[str, Any]:
-    """A row by 1-based row number in newest-first order (`3`) or by id (`id:7`)."""
+    """A row by its id: the `#` column of `log show` and of the markdown (`7`, or `id:7`)."""
     ref = str(ref).strip()
     m = re.fullmatch(r"(id:)?(\d+)", ref)
     if not m:
-        raise PerfLogError(f"{ref!r}: name a row by its number (1 = newest) or its id (id:7)")
+        raise PerfLogError(f"{ref!r}: name a row by its id, the # column of `log show` (7 or id:7)")
     n = int(m.group(2))
-    if m.group(1):
-        for row in rows:
-            if row.get("id") == n:
-                return row
-        ids = ", ".join(str(r.get("id")) for r in rows[::-1])
-        raise PerfLogError(f"id:{n}: no row with that id (ids: {ids})")
-    if not 1 <= n <= len(rows):
-        raise PerfLogError(f"{ref}: no such row (the log has {len(rows)} row(s), 1 = newest)")
-    return rows[n - 1]
+    for row in rows:
+        if row.get("id") == n:
+            return row
+    ids = ", ".join(str(r.get("id")) for r in rows[::-1])
+    raise PerfLogError(f"{ref}: no row with that id (ids: {ids})")
 
 
 def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:

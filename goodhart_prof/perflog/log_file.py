@@ -1,9 +1,10 @@
 """The performance log's two files: the markdown table and its JSONL twin, their paths and lock,
 appending a row to both, and reading the rows back.
 
-Concurrent writers are safe: an append holds an exclusive `fcntl.flock` on `PERFLOG.md.lock`
-while it reads the markdown, writes the new text to a temporary file, appends the JSONL line and
-renames the temporary file over the markdown. Readers never see a half-written table. A failed
+Concurrent writers are safe: an append holds an exclusive `fcntl.flock` on the JSONL twin
+(appended in place, never renamed, so no lock file is left beside the log) while it reads the
+markdown, writes the new text to a temporary file, appends the JSONL line and renames the
+temporary file over the markdown. Readers never see a half-written table. A failed
 append leaves both files as they were (the JSONL line is cut back when it or the rename fails; an
 unfinished last line left by a crash is cut off by the next append), so the twins hold the same
 rows. A log path that is a symlink is followed (`real_log`).
@@ -25,17 +26,23 @@ from ..textsafe import printable, quote_path
 DEFAULT_LOG = "PERFLOG.md"
 FIELDS = ("id", "date", "created", "change", "trace", "iteration_ms", "iteration_ms_low", "iteration_ms_high",
           "iteration_ms_n", "env_steps_per_s",
-          "env_steps_per_s_low", "env_steps_per_s_high", "env_steps_per_s_n", "gpu_busy_pct", "syncs_per_iteration", "top_kernel", "top_kernel_pct", "memcpy_htod_ms")
+          "env_steps_per_s_low", "env_steps_per_s_high", "env_steps_per_s_n", "gpu_busy_pct", "syncs_per_iteration", "host_reads_per_iteration", "top_kernel", "top_kernel_pct",
+          "memcpy_htod_ms")
 # (field, markdown header, format): the markdown table's columns, in order.
 COLUMNS = (
     ("id", "#", "{}"), ("date", "Date", "{}"), ("change", "Change", "{}"), ("trace", "Trace", "{}"),
     ("iteration_ms", "Iteration (ms)", "{:,.2f}"), ("env_steps_per_s", "Env-steps/s", "{:,.0f}"),
     ("gpu_busy_pct", "GPU busy %", "{:.1f}"), ("syncs_per_iteration", "Syncs/iter", "{:,.2f}"),
-    ("top_kernel", "Top kernel", "{}"), ("top_kernel_pct", "Top kernel share", "{:.1f}%"),
+    ("host_reads_per_iteration", "Host reads/iter", "{:,.2f}"), ("top_kernel", "Top kernel", "{}"), ("top_kernel_pct", "Top kernel share", "{:.1f}%"),
     ("memcpy_htod_ms", "Memcpy HtoD (ms)", "{:,.3f}"),
 )
 HEADER = "| " + " | ".join(h for _, h, _ in COLUMNS) + " |"
 SEPARATOR = "|" + "|".join("---" for _ in COLUMNS) + "|"
+# The table as logs written before `Host reads/iter` hold it: a row added to such a log upgrades
+# the table in place (the new column empty in its old rows).
+ADDED = "host_reads_per_iteration"
+OLD_HEADER = "| " + " | ".join(h for f, h, _ in COLUMNS if f != ADDED) + " |"
+OLD_SEPARATOR = "|" + "|".join("---" for f, _, _ in COLUMNS if f != ADDED) + "|"
 TITLE = "## Performance log"
 INTRO = ("Added by `goodhart-prof log add`, newest first; the `.jsonl` file next to this one holds "
          "the same rows as JSON.")
@@ -50,11 +57,6 @@ def jsonl_path(log: str | os.PathLike) -> Path:
     return real_log(log).with_suffix(".jsonl")
 
 
-def lock_path(log: str | os.PathLike) -> Path:
-    log = real_log(log)
-    return log.with_name(log.name + ".lock")
-
-
 def real_log(log: str | os.PathLike) -> Path:
     """The log file itself: a `--log` that is a symlink is followed, so its lock, its JSONL twin
     and the rename are the real log's (every path to one log shares one lock and one twin)."""
@@ -64,11 +66,12 @@ def real_log(log: str | os.PathLike) -> Path:
 # -- writing ---------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def locked(log: str | os.PathLike) -> Iterator[None]:
-    """Hold the log's exclusive lock (a `.lock` file beside it, kept: deleting it would race)."""
-    lock = lock_path(log)
+    """Hold the log's exclusive lock: an flock on its JSONL twin, the one of the two files that is
+    appended in place and never replaced, so the lock leaves no file of its own behind."""
+    twin = jsonl_path(log)
     try:
-        make_parent(lock)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        make_parent(twin)
+        fd = os.open(twin, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as exc:
         raise write_error(log, exc) from None
     try:
@@ -177,8 +180,9 @@ def markdown_row(row: dict[str, Any]) -> str:
 
 
 def insert_row(text: str, line: str) -> str:
-    """The markdown with line as the table's first row (the table is made when missing)."""
-    lines = text.splitlines()
+    """The markdown with line as the table's first row (the table is made when missing, and a
+    table of the earlier layout upgraded)."""
+    lines = upgraded(text.splitlines())
     for i in range(len(lines) - 1):
         if lines[i].strip() == HEADER and lines[i + 1].strip() == SEPARATOR:
             return "\n".join(lines[: i + 2] + [line] + lines[i + 2:]) + "\n"
@@ -188,12 +192,54 @@ def insert_row(text: str, line: str) -> str:
     return text.rstrip("\n") + "\n\n" + "\n".join([TITLE, "", INTRO, ""] + table) + "\n"
 
 
+def upgraded(lines: list[str]) -> list[str]:
+    """The lines with a table of the earlier layout (no `Host reads/iter`) in the current one: its
+    header and separator replaced, an empty cell put in each of its rows where the column goes."""
+    at = [f for f, _, _ in COLUMNS].index(ADDED)
+    out, inside = [], False
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped == OLD_HEADER and i + 1 < len(lines) and lines[i + 1].strip() == OLD_SEPARATOR:
+            out.append(HEADER)
+            continue
+        if stripped == OLD_SEPARATOR and out and out[-1] == HEADER:
+            out.append(SEPARATOR)
+            inside = True
+            continue
+        if inside and stripped.startswith("|"):
+            cells = row_cells(stripped)
+            line = "|" + "|".join(cells[:at] + [" "] + cells[at:]) + "|"
+        else:
+            inside = False
+        out.append(line)
+    return out
+
+
+def row_cells(row: str) -> list[str]:
+    """The cells of a markdown row as `_cell` wrote them (`\\|` a pipe and `\\\\` a backslash
+    inside a cell), their text kept as written, outer pipes dropped."""
+    cells, cell, escaped = [], [], False
+    for ch in row.strip()[1:]:
+        if escaped:
+            cell.append(ch)
+            escaped = False
+        elif ch == "\\":
+            cell.append(ch)
+            escaped = True
+        elif ch == "|":
+            cells.append("".join(cell))
+            cell = []
+        else:
+            cell.append(ch)
+    return cells
+
+
 def markdown_ids(text: str) -> list[int]:
     """Ids in the first column of our table's rows (they count even if the JSONL was lost)."""
     ids, inside = [], False
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped == SEPARATOR:
+        if stripped in (SEPARATOR, OLD_SEPARATOR):
             inside = True
         elif inside and stripped.startswith("|"):
             m = re.match(r"\|\s*(\d+)\s*\|", stripped)

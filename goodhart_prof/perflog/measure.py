@@ -79,7 +79,7 @@ def measure(analysis, path: str | os.PathLike) -> dict[str, Any]:
 
 def _measured(analysis, path: str | os.PathLike, run) -> dict[str, Any]:
     """`measure`, with the run record (or None) of the run path belongs to already read."""
-    from ..analysis.compare.summary import syncs_per_iteration
+    from ..analysis.compare.summary import host_reads_per_iteration, syncs_per_iteration
 
     busy, span = float(analysis.gpu["busy_us"].sum()), float(analysis.gpu["span_us"].sum())
     top = analysis.kernels.iloc[0] if len(analysis.kernels) else None
@@ -89,6 +89,7 @@ def _measured(analysis, path: str | os.PathLike, run) -> dict[str, Any]:
         **throughput(run),
         "gpu_busy_pct": 100 * busy / span if span > 0 else None,
         "syncs_per_iteration": syncs_per_iteration(analysis.phases),
+        "host_reads_per_iteration": host_reads_per_iteration(analysis.phases, analysis.host_reads),
         "top_kernel": str(top["name"]) if top is not None else None,
         "top_kernel_pct": float(top["pct"]) if top is not None else None,
         "memcpy_htod_ms": memcpy_htod_us(analysis.trace) / 1e3,

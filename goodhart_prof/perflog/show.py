@@ -19,7 +19,7 @@ def describe(row: dict[str, Any]) -> str:
     fmt = {f: (h, fm) for f, h, fm in COLUMNS}
     figures = ", ".join(f"{fmt[f][0]} {_shown(row.get(f), fmt[f][1])}" for f in
                         ("iteration_ms", "env_steps_per_s", "gpu_busy_pct", "syncs_per_iteration",
-                         "memcpy_htod_ms") if row.get(f) is not None)
+                         "host_reads_per_iteration", "memcpy_htod_ms") if row.get(f) is not None)
     return f"id {row.get('id')} ({row.get('date')}): {figures}"
 
 
@@ -28,17 +28,16 @@ def render_rows(rows: list[dict[str, Any]], console) -> None:
 
     table = Table(title="Performance log (newest first)", title_justify="left", title_style="bold",
                   show_edge=False, pad_edge=False)
-    table.add_column("row", justify="right")
     for field, header, _ in COLUMNS:
         right = field == "id" or field.endswith(("_ms", "_s", "_pct", "_iteration"))
         table.add_column(header, justify="right" if right else "left",
                          overflow="fold" if field in ("change", "trace", "top_kernel") else "ellipsis")
-    for n, row in enumerate(rows, 1):
+    for row in rows:
         values = dict(row)
         kernel = values.get("top_kernel")
         if kernel and len(kernel) > KERNEL_WIDTH:
             values["top_kernel"] = kernel[: KERNEL_WIDTH - 1] + "…"
-        table.add_row(str(n), *(_plain(_shown(values.get(f), fmt)) for f, _, fmt in COLUMNS))
+        table.add_row(*(_plain(_shown(values.get(f), fmt)) for f, _, fmt in COLUMNS))
     console.print(table)
 
 

@@ -16,12 +16,12 @@ FASTER = {"id": 2, "change": "no .item()", **measured(iteration_ms=8.0, env_step
                                                       memcpy_htod_ms=1.0)}
 
 
-def test_select_by_row_number_newest_first_or_by_id():
+def test_select_by_id_the_one_numbering_of_show_and_the_markdown():
     rows = [FASTER, BASELINE]  # newest first, as read_rows gives them
-    assert select(rows, "1") is FASTER and select(rows, " 2 ") is BASELINE
+    assert select(rows, "1") is BASELINE and select(rows, " 2 ") is FASTER
     assert select(rows, "id:1") is BASELINE and select(rows, "id:2") is FASTER
-    for ref, message in (("0", "no such row"), ("3", "no such row"), ("abc", "'abc'"), ("-1", "'-1'"),
-                         ("id:7", r"no row with that id \(ids: 1, 2\)")):
+    for ref, message in (("0", r"0: no row with that id \(ids: 1, 2\)"), ("3", "no row with that id"),
+                         ("abc", "'abc'"), ("-1", "'-1'"), ("id:7", r"no row with that id \(ids: 1, 2\)")):
         with pytest.raises(PerfLogError, match=message):
             select(rows, ref)
 
@@ -61,13 +61,13 @@ def test_rows_appended_are_selected_as_log_show_numbers_them(tmp_path):
     append(measured(), "baseline", log)
     append(measured(iteration_ms=8.0), "no .item()", log)
     rows = read_rows(log)
-    a, b = select(rows, "2"), select(rows, "id:2")
+    a, b = select(rows, "1"), select(rows, "id:2")
     assert (a["change"], b["change"]) == ("baseline", "no .item()")
 
 
 def test_bad_row_references_are_one_line_exit_2(tmp_path, capsys):
     log = tmp_path / "PERFLOG.md"
     append(measured(), "only row", log)
-    for ref, words in (("0", ("no such row",)), ("2", ("no such row",)), ("abc", ("abc",)),
+    for ref, words in (("0", ("no row with that id",)), ("2", ("no row with that id",)), ("abc", ("abc",)),
                        ("id:7", ("id:7",)), ("-1", ())):
         one_line_error(*run_main(["log", "compare", ref, "1", "--log", str(log)], capsys)[::2], *words)

@@ -17,8 +17,9 @@ import pytest
 
 from goodhart_prof.analysis import analyze
 from goodhart_prof.errors import UserError
-from goodhart_prof.perflog.log_file import (TITLE, append, insert_row, jsonl_path, markdown_ids, markdown_row,
-                                            read_rows)
+from goodhart_prof.perflog.log_file import (HEADER, OLD_HEADER, OLD_SEPARATOR, SEPARATOR, TITLE, append,
+                                            insert_row, jsonl_path, markdown_ids, markdown_row, read_rows,
+                                            row_cells)
 from goodhart_prof.perflog.measure import measure
 from goodhart_prof.trace.load import load
 from tests.support.helpers import clean_env, run_main
@@ -66,7 +67,7 @@ def test_concurrent_appends_lose_no_row(tmp_path):
     for r in jsonl(log):
         seen[int(r["change"].split()[1])].append(r["iteration_ms"])
     assert all(v == sorted(v) for v in seen.values())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["PERFLOG.jsonl", "PERFLOG.md", "PERFLOG.md.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["PERFLOG.jsonl", "PERFLOG.md"]  # no lock file
 
 
 def test_concurrent_cli_adds(tmp_path):
@@ -230,5 +231,20 @@ def test_a_log_given_through_a_symlink_is_the_real_log(tmp_path, mi250_figures):
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert _ids(real) == ([2, 1], [2, 1]) and _ids(link) == ([2, 1], [2, 1])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["LOG.md", "real"]
-    assert sorted(p.name for p in real.parent.iterdir()) == ["PERFLOG.jsonl", "PERFLOG.md",
-                                                             "PERFLOG.md.lock"]
+    assert sorted(p.name for p in real.parent.iterdir()) == ["PERFLOG.jsonl", "PERFLOG.md"]
+
+
+def test_a_table_written_before_host_reads_is_upgraded_in_place(tmp_path):
+    log = tmp_path / "PERFLOG.md"
+    old_row = "| 1 | 2026-11-20 | a \\| b | t.json | 10.00 | 1,000 | 50.0 | 4.00 | k1 | 30.0% | 2.000 |"
+    log.write_text("# Performance log\n\nnotes\n\n" + "\n".join([OLD_HEADER, OLD_SEPARATOR, old_row]) + "\n")
+    row = append(measured(host_reads_per_iteration=3.0), "second", log)
+    assert row["id"] == 2  # the old table's id counts
+    lines = log.read_text().splitlines()
+    at = lines.index(HEADER)
+    assert lines[at + 1] == SEPARATOR and OLD_HEADER not in lines
+    assert [c.strip() for c in row_cells(lines[at + 2])][:3] == ["2", row["date"], "second"]
+    assert [c.strip() for c in row_cells(lines[at + 2])][7:9] == ["4.00", "3.00"]
+    assert [c.strip() for c in row_cells(lines[at + 3])] == \
+        ["1", "2026-11-20", "a \\| b", "t.json", "10.00", "1,000", "50.0", "4.00", "", "k1", "30.0%", "2.000"]
+    assert lines[:4] == ["# Performance log", "", "notes", ""]  # the rest of the file as it was

@@ -74,3 +74,18 @@ def test_env_steps_from_run_json(tmp_path):
     with pytest.raises(PerfLogError, match="run.json"):
         add(run, "broken", log)
     assert len(jsonl(log)) == 2
+
+
+def test_host_reads_per_iteration_on_a_cpu_run(tmp_path):
+    """A CPU-only run with `.item()` planted: no sync point, but 90 host reads over its 3 traced
+    iterations (ProfilerStep#3-5, 30 each, counted from the trace's aten::item ops by
+    tests/analysis/host tests), so the row says 30.00 host reads per iteration, not only 0 syncs."""
+    path = DATA / "ours" / "cpu_item_logging_lite.json.gz"
+    events = raw_events(path)
+    steps = [e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+    items = [e for e in events if e.get("ph") == "X" and e["name"] == "aten::item"
+             and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)]
+    row = add(path, "item_logging", tmp_path / "PERFLOG.md")
+    assert row["syncs_per_iteration"] == 0.0
+    assert row["host_reads_per_iteration"] == pytest.approx(len(items) / len(steps)) == 30.0
+    assert "| 0.00 | 30.00 |" in (tmp_path / "PERFLOG.md").read_text()

@@ -33,12 +33,14 @@ def test_describe_is_one_line_formatted_as_in_the_table():
         "id 3 (2026-11-22): Iteration (ms) 1,234.50"
 
 
-def test_rows_are_numbered_newest_first_with_long_kernels_cut():
+def test_rows_newest_first_by_their_id_with_long_kernels_cut():
     out = printed(render_rows, [B, A])
     lines = [line for line in out.splitlines() if line.strip()]
     assert lines[0].startswith("Performance log (newest first)")
-    first, second = (next(line for line in lines if line.lstrip().startswith(f"{n} ")) for n in (1, 2))
-    assert "│ 2 │ 2026-11-21" in first and "│ 1 │ 2026-11-20" in second
+    assert lines[1].split("┃")[0].strip() == "#"  # one numbering: the id, as `log compare` takes it
+    first, second = (next(line for line in lines if line.lstrip().startswith(f"{n} ")) for n in (2, 1))
+    assert first.lstrip().startswith("2 │ 2026-11-21") and second.lstrip().startswith("1 │ 2026-11-20")
+    assert lines.index(first) < lines.index(second)
     assert "fused [bold]adam[/bold]" in first  # shown as written, not read as markup
     assert "k" * 59 + "…" in first and "k" * 60 not in out
 
@@ -61,7 +63,7 @@ def test_log_compare_and_show_commands(tmp_path, capsys):
     append(measured(iteration_ms=8.0, env_steps_per_s=1250.0, gpu_busy_pct=60.0,
                     syncs_per_iteration=0.0, top_kernel="k2", top_kernel_pct=25.0,
                     memcpy_htod_ms=1.0), "no .item()", log)
-    code, out, _ = run_main(["log", "compare", "2", "1", "--log", str(log)], capsys)
+    code, out, _ = run_main(["log", "compare", "1", "2", "--log", str(log)], capsys)
     assert code == 0
     lines = {line.split()[0]: line for line in out.splitlines() if line.split()}
     assert "-2.00" in lines["iteration_ms"] and "0.800x" in lines["iteration_ms"] and "no spread recorded" in lines["iteration_ms"]

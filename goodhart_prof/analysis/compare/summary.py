@@ -74,6 +74,17 @@ def syncs_per_iteration(phases: pd.DataFrame) -> float:
     return float(steps["syncs"].sum()) / n if n else float("nan")
 
 
+def host_reads_per_iteration(phases: pd.DataFrame, host_reads: pd.DataFrame) -> float:
+    """Host reads (`.item()`, `nonzero`, `if tensor:` on CPU-only ranks: each a sync on a GPU)
+    inside `ProfilerStep#N` per step instance, as `syncs_per_iteration` counts sync points; NaN
+    without steps."""
+    n = int(iteration_rows(phases)["count"].sum())
+    if not n:
+        return float("nan")
+    inside = int((host_reads["iteration"].to_numpy() >= 0).sum()) if len(host_reads) else 0
+    return inside / n
+
+
 def rank_figures(a: Analysis) -> dict[str, float]:
     """Exposed communication per iteration (mean over ranks and traced iterations) and the
     others' wait for the slowest rank per iteration (mean over iterations); NaN where the trace

@@ -173,7 +173,7 @@ def test_log_compare_of_two_runs_of_one_configuration(tmp_path, capsys):
         steps = n.samples[n.samples["item"] == "iteration time"]["value"].to_numpy() / 1e3
         assert (row["iteration_ms"], row["iteration_ms_low"], row["iteration_ms_high"], row["iteration_ms_n"]) \
             == (pytest.approx(float(np.median(steps))), steps.min(), steps.max(), 6)
-    code, out, _ = run_main(["log", "compare", "2", "1", "--log", str(log)], capsys)
+    code, out, _ = run_main(["log", "compare", "1", "2", "--log", str(log)], capsys)
     for field in ("iteration_ms", "env_steps_per_s"):
         line = next(x for x in out.splitlines() if x.startswith(field))
         assert code == 0 and "within noise" in line and "better" not in line and "worse" not in line

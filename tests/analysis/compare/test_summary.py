@@ -13,9 +13,9 @@ import pytest
 
 from goodhart_prof.analysis import analyze
 from goodhart_prof.analysis.compare.noise import ITERATION_TIME
-from goodhart_prof.analysis.compare.summary import (NEITHER, WHOLE_TRACE, mean_iteration_us, ratio,
-                                                    recording_warning, shown_rows, summary_table,
-                                                    syncs_per_iteration)
+from goodhart_prof.analysis.compare.summary import (NEITHER, WHOLE_TRACE, host_reads_per_iteration,
+                                                    mean_iteration_us, ratio, recording_warning, shown_rows,
+                                                    summary_table, syncs_per_iteration)
 from tests.support.events import ann, cuda_item, load_events, op
 
 NO_SPREAD = pd.DataFrame({"kind": [], "item": [], "verdict": []})
@@ -86,3 +86,12 @@ def test_recording_warning():
     no_mode = {"mode": None, "stacks": True, "device": None}
     assert "A holds Python stacks (full mode) and B does not" in recording_warning(no_mode, {**no_mode, "stacks": False})
     assert recording_warning(lite, {**lite, "device": None}) is None  # unknown is no difference
+
+
+def test_host_reads_per_iteration_counts_those_inside_steps():
+    phases = pd.DataFrame({"name": ["ProfilerStep#0", "ProfilerStep#1", "rollout"],
+                           "kind": ["iteration", "iteration", "phase"], "count": [1, 1, 2]})
+    reads = pd.DataFrame({"iteration": [0, 0, 1, -1]})  # -1: outside every step, not counted
+    assert host_reads_per_iteration(phases, reads) == 1.5
+    assert host_reads_per_iteration(phases, reads.iloc[:0]) == 0.0
+    assert math.isnan(host_reads_per_iteration(phases[phases["kind"] == "phase"], reads))
