@@ -240,14 +240,15 @@ def _idle_section(a) -> str:
     tables = []
     keep = capped([sum(c["idle_us"] for c in b.idle_causes) for b in devices])
     more = more_rows(len(devices), len(keep), "devices", "most idle time")
+    frames = any(c.get("frame") for i in keep for c in devices[i].idle_causes)  # none without stacks
     for b in (devices[i] for i in keep):
         rows = "".join(
             f"<tr><td><code>{_esc(cause_label(c))}</code></td><td>{duration_sig(c['idle_us'])}</td>"
-            f"<td>{percent(c['share'])}</td><td>{_esc(c.get('frame') or '')}</td></tr>"
-            for c in b.idle_causes)
+            f"<td>{percent(c['share'])}</td>" + (f"<td>{_esc(c.get('frame') or '')}</td>" if frames else "")
+            + "</tr>" for c in b.idle_causes)
         tables.append(f'<table class="data"><caption>{device_text(b.rank, b.device)}</caption>'
                       "<tr><th>host was in</th><th>idle</th><th>share of idle</th>"
-                      f"<th>mostly in (Python)</th></tr>{rows}</table>")
+                      + ("<th>mostly in (Python)</th>" if frames else "") + f"</tr>{rows}</table>")
     note = ("Each idle gap is read off the host thread that launched the work ending it and split "
             "by what that thread was doing: the innermost op or annotation open at each instant "
             "(ProfilerStep excluded; the innermost Python frame where neither is, when the trace has "

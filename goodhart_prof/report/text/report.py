@@ -174,20 +174,32 @@ def _burstiness(a, console: Console) -> None:
     _idle_causes(a, console)
 
 
+TOP_CAUSES = 5  # per device in the terminal; the HTML page lists them all
+
+
 def _idle_causes(a, console: Console) -> None:
-    """Per device, the top 5 host causes of its idle time (analysis/gpu/idle.py)."""
+    """Per device, the top causes of its idle time (analysis/gpu/idle.py), the rest summed in one
+    row so the shares add up to the device's idle time; the Python column only where a cause has
+    a frame (a trace without stacks has none)."""
     devices = [b for b in a.burstiness if b.idle_causes]
     if not devices:
         return
     console.print()
-    table = make_table("Why the GPU idles (what the launching host thread was doing)", "rank/device",
-                       "host was in", "idle", "share", "mostly in (Python)", right=(2, 3))
-    table.columns[1].overflow = "fold"  # the cause is the point: never cut it
     keep = capped([sum(c["idle_us"] for c in b.idle_causes) for b in devices])
+    frames = any(c.get("frame") for i in keep for c in devices[i].idle_causes[:TOP_CAUSES])
+    columns = ["rank/device", "host was in", "idle", "share"] + (["mostly in (Python)"] if frames else [])
+    table = make_table("Why the GPU idles (what the launching host thread was doing)", *columns, right=(2, 3))
+    table.columns[1].overflow = "fold"  # the cause is the point: never cut it
     for b in (devices[i] for i in keep):
-        for i, c in enumerate(b.idle_causes[:5]):
-            table.add_row(device_text(b.rank, b.device) if i == 0 else "", cause_label(c),
-                          duration(c["idle_us"]), f"{100 * c['share']:.1f}%", c.get("frame") or "")
+        for i, c in enumerate(b.idle_causes[:TOP_CAUSES]):
+            cells = [device_text(b.rank, b.device) if i == 0 else "", cause_label(c),
+                     duration(c["idle_us"]), f"{100 * c['share']:.1f}%"]
+            table.add_row(*cells, *([c.get("frame") or ""] if frames else []))
+        rest = b.idle_causes[TOP_CAUSES:]
+        if rest:
+            cells = ["", f"(the other {len(rest)} causes)", duration(sum(c["idle_us"] for c in rest)),
+                     f"{100 * sum(c['share'] for c in rest):.1f}%"]
+            table.add_row(*cells, *([""] if frames else []))
     console.print(table)
     _more(console, len(devices), len(keep), "devices", "most idle time")
 

@@ -240,3 +240,15 @@ def test_page_renders_in_headless_chromium(which, request, tmp_path):
     if screenshot is not None:
         assert screenshot.returncode == 0 and shot.exists() and png_size(shot) == (1400, 4000)
         assert shot.stat().st_size > 100_000  # charts, not a blank page (white compresses to kBs)
+
+
+def test_the_idle_table_has_no_python_column_without_frames():
+    from goodhart_prof.report.html.page import render_html
+    from tests.support.analyses import analysis_of
+
+    page = render_html(analysis_of("hta/mi250_minitoy_rocm.json.gz"))
+    idle = page[page.index('<section id="idle">'):page.index("</section>", page.index('<section id="idle">'))]
+    assert "<th>host was in</th>" in idle and "mostly in (Python)" not in idle
+    page = render_html(analysis_of("tracelens/h100_owlv2_inference.json.gz"))
+    idle = page[page.index('<section id="idle">'):page.index("</section>", page.index('<section id="idle">'))]
+    assert "<th>mostly in (Python)</th>" in idle and "scipy/ndimage/_interpolation.py(739): zoom" in idle

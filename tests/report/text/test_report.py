@@ -11,6 +11,7 @@ from rich.console import Console
 
 from goodhart_prof.analysis import analyze
 from goodhart_prof.report.text.report import render
+from tests.support.analyses import analysis_of
 from tests.support.events import X, cuda_item, launch, load_events, op
 
 
@@ -65,3 +66,28 @@ def test_many_devices_are_capped_with_a_line(tmp_path):
     assert len(shown) == 20
     assert "... and 5 more devices (the 20 with the most idle time are shown; --json lists all)" in lines
     assert row(lines, "k      ")[3:5] == ["25", f"{sum(10 + d for d in range(25)):.1f} us"]  # 550 us
+
+
+def _idle_table(lines: list[str]) -> list[str]:
+    start = next(i for i, x in enumerate(lines) if x.startswith("Why the GPU idles"))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+def test_idle_causes_past_the_top_five_are_summed_so_the_shares_add_up():
+    a = analysis_of("hta/mi250_minitoy_rocm.json.gz")
+    causes = a.burstiness[0].idle_causes
+    assert len(causes) == 10
+    table = _idle_table(text(a))
+    assert "mostly in (Python)" not in table[1]  # no stacks in this trace: no empty column
+    last = cells(table[-1])
+    assert last[1] == "(the other 5 causes)"
+    assert last[3] == f"{100 * sum(c['share'] for c in causes[5:]):.1f}%"
+    shares = [float(cells(x)[3].rstrip("%")) for x in table[3:]]
+    assert abs(sum(shares) - 100.0) <= 0.05 * len(shares)  # each share rounded to 0.1%
+
+
+def test_the_python_column_shows_where_a_cause_has_a_frame():
+    table = _idle_table(text(analysis_of("tracelens/h100_owlv2_inference.json.gz"), width=200))
+    assert cells(table[1].replace("┃", "│"))[-1] == "mostly in (Python)"
+    assert "scipy/ndimage/_interpolation.py(739): zoom" in table[3]
