@@ -88,6 +88,14 @@ def device_text(rank: Any, device: Any) -> str:
     return f"rank {rank} / gpu {device}"
 
 
+def devices_text(devices: list[tuple[int, int]]) -> str:
+    """Several (rank, device) pairs: `rank 0 / gpu 0` for one, `8 devices (rank 0 / gpu 0 .. rank 7
+    / gpu 7)` for more, first and last as given."""
+    if len(devices) == 1:
+        return device_text(*devices[0])
+    return f"{len(devices)} devices ({device_text(*devices[0])} .. {device_text(*devices[-1])})"
+
+
 def _by_spelling(rows: list[tuple]) -> dict[str, int]:
     table: dict[str, int] = {}
     for size, *names in rows:

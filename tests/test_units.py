@@ -71,3 +71,10 @@ def test_one_element_size_table_for_every_spelling():
     assert [ELEMENT_BYTES[n] for n in ("double", "c10::Half", "long int", "signed char", "unsigned long",
                                        "c10::complex<c10::Half>")] == [8, 2, 8, 1, 8, 4]
     assert "Float16" not in ELEMENT_BYTES and "half" not in ELEMENT_BYTES
+
+
+def test_several_devices_name_their_count_first_and_last():
+    from goodhart_prof.units import devices_text
+
+    assert devices_text([(0, 1)]) == "rank 0 / gpu 1"
+    assert devices_text([(0, 0), (1, 1), (7, 7)]) == "3 devices (rank 0 / gpu 0 .. rank 7 / gpu 7)"

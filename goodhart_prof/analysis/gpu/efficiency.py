@@ -251,3 +251,39 @@ def _rates(groups: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
     g["bound"] = np.where(known, np.where(g["intensity"].to_numpy(float) >= ridge, "compute", "memory"),
                           None)
     return g.sort_values(["time_us"], ascending=False, kind="stable").reset_index(drop=True)
+
+
+ACROSS_COLUMNS = ["op", "dtype", "model", "devices", "count", "flops", "bytes", "time_us", "intensity",
+                  "tflops", "tflops_low", "tflops_high", "gbps", "pct_peak", "pct_roof", "bound"]
+
+
+def across_devices(eff: Efficiency) -> pd.DataFrame:
+    """The ops per (op, dtype, device model) summed over the devices of that model (a many-rank
+    run repeats one row per rank): counts, FLOPs, bytes and time added, rates and roofs of the
+    sums, and the spread of the devices' own TFLOP/s (`tflops_low`, `tflops_high`). Empty where
+    the ops ran on one device or none."""
+    ops = eff.ops
+    if ops.empty or len(set(zip(ops["rank"].tolist(), ops["device"].tolist()))) < 2:
+        return pd.DataFrame(columns=ACROSS_COLUMNS)
+    named = {(r, d): (p or n or "unnamed device") for r, d, n, p in
+             eff.devices[["rank", "device", "device_name", "peak_name"]].itertuples(index=False)}
+    rows = ops.assign(model=[named.get((r, d), "unnamed device") for r, d in zip(ops["rank"], ops["device"])],
+                      no_bytes=ops["bytes"].isna())
+    g = rows.groupby(["op", "dtype", "model"], sort=False, observed=True).agg(
+        rank=("rank", "first"), device=("device", "first"), devices=("rank", "size"), count=("count", "sum"),
+        flops=("flops", "sum"), bytes=("bytes", "sum"), no_bytes=("no_bytes", "any"), time_us=("time_us", "sum"),
+        tflops_low=("tflops", "min"), tflops_high=("tflops", "max")).reset_index()
+    g["bytes"] = g["bytes"].where(~g["no_bytes"])  # bytes of every device's calls, or none
+    devices = eff.devices.assign(peak=[device_peak(n) if d >= 0 else None
+                                       for d, n in zip(eff.devices["device"], eff.devices["device_name"])])
+    return _nones(_rates(g.drop(columns=["no_bytes"]), devices)[ACROSS_COLUMNS])
+
+
+def device_kinds(devices: pd.DataFrame) -> list[tuple[object, list[tuple[int, int]]]]:
+    """The devices grouped by kind: the CPU, else (name, peak, its source); per kind its first row
+    and every (rank, device) of it, in order (eight ranks of one GPU model are one kind)."""
+    kinds: dict[tuple, list] = {}
+    for d in devices.itertuples():
+        key = ("cpu",) if d.device < 0 else (d.device_name, d.peak_name, d.source)
+        kinds.setdefault(key, []).append(d)
+    return [(ds[0], [(d.rank, d.device) for d in ds]) for ds in kinds.values()]

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ...analysis.recorder import record_full_advice
-from ...units import device_text, duration
+from ...analysis.gpu.efficiency import across_devices, device_kinds
+from ...units import devices_text, duration
 from .common import wrap
 
 TITLE = "Efficiency against the hardware (roofline)"
@@ -33,7 +34,8 @@ def efficiency_section(a, figure: Callable) -> str:
     fig = roofline_figure(eff)
     if fig is not None:
         parts.append(f'<div class="figure">{figure(fig, "roofline")}</div>')
-    parts.append(_ops_table(eff.ops))
+    across = across_devices(eff)
+    parts.append(_across_table(across) if not across.empty else _ops_table(eff.ops))
     if eff.unsized:
         parts.append('<p class="note">FLOPs unknown (shapes or scalar arguments not recorded): '
                      + ", ".join(f"<code>{_esc(op)}</code> x{n:,}" for op, n in eff.unsized.items()) + "</p>")
@@ -81,11 +83,11 @@ def roofline_figure(eff):
 
 def _devices_note(eff) -> str:
     parts = []
-    for d in eff.devices.itertuples():
-        where = "the CPU (ops' own CPU time; no kernels)" if d.device < 0 else device_text(d.rank, d.device)
+    for d, where in device_kinds(eff.devices):
+        place = "the CPU (ops' own CPU time; no kernels)" if d.device < 0 else devices_text(where)
         peak = (f'peak: {_esc(d.peak_name)} (<a href="{_esc(d.source)}">datasheet</a>)' if d.peak_name
                 else "peak unknown: no roofs, no percentages")
-        parts.append(f"{where}: {_esc(d.device_name or 'unnamed device')}, {peak}")
+        parts.append(f"{place}: {_esc(d.device_name or 'unnamed device')}, {peak}")
     return ("Achieved rate = the op's FLOPs over the summed time of the kernels it launched; "
             "bytes = its operands and result, each moved once. " + "; ".join(parts) + ".")
 
@@ -103,6 +105,22 @@ def _ops_table(ops: pd.DataFrame) -> str:
                  _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), _esc(r.bound or "-"))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ('<table class="data"><caption>Roofline by op type</caption><tr>'
+            + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>")
+
+
+def _across_table(across: pd.DataFrame) -> str:
+    """The ops summed over the devices of each model (efficiency.across_devices), TFLOP/s with the
+    devices' own range."""
+    heads = ("op", "dtype", "device", "devices", "count", "time", "GFLOP", "GB", "FLOP/B", "TFLOP/s",
+             "each device's TFLOP/s", "GB/s", "% of peak", "% of roof", "bound")
+    rows = []
+    for r in across.itertuples():
+        cells = (f"<code>{_esc(r.op)}</code>", _esc(r.dtype), _esc(r.model), f"{int(r.devices):,}",
+                 f"{int(r.count):,}", duration(r.time_us), f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3),
+                 _num(r.intensity, 1), _num(r.tflops, 2), f"{_num(r.tflops_low, 2)}-{_num(r.tflops_high, 2)}",
+                 _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), _esc(r.bound or "-"))
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return ('<table class="data"><caption>Roofline by op type, summed over the devices of each model</caption><tr>'
             + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>")
 
 

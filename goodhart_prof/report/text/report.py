@@ -7,8 +7,9 @@ from rich.padding import Padding
 
 from ..common import (capped, evidence_lines, kernel_name, make_table, more_rows, one_line, percent, plain,
                       safe_text, saving_text, short)
-from ...units import bytes_text, device_key, device_text, duration
+from ...units import bytes_text, device_key, device_text, devices_text, duration
 from ...analysis.gpu.device_time import unrecorded_gpu
+from ...analysis.gpu.efficiency import across_devices, device_kinds
 from ...analysis.memory.usage import HOST
 from ...analysis.rules.savings import overlap
 from ...analysis.recorder import record_full_advice
@@ -301,15 +302,12 @@ def _efficiency(a, console: Console, top: int) -> None:
         return
     console.print()
     console.print("[bold]Efficiency against the hardware[/bold] (GEMM, conv, attention ops with shapes)")
-    for d in eff.devices.itertuples():
-        if d.device < 0:
-            console.print(f"  rank {d.rank}: the CPU (no kernels: each op's own CPU time); peak unknown, "
-                          "no percentages", highlight=False)
-            continue
-        peak = f"peak {d.peak_name} ({d.source})" if d.peak_name else "peak unknown: no percentages"
-        console.print(f"  {device_text(d.rank, d.device)}: {plain(d.device_name or 'unnamed device')}; {peak}",
-                      highlight=False)
-    if not eff.ops.empty:
+    for line in _device_lines(eff.devices):
+        console.print(line, highlight=False)
+    across = across_devices(eff)
+    if not across.empty:
+        console.print(_across_table(across, top))
+    elif not eff.ops.empty:
         console.print(_roofline_table("by op type", eff.ops, "op", top, console.width))
     if not eff.kernels.empty:
         console.print(_roofline_table(f"top {min(top, len(eff.kernels))} compute kernels", eff.kernels,
@@ -317,6 +315,41 @@ def _efficiency(a, console: Console, top: int) -> None:
     if eff.unsized:
         console.print("FLOPs unknown (shapes or scalar arguments not recorded): "
                       + ", ".join(f"{op} x{n:,}" for op, n in eff.unsized.items()), highlight=False)
+
+
+def _device_lines(devices: pd.DataFrame) -> list[str]:
+    """One line per kind of device (efficiency.device_kinds): eight ranks of one GPU model are one
+    line, not eight."""
+    lines = []
+    for d, where in device_kinds(devices):
+        if d.device < 0:
+            ranks = ", ".join(str(r) for r, _ in where)
+            lines.append(f"  rank{'s' if len(where) > 1 else ''} {ranks}: the CPU (no kernels: each op's own CPU "
+                         "time); peak unknown, no percentages")
+            continue
+        peak = f"peak {d.peak_name} ({d.source})" if d.peak_name else "peak unknown: no percentages"
+        lines.append(f"  {devices_text(where)}: {plain(d.device_name or 'unnamed device')}; {peak}")
+    return lines
+
+
+def _across_table(across: pd.DataFrame, top: int):
+    """The roofline by op type summed over the devices of each model: rates of the sums, and the
+    devices' own TFLOP/s as a range where they differ."""
+    counts = sorted(set(across["devices"].tolist()))
+    over = f"{counts[0]} devices" if len(counts) == 1 else "their devices"
+    table = make_table(f"Roofline, by op type, summed over {over} (TFLOP/s: the sum's, and each device's range)",
+                       "aten op", "dtype", *(() if len(counts) == 1 else ("devices",)), "count", "time", "FLOP/B",
+                       "TFLOP/s", "GB/s", "% peak", "% roof", "bound")
+    for r in across.head(top).itertuples():
+        low, high = _num(r.tflops_low, 2), _num(r.tflops_high, 2)
+        rate = _num(r.tflops, 2) + (f" ({low}-{high})" if low != high else "")
+        table.add_row(one_line(short(str(r.op).removeprefix("aten::"), 36)), r.dtype,
+                      *(() if len(counts) == 1 else (f"{r.devices:,}",)), f"{r.count:,}", duration(r.time_us),
+                      _num(r.intensity, 1), rate, _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1),
+                      r.bound or "-")
+    for column in table.columns[2:-1]:
+        column.justify = "right"
+    return table
 
 
 def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int, width: int = 160):

@@ -272,3 +272,32 @@ def test_a_job_on_a_known_and_an_unknown_gpu_reports_both(tmp_path):
     out = io.StringIO()
     render(a, Console(file=out, width=200, color_system=None))
     assert "peak unknown: no percentages" in out.getvalue() and "peak H100 SXM" in out.getvalue()
+
+
+def test_ops_summed_across_the_devices_of_one_model():
+    from goodhart_prof.analysis.gpu.efficiency import across_devices
+    from tests.support.analyses import analysis_of
+
+    eff = analysis_of("param/dlrm_8rank").efficiency
+    across = across_devices(eff)
+    per = eff.ops.groupby("op")
+    assert across["op"].tolist() == ["aten::mm", "aten::addmm", "aten::bmm"]  # most time first
+    assert set(across["model"]) == {"V100 SXM2"} and set(across["devices"]) == {8}
+    for r in across.itertuples():
+        own = per.get_group(r.op)
+        assert r.count == own["count"].sum() and r.time_us == own["time_us"].sum()
+        assert r.tflops == pytest.approx(own["flops"].sum() / own["time_us"].sum() / 1e6)  # the sum's rate
+        assert (r.tflops_low, r.tflops_high) == (own["tflops"].min(), own["tflops"].max())
+        assert r.bound == "memory" and 0 < r.pct_roof < 100
+    one = across_devices(analysis_of("hta/mi250_minitoy_rocm.json.gz").efficiency)
+    assert one.empty  # one device: nothing to sum over
+
+
+def test_devices_grouped_by_kind():
+    from goodhart_prof.analysis.gpu.efficiency import device_kinds
+    from tests.support.analyses import analysis_of
+
+    kinds = device_kinds(analysis_of("param/dlrm_8rank").efficiency.devices)
+    assert len(kinds) == 1
+    first, where = kinds[0]
+    assert first.peak_name == "V100 SXM2" and where == [(r, r) for r in range(8)]

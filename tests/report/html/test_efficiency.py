@@ -83,3 +83,15 @@ def test_no_gemm_op_reads_as_a_sentence(tmp_path):
     html = efficiency_section(a, embed)
     assert "No GEMM, convolution or attention op with recorded shapes" in html
     assert "<figure" not in html and html.endswith("</p></section>")
+
+
+def test_many_ranks_of_one_model_are_summed_and_sourced_once():
+    from goodhart_prof.report.html.page import render_html
+    from tests.support.analyses import analysis_of
+
+    page = render_html(analysis_of("param/dlrm_8rank"))
+    section = page[page.index('<section id="efficiency">'):page.index("</section>", page.index('<section id="efficiency">'))]
+    assert section.count("volta-v100-datasheet") == 1
+    assert "8 devices (rank 0 / gpu 0 .. rank 7 / gpu 7): Tesla V100-SXM2-32GB" in section
+    assert "Roofline by op type, summed over the devices of each model" in section
+    assert "<td><code>aten::mm</code></td><td>fp32</td><td>V100 SXM2</td><td>8</td><td>104</td>" in section
