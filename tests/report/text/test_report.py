@@ -91,15 +91,3 @@ def test_the_python_column_shows_where_a_cause_has_a_frame():
     table = _idle_table(text(analysis_of("tracelens/h100_owlv2_inference.json.gz"), width=200))
     assert cells(table[1].replace("┃", "│"))[-1] == "mostly in (Python)"
     assert "scipy/ndimage/_interpolation.py(739): zoom" in table[3]
-
-
-def test_many_ranks_of_one_gpu_model_read_as_one_line_and_one_row_per_op():
-    lines = text(analysis_of("param/dlrm_8rank"), width=160)
-    device_lines = [x.rstrip() for x in lines if "V100 SXM2" in x and "peak" in x]
-    assert device_lines == ["  8 devices (rank 0 / gpu 0 .. rank 7 / gpu 7): Tesla V100-SXM2-32GB; peak V100 SXM2"]
-    assert sum(x.count("volta-v100-datasheet") for x in lines) == 1  # the source once, not once per rank
-    start = next(i for i, x in enumerate(lines) if x.startswith("Roofline, by op type, summed over 8 devices"))
-    rows = [cells(x) for x in lines[start + 3:start + 6]]
-    assert [r[0] for r in rows] == ["mm", "addmm", "bmm"]
-    assert rows[0][1:4] == ["fp32", "104", "837.0 us"] and rows[0][5] == "0.38 (0.36-0.43)"
-    assert rows[2][5] == "0.04"  # every device alike: no range
