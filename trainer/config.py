@@ -210,7 +210,8 @@ def build_config(config_file: str | Path | None = None, **overrides: Any) -> Con
         expected = type(getattr(Config, name, None)) if hasattr(Config, name) else None
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             values[name] = float(value)
-        elif expected is not None and not isinstance(values[name], expected):
+        elif expected is not None and (not isinstance(value, expected)
+                                       or (isinstance(value, bool) and expected is not bool)):  # bool is an int
             raise ConfigError(f"config key {name} must be {expected.__name__}, "
                               f"not {type(value).__name__} ({value!r})")
     if values.get("inject"):
