@@ -39,6 +39,11 @@ def percent(value: Any) -> str:
     return "-" if value is None or value != value else f"{100 * float(value):.1f}%"
 
 
+def number(value: Any, digits: int) -> str:
+    """A figure with `digits` decimals and thousands separators; `-` when missing (None, NaN)."""
+    return "-" if value is None or value != value else f"{value:,.{digits}f}"
+
+
 
 def saving_text(finding: Any) -> str:
     """What fixing a finding would save, as the reports print it: `saves ~1.66 ms/iteration

@@ -13,6 +13,7 @@ import pandas as pd
 from ...analysis.recorder import record_full_advice
 from ...analysis.gpu.efficiency import across_devices, device_kinds
 from ...units import devices_text, duration
+from ..common import number
 from .common import wrap
 
 TITLE = "Efficiency against the hardware (roofline)"
@@ -101,8 +102,8 @@ def _ops_table(ops: pd.DataFrame) -> str:
     for r in ops.itertuples():
         where = "cpu" if r.device < 0 else f"{r.rank} / {r.device}"
         cells = (where, f"<code>{_esc(r.op)}</code>", _esc(r.dtype), f"{int(r.count):,}", duration(r.time_us),
-                 f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3), _num(r.intensity, 1), _num(r.tflops, 2),
-                 _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), _esc(r.bound or "-"))
+                 f"{r.flops / 1e9:,.2f}", number(r.bytes / 1e9, 3), number(r.intensity, 1), number(r.tflops, 2),
+                 number(r.gbps, 1), number(r.pct_peak, 1), number(r.pct_roof, 1), _esc(r.bound or "-"))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ('<table class="data"><caption>Roofline by op type</caption><tr>'
             + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>")
@@ -116,16 +117,13 @@ def _across_table(across: pd.DataFrame) -> str:
     rows = []
     for r in across.itertuples():
         cells = (f"<code>{_esc(r.op)}</code>", _esc(r.dtype), _esc(r.model), f"{int(r.devices):,}",
-                 f"{int(r.count):,}", duration(r.time_us), f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3),
-                 _num(r.intensity, 1), _num(r.tflops, 2), f"{_num(r.tflops_low, 2)}-{_num(r.tflops_high, 2)}",
-                 _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), _esc(r.bound or "-"))
+                 f"{int(r.count):,}", duration(r.time_us), f"{r.flops / 1e9:,.2f}", number(r.bytes / 1e9, 3),
+                 number(r.intensity, 1), number(r.tflops, 2), f"{number(r.tflops_low, 2)}-{number(r.tflops_high, 2)}",
+                 number(r.gbps, 1), number(r.pct_peak, 1), number(r.pct_roof, 1), _esc(r.bound or "-"))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ('<table class="data"><caption>Roofline by op type, summed over the devices of each model</caption><tr>'
             + "".join(f"<th>{h}</th>" for h in heads) + "</tr>" + "".join(rows) + "</table>")
 
-
-def _num(value, digits: int) -> str:
-    return "-" if value is None or pd.isna(value) else f"{value:,.{digits}f}"
 
 
 def _esc(value) -> str:

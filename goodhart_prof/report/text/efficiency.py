@@ -9,7 +9,7 @@ from rich.console import Console
 from ...analysis.gpu.device_time import unrecorded_gpu
 from ...analysis.gpu.efficiency import across_devices, device_kinds
 from ...units import devices_text, duration
-from ..common import kernel_name, make_table, one_line, plain, short
+from ..common import kernel_name, make_table, number, one_line, plain, short
 
 
 def efficiency_section(a, console: Console, top: int) -> None:
@@ -63,11 +63,11 @@ def _across_table(across: pd.DataFrame, top: int):
                        "aten op", "dtype", *(() if len(counts) == 1 else ("devices",)), "count", "time", "FLOP/B",
                        "TFLOP/s", "GB/s", "% peak", "% roof", "bound")
     for r in across.head(top).itertuples():
-        low, high = _num(r.tflops_low, 2), _num(r.tflops_high, 2)
-        rate = _num(r.tflops, 2) + (f" ({low}-{high})" if low != high else "")
+        low, high = number(r.tflops_low, 2), number(r.tflops_high, 2)
+        rate = number(r.tflops, 2) + (f" ({low}-{high})" if low != high else "")
         table.add_row(one_line(short(str(r.op).removeprefix("aten::"), 36)), r.dtype,
                       *(() if len(counts) == 1 else (f"{r.devices:,}",)), f"{r.count:,}", duration(r.time_us),
-                      _num(r.intensity, 1), rate, _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1),
+                      number(r.intensity, 1), rate, number(r.gbps, 1), number(r.pct_peak, 1), number(r.pct_roof, 1),
                       r.bound or "-")
     for column in table.columns[2:-1]:
         column.justify = "right"
@@ -87,14 +87,11 @@ def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int, width
     for r in frame.head(top).itertuples():
         where = "cpu" if r.device < 0 else f"{r.rank}/{r.device}"
         cells = (r.dtype, f"{r.count:,}") if is_op else ()
-        size_cells = (f"{r.flops / 1e9:,.2f}", _num(r.bytes / 1e9, 3)) if wide else ()
+        size_cells = (f"{r.flops / 1e9:,.2f}", number(r.bytes / 1e9, 3)) if wide else ()
         name = str(getattr(r, label))
         shown = short(name.removeprefix("aten::"), 36) if is_op else kernel_name(name, 40)
         table.add_row(where, one_line(shown), *cells, duration(r.time_us), *size_cells,
-                      _num(r.intensity, 1), _num(r.tflops, 2),
-                      _num(r.gbps, 1), _num(r.pct_peak, 1), _num(r.pct_roof, 1), r.bound or "-")
+                      number(r.intensity, 1), number(r.tflops, 2),
+                      number(r.gbps, 1), number(r.pct_peak, 1), number(r.pct_roof, 1), r.bound or "-")
     return table
 
-
-def _num(value, digits: int) -> str:
-    return "-" if value is None or pd.isna(value) else f"{value:,.{digits}f}"

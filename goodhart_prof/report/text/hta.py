@@ -4,13 +4,12 @@ each column HTA names with a unit gets a readable header and its figures in that
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pandas as pd
 from rich.console import Console
 
 from ...units import duration
-from ..common import make_table, short
+from ..common import make_table, number, percent, short
 
 # HTA's column -> (header, kind): `us` microseconds, `pct` a percent already, `ratio` a 0..1 share.
 COLUMNS = {
@@ -70,24 +69,14 @@ def cell(frame: pd.DataFrame, i: int, spec: tuple[str, ...]) -> str:
     value = frame[name].iloc[i]
     if kind == "us":
         text = duration(value, significant=True)
-        return f"{text} ({_number(frame[spec[2]].iloc[i])}%)" if len(spec) > 2 else text
+        return f"{text} ({number(frame[spec[2]].iloc[i], 1)}%)" if len(spec) > 2 else text
     if kind == "pct":
-        return f"{_number(value)}%"
+        return f"{number(value, 1)}%"
     if kind == "ratio":
-        return "-" if not _is_number(value) else f"{100 * float(value):.1f}%"
+        return percent(value)
     if isinstance(value, str):
         return short(value, 60)
     if kind == "raw" and isinstance(value, float):
         return f"{value:,.3f}"
     return str(value)
 
-
-def _is_number(value: Any) -> bool:
-    try:
-        return float(value) == float(value)
-    except (TypeError, ValueError):
-        return False
-
-
-def _number(value: Any) -> str:
-    return f"{float(value):.1f}" if _is_number(value) else "-"
