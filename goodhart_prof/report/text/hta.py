@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Console
 
 from ...units import duration
-from ..common import make_table, number, percent, short
+from ..common import ROW_LIMIT, make_table, number, percent, short
 
 # HTA's column -> (header, kind): `us` microseconds, `pct` a percent already, `ratio` a 0..1 share.
 COLUMNS = {
@@ -23,7 +23,6 @@ COLUMNS = {
 # A `<x>_time(us)` column shown with its `<x>_time_pctg` twin in one cell: `96 us (1.1%)` (HTA's
 # percents are of its kernel_time(us), the sum of idle, compute and non-compute).
 _TWIN = re.compile(r"^(\w+)_time\(us\)$")
-ROW_LIMIT = 20
 
 
 def render_hta(frames: dict[str, pd.DataFrame], console: Console) -> None:
