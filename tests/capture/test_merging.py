@@ -10,6 +10,7 @@ import pytest
 
 from goodhart_prof.capture.merging import MergeUnavailable, merge_apart
 from goodhart_prof.errors import UserError
+from tests.support.blocked_imports import blocking_folder
 
 
 def _rank_trace(path, pid: int, base_ns: int) -> None:
@@ -51,16 +52,7 @@ def test_a_broken_rank_file_is_one_line_naming_it(tmp_path):
 
 
 def test_without_the_reading_side_the_launcher_is_told_what_is_missing(tmp_path, monkeypatch):
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(
-        "import importlib.abc, sys\n"
-        "class _Absent(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path, target=None):\n"
-        "        if name.split('.')[0] == 'msgspec':\n"
-        "            raise ModuleNotFoundError('No module named msgspec', name='msgspec')\n"
-        "sys.meta_path.insert(0, _Absent())\n")
-    monkeypatch.setenv("PYTHONPATH", str(hook))
+    monkeypatch.setenv("PYTHONPATH", str(blocking_folder(tmp_path / "hook", ("msgspec",))))
     with pytest.raises(MergeUnavailable) as caught:
         merge_apart(_two_ranks(tmp_path), tmp_path / "merged_trace.json")
     assert caught.value.module == "msgspec"

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from tests.support.blocked_imports import blocking_folder
 from tests.support.paths import ROOT
 
 REPO = ROOT
@@ -18,26 +19,9 @@ ABSENT = ("msgspec", "isal", "perfetto", "plotly")
 READING_SIDE = ABSENT + ("pandas",)  # what the training process must not import at all
 
 
-def blocker(absent: tuple[str, ...]) -> str:
-    """An import hook refusing `absent`, as a sitecustomize.py: every interpreter started with it
-    on PYTHONPATH (the trainer, and any process it starts) is refused them."""
-    return textwrap.dedent(f"""
-        import importlib.abc, sys
-        class _Absent(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path, target=None):
-                if name.split(".")[0] in {absent!r}:
-                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name.split(".")[0])
-        sys.meta_path.insert(0, _Absent())
-        for _name in {absent!r}:
-            sys.modules.pop(_name, None)
-    """)
-
-
 def run_blocked(code: str, tmp_path: Path, timeout: int = 240,
                 absent: tuple[str, ...] = ABSENT) -> subprocess.CompletedProcess:
-    hook = tmp_path / "blocker"
-    hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(blocker(absent))
+    hook = blocking_folder(tmp_path / "blocker", absent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROF_")}
     env["PYTHONPATH"] = os.pathsep.join([str(hook), str(REPO)])
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tmp_path,
