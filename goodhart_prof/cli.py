@@ -32,7 +32,7 @@ def _iterations(ctx, param, value):
         raise UserError(f"--iterations: {exc}") from None
 
 
-@cli.command()
+@cli.command(context_settings={"allow_interspersed_args": False})
 @click.option("--iterations", callback=_iterations, default=None, metavar="FIRST-LAST",
               help="Training iterations to trace, 0-based, inclusive "
                    f"(default: PROF_ITERATIONS or {DEFAULT_WINDOW}).")
@@ -46,13 +46,18 @@ def _iterations(ctx, param, value):
                    "e.g. 2026-11-23T12-40-55); an existing name is an error, never replaced. "
                    "With --resume: the run to continue.")
 @run_options.run_side()
-def run(iterations, mode, verbose, name, **trainer_values):
-    """Train the bundled trainer with profiling on and write the traces.
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]")
+def run(iterations, mode, verbose, name, command, **trainer_values):
+    """Train the bundled trainer, or run your own loop (-- CMD ARGS...), with profiling on.
 
     Each run gets its own folder, OUTPUT_DIR/NAME (OUTPUT_DIR: --output-dir, PROF_OUTPUT_DIR or
     traces), holding rank-<r>.pt.trace.json.gz per rank, merged_trace.json, run.json and
     metrics.jsonl; OUTPUT_DIR/latest then points at it. --resume continues the run --name names,
     else the newest run with a checkpoint, in its own folder.
+
+    With a command (goodhart-prof run -- python my_train.py ARGS...), it runs in the run's folder
+    with PROF_* set for the hooks it calls (docs/trainer.md), which also log each iteration's time
+    (and env steps) to metrics.jsonl; the trainer's options but --output-dir do not apply.
     """
     from .capture import runs
     from .trace import run_folders
@@ -61,15 +66,25 @@ def run(iterations, mode, verbose, name, **trainer_values):
     window = iterations if iterations is not None else run_options.env_window(os.environ)
     if name is not None:
         runs.check_name(name)
+    if command:
+        _check_command(command, trainer_values)
     root_made = not root.exists()
     with runs.stop_signals_held():  # from the folder's making until the trainer can be told
         folder = runs.resume_folder(root, name) if trainer_values["resume"] else \
             runs.create_run_folder(root, name)
-        argv, env = run_options.run_command(window, mode, {**trainer_values, "output_dir": str(folder)},
-                                            os.environ, verbose)
-        # SIGINT, SIGTERM and SIGHUP to us go to the trainer (it records the interruption, then
-        # exits 128 + N); a Ctrl-C reaches it once, from us (runs.run_trainer).
-        code = runs.run_trainer(argv, env)
+        if command:
+            try:
+                code = _run_command(list(command), window, mode, folder, verbose)
+            except UserError:
+                if root_made:  # a command that could not start leaves no folder behind
+                    runs.discard_if_empty(root)
+                raise
+        else:
+            argv, env = run_options.run_command(window, mode, {**trainer_values, "output_dir": str(folder)},
+                                                os.environ, verbose)
+            # SIGINT, SIGTERM and SIGHUP to us go to the trainer (it records the interruption, then
+            # exits 128 + N); a Ctrl-C reaches it once, from us (runs.run_child).
+            code = runs.run_child(argv, env)
     finished = run_folders.run_in(folder)
     if code == 0 and finished is not None and finished.complete:
         try:
@@ -80,6 +95,38 @@ def run(iterations, mode, verbose, name, **trainer_values):
     if root_made:
         runs.discard_if_empty(root)
     sys.exit(code)
+
+
+def _check_command(command: tuple[str, ...], trainer_values: dict) -> None:
+    """A command with the trainer's own options is a one-line error (exit 2): they would be
+    silently ignored."""
+    from .capture.command_runs import trainer_only
+
+    given = trainer_only(trainer_values)
+    if given:
+        raise UserError(f"{', '.join(given)}: the bundled trainer's option{'s' if len(given) > 1 else ''}, "
+                        f"not used with a command ({command[0]} ...); give it to the command itself")
+
+
+def _run_command(command: list[str], window, mode, folder, verbose: bool) -> int:
+    """Run the user's command in `folder` (capture/command_runs.py), write its run.json, print
+    its summary; returns its exit code. A command that cannot be started leaves no folder."""
+    import time
+
+    from .capture import command_runs, runs
+    from .fileio import folder_lock
+
+    env = command_runs.command_environment(window, mode, folder, os.environ, verbose)
+    started = time.perf_counter()
+    with folder_lock(folder, "run"):
+        try:
+            code = runs.run_child(command, env, unblocked=True)
+        except OSError as exc:
+            runs.discard_if_empty(folder)
+            raise UserError(f"{command[0]}: cannot run the command ({exc.strerror or exc})") from None
+        record = command_runs.record_command_run(folder, command, code, window, env["PROF_MODE"], started)
+    click.echo(printable(command_runs.summary(record, folder)), err=True)
+    return code
 
 
 def _latest(what: str) -> str:

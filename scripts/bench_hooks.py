@@ -106,26 +106,32 @@ def run_iteration_nohook(tr: Trainer, it: int, logger=None) -> None:
 
 # -- profiler hooks that time their own window close ------------------------------------------
 class ExportTimer:
-    """While active, times every `write_profiler_trace` call (ProfilerHooks._finish looks the
-    name up in its module, so wrapping the module attribute catches it; restored on exit)."""
+    """While active, times every trace write the loop waits for: `start_write` (the JSON export
+    and the start of the child that compresses it off the loop; ProfilerHooks._finish looks the
+    name up in its module, so wrapping the module attribute catches it; restored on exit).
+    Before the compression moved off the loop (2026-11-27) the hooks called
+    `write_profiler_trace`, which compressed in the loop: this timer then timed that."""
+
+    NAME = "start_write" if hasattr(prof_hooks, "start_write") else "write_profiler_trace"
 
     def __init__(self):
         self.times: list[float] = []
         self._original = None
 
     def __enter__(self) -> "ExportTimer":
-        self._original = original = prof_hooks.write_profiler_trace
+        self._original = original = getattr(prof_hooks, self.NAME)
 
         def timed_write(prof, path):
             start = time.perf_counter()
-            original(prof, path)
+            result = original(prof, path)
             self.times.append(time.perf_counter() - start)
+            return result
 
-        prof_hooks.write_profiler_trace = timed_write
+        setattr(prof_hooks, self.NAME, timed_write)
         return self
 
     def __exit__(self, *exc) -> None:
-        prof_hooks.write_profiler_trace = self._original
+        setattr(prof_hooks, self.NAME, self._original)
 
 
 class TimedProfilerHooks(ProfilerHooks):

@@ -14,7 +14,7 @@ from goodhart_prof.analysis.compare.comparison import compare
 from goodhart_prof.fileio import WriteError, atomic_path, write_json
 from goodhart_prof.perflog.log_file import append
 from goodhart_prof.perflog.measure import measure
-from goodhart_prof.capture.hooks import write_profiler_trace
+from goodhart_prof.capture.trace_files import compress
 from goodhart_prof.report.export import chrome_json, perfetto
 from goodhart_prof.report.diff import page as diff_html
 from goodhart_prof.report.html import page as html
@@ -38,6 +38,14 @@ def _profiler():
     return prof
 
 
+def _profiler_trace(target: Path) -> None:
+    """What the trace writer's child does (capture/trace_files.py), in this process so that the
+    failing rename reaches it: the exported JSON compressed into the target."""
+    exported = target.with_name(f".{target.name}.{os.getpid()}.x.tmp.json")
+    _profiler().export_chrome_trace(str(exported))
+    compress(exported, target)
+
+
 def _checkpoint(tmp_path: Path):
     from trainer.config import build_config
     from trainer.train import Trainer
@@ -54,7 +62,7 @@ WRITERS = {
     "diff html": lambda a, t, tmp: diff_html.write_html(compare(a, a), t, force=True),
     "merged trace": lambda a, t, tmp: merge_rank_traces({0: MI250}, t),
     "run.json": lambda a, t, tmp: write_json(t, {"schema": "goodhart-prof/run/v1"}),
-    "profiler trace": lambda a, t, tmp: write_profiler_trace(_profiler(), t),
+    "profiler trace": lambda a, t, tmp: _profiler_trace(t),
     "performance log": lambda a, t, tmp: append(measure(a, MI250), "a change", t),
     "checkpoint": lambda a, t, tmp: _checkpoint(tmp)(t),
 }

@@ -8,6 +8,7 @@ The Trainer's parts live beside it: its step functions (step_functions.py), the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -213,7 +214,8 @@ def train(cfg: Config, settings: ProfSettings, rank: int = 0, world_size: int = 
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device_type = torch.device(cfg.device).type
-    hooks = make_hooks(settings, rank, device_type)
+    # the trainer's own metrics.jsonl (logger.py) has the iteration times: the hooks log none
+    hooks = make_hooks(dataclasses.replace(settings, metrics=False), rank, device_type)
     trainer = Trainer(cfg, hooks, rank, world_size)
     if resume:
         trainer.load_checkpoint(checkpoint_path(out_dir, rank))

@@ -5,19 +5,18 @@ methods return one shared `nullcontext`: no profiler object exists and nothing i
 With profiling on it gets `ProfilerHooks`, which warms torch.profiler up during iteration
 `first - 1` (recording nothing of it), starts recording when iteration `first` begins, wraps each
 traced iteration N in `ProfilerStep#N` (so the label always equals the training iteration, also
-after a resume), and stops and writes the trace when iteration `last` ends. Files are written
+after a resume), and stops the profiler and exports the trace when iteration `last` ends; a child
+process compresses it off the loop (trace_files.py) and `close` waits for it. Files are written
 under a temporary name and renamed, so an interrupted run never leaves a truncated trace under
-the final name. The glibc heap guard (heap_guard.py) runs around the window only when
-`settings.heap_guard` asks for it.
+the final name. With `settings.metrics` (PROF_METRICS, which `goodhart-prof run -- CMD` sets) rank
+0 logs every iteration's wall time and env steps to metrics.jsonl (iteration_log.py). The glibc
+heap guard (heap_guard.py) runs around the window only when `settings.heap_guard` asks for it.
 """
 from __future__ import annotations
 
 import contextlib
-import errno
-import gzip
 import os
-import re
-import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,19 +24,18 @@ from typing import Any, Iterator
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ..fileio import atomic_path, write_json, writing
+from ..fileio import atomic_path, write_json
 from .heap_guard import PROCESS_GUARD, release_memory
+from .iteration_log import IterationLog, check_env_steps
 from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, QUIET_KINETO, ProfSettings, SettingsError,
                        parse_iterations)
+from .trace_files import PendingWrite, start_write, trace_name, traced_iterations, write_profiler_trace
 
 __all__ = ["DEFAULT_ITERATIONS", "MODES", "PHASES", "ProfSettings", "SettingsError", "parse_iterations",
            "NoHooks", "ProfilerHooks", "make_hooks", "atomic_path", "write_json", "write_profiler_trace",
-           "trace_name", "release_memory"]
+           "trace_name", "traced_iterations", "release_memory"]
 
 _NULL = contextlib.nullcontext()
-
-def trace_name(rank: int) -> str:
-    return f"rank-{rank}.pt.trace.json.gz"
 
 
 class NoHooks:
@@ -49,7 +47,7 @@ class NoHooks:
     def phase(self, name: str) -> contextlib.AbstractContextManager:
         return _NULL
 
-    def iteration(self, it: int) -> contextlib.AbstractContextManager:
+    def iteration(self, it: int, env_steps: float | None = None) -> contextlib.AbstractContextManager:
         return _NULL
 
     def close(self) -> None:
@@ -98,12 +96,17 @@ class ProfilerHooks:
         self._recording = False            # start_trace called: events are being recorded
         self._kept = False                 # the window began earlier and its trace is kept
         self._guard = PROCESS_GUARD if settings.heap_guard else None
+        self._pending: PendingWrite | None = None  # the trace being compressed off the loop
+        # PROF_METRICS (set by `goodhart-prof run -- CMD`): rank 0 logs each iteration's time
+        self._log = IterationLog(settings.output_dir) if settings.metrics and rank == 0 else None
 
     def phase(self, name: str) -> contextlib.AbstractContextManager:
         return record_function(name) if self._recording else _NULL
 
     @contextlib.contextmanager
-    def iteration(self, it: int) -> Iterator[None]:
+    def iteration(self, it: int, env_steps: float | None = None) -> Iterator[None]:
+        """Iteration `it` of the loop; `env_steps`: the env steps it takes (metrics.jsonl)."""
+        env_steps = check_env_steps(env_steps)
         first, last = self.settings.first, self.settings.last
         if it == self.settings.warmup_iteration and self._prof is None:
             self._prof = self._open()  # warm-up: prepared, recording nothing
@@ -116,28 +119,49 @@ class ProfilerHooks:
                 self._prof.start_trace()
                 self._recording = True
         step = record_function(f"ProfilerStep#{it}") if self._recording else _NULL
+        started = time.perf_counter()
         try:
             with step:
                 yield
         except BaseException:
             self._abandon()
             raise
+        if self._log is not None:  # the clock stops before the window's close
+            self._log.add(it, time.perf_counter() - started, env_steps)
         if self._recording and it == last:
             self._finish()
 
     def close(self) -> None:
         """End of training: a window cut short by total_iterations still gets its trace (a
         profiler still in its warm-up has recorded nothing and writes nothing)."""
-        if self._recording:
-            self._finish()
-        else:
-            self._abandon()
-        self._release_guard()
+        try:
+            if self._recording:
+                self._finish()
+            else:
+                self._abandon()
+            self._wait_written()
+        finally:
+            self._release_guard()
+            self._close_log()
 
     def abort(self) -> None:
-        """Training failed or was interrupted: stop tracing and write nothing."""
-        self._abandon()
-        self._release_guard()
+        """Training failed or was interrupted: stop tracing and write nothing of an unfinished
+        window (a finished one's trace, still being compressed, is completed)."""
+        try:
+            self._abandon()
+            self._wait_written()
+        finally:
+            self._release_guard()
+            self._close_log()
+
+    def _wait_written(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
 
     def _open(self) -> profile:
         if self._guard is not None:
@@ -171,7 +195,7 @@ class ProfilerHooks:
     def _finish(self) -> None:
         prof, self._prof, self._recording = self._prof, None, False
         prof.stop_trace()
-        write_profiler_trace(prof, self.trace_path)
+        self._pending = start_write(prof, self.trace_path)  # compressed off the loop
         del prof
         release_memory()
         if self._guard is not None:
@@ -206,91 +230,3 @@ def profiled_device(device_type: str | None) -> str:
     if device_type in (None, "cuda"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device_type
-
-
-# -- trace files ----------------------------------------------------------------------------
-def write_profiler_trace(prof: profile, path: Path) -> None:
-    """The trace as gzipped JSON at `path`, or WriteError (`PATH: cannot write: ...`, exit 2).
-
-    Both temporaries are beside `path`, never in TMPDIR (torch's own .gz export writes its JSON to
-    a TMPDIR file first). Kineto writes the JSON from C++ and reports no failed write, so what it
-    wrote is checked (a JSON object, whole: a full disk or `ulimit -f` cuts it short, `short_write`
-    says which; Kineto's own
-    temporary, `<json>.tmp`, is removed when it fails to rename it); the gzip is
-    written here, where a failed write raises, and its trailer checked against the JSON's size."""
-    with writing(path, suffix=".gz") as gz_tmp:
-        json_tmp = gz_tmp.with_name(gz_tmp.name[:-len(".gz")] + ".json")
-        try:
-            prof.export_chrome_trace(str(json_tmp))  # not .gz: written as it is, beside
-            size = check_json_written(json_tmp)
-            with open(json_tmp, "rb") as fin, gzip.open(gz_tmp, "wb") as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
-            check_gzip_written(gz_tmp, size)
-        finally:
-            json_tmp.unlink(missing_ok=True)
-            Path(f"{json_tmp}.tmp").unlink(missing_ok=True)  # Kineto's own, left when it failed
-
-
-_STEP = re.compile(rb'"name"\s*:\s*"ProfilerStep#(\d{1,19})"')
-
-
-def traced_iterations(path: Path) -> list[int]:
-    """The iterations a trace file holds (its `ProfilerStep#N` labels), read in bounded steps
-    without a JSON parser (the trainer needs none): what run.json says of a trace it kept."""
-    found: set[int] = set()
-    opener = gzip.open if str(path).endswith(".gz") else open
-    tail = b""
-    with opener(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            block = tail + chunk
-            found.update(int(m.group(1)) for m in _STEP.finditer(block))
-            tail = block[-64:]  # a label cut between two reads is found in the next block
-    return sorted(found)
-
-
-def check_json_written(path: Path) -> int:
-    """The size of the JSON document at `path`; OSError when it is missing (Kineto did not get
-    to rename its `.tmp`), empty, or does not end its object (a write that stopped short)."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        partial = Path(f"{path}.tmp")
-        raise short_write(path, partial.stat().st_size if partial.exists() else 0) from None
-    with open(path, "rb") as fh:
-        head = fh.read(64).lstrip()
-        fh.seek(max(0, size - 64))
-        tail = fh.read().rstrip()
-    if not head.startswith(b"{") or not tail.endswith(b"}"):
-        raise short_write(path, size)
-    return size
-
-
-def short_write(path: Path, written: int) -> OSError:
-    """Why a write stopped at `written` bytes, where that can be established: the file size limit
-    (`ulimit -f`) reached, or a full disk (under 64 KiB free while the partial file is still on it);
-    else only that it stopped short. The system's own words, as every other write failure says."""
-    import resource
-
-    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if soft != resource.RLIM_INFINITY and written >= soft:
-        return OSError(errno.EFBIG, os.strerror(errno.EFBIG))
-    try:
-        st = os.statvfs(path.parent)
-        free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
-    except OSError:
-        free = None
-    if free is not None and free < 64 * 1024:
-        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    return OSError(errno.EIO, f"the profiler's JSON stops short ({written:,} bytes written)")
-
-
-def check_gzip_written(path: Path, size: int) -> None:
-    """OSError unless the gzip at `path` ends with the trailer of `size` bytes of input."""
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        if fh.tell() < 18:
-            raise OSError(errno.EIO, "the gzip stops short")
-        fh.seek(-4, os.SEEK_END)
-        isize = int.from_bytes(fh.read(4), "little")
-    if isize != size % 2**32:
-        raise OSError(errno.EIO, f"the gzip holds {isize:,} bytes of the {size:,} written")

@@ -9,7 +9,7 @@ the local time it started (`2026-11-23T12-40-55`, `-2`, `-3`, ... when taken). F
 with os.mkdir, which fails when the folder exists: two runs started at once never share one, and a
 `--name` that exists is refused, never overwritten. Finding runs to read (the latest,
 the last two, a name) is the reading side's: trace/run_folders.py.
-Torch-free: the CLI uses it; `run_trainer` starts the trainer and passes signals on to it.
+Torch-free: the CLI uses it; `run_child` starts the trainer (or a command) and passes signals on to it.
 """
 from __future__ import annotations
 
@@ -201,9 +201,9 @@ def discard_if_empty(folder: Path) -> None:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def run_trainer(argv: list[str], env: Mapping[str, str]) -> int:
-    """Start the trainer, pass it every SIGINT, SIGTERM and SIGHUP this process gets, and return
-    its exit code (128 + N when a signal N killed it, as a shell says).
+def run_child(argv: list[str], env: Mapping[str, str], unblocked: bool = False) -> int:
+    """Start the trainer (or a user's command), pass it every SIGINT, SIGTERM and SIGHUP this
+    process gets, and return its exit code (128 + N when a signal N killed it, as a shell says).
 
     The trainer runs in its own process group, so a Ctrl-C at the terminal reaches it once, from
     here, as a `kill -INT` of this process alone does: the trainer records the interruption and
@@ -212,10 +212,15 @@ def run_trainer(argv: list[str], env: Mapping[str, str]) -> int:
     starts waits for the trainer's handler (trainer/signals.py) instead of killing it mid-import.
     SIGHUP this process was started ignoring (`nohup`) stays ignored; SIGINT and SIGTERM are
     passed on even when ignored at the start (a shell starts `cmd &` ignoring SIGINT: `kill -INT`
-    of it must still stop the run)."""
+    of it must still stop the run).
+
+    `unblocked`: a user's command starts with the signals unblocked (the child inherits the mask,
+    and nothing in a command we did not write would unblock them): a signal while it starts acts
+    on it as on any program."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        proc = subprocess.Popen(argv, env=dict(env), process_group=0)
+        proc = subprocess.Popen(argv, env=dict(env), process_group=0,
+                                preexec_fn=_unblock_stop_signals if unblocked else None)
         forwarded = [s for s in STOP_SIGNALS  # SIGHUP ignored by `nohup` stays ignored
                      if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
         previous = {s: signal.signal(s, lambda signum, frame: proc.send_signal(signum))
@@ -228,6 +233,10 @@ def run_trainer(argv: list[str], env: Mapping[str, str]) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return code if code >= 0 else 128 - code
+
+
+def _unblock_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 @contextlib.contextmanager

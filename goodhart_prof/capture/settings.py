@@ -60,7 +60,8 @@ def parse_iterations(text: str) -> tuple[int, int]:
 @dataclass(frozen=True)
 class ProfSettings:
     """What to profile. `heap_guard` is GOODHART_HEAP_GUARD (goodhart_prof/capture/heap_guard.py, off
-    unless asked): it belongs to the window, so it is read with the PROF_* variables."""
+    unless asked): it belongs to the window, so it is read with the PROF_* variables. `metrics` is
+    PROF_METRICS: the hooks write metrics.jsonl themselves (a loop that writes none of its own)."""
 
     enabled: bool = False
     first: int = DEFAULT_ITERATIONS[0]
@@ -68,6 +69,7 @@ class ProfSettings:
     mode: str = DEFAULT_MODE
     output_dir: Path = Path(DEFAULT_OUTPUT_DIR)
     heap_guard: bool = False
+    metrics: bool = False  # PROF_METRICS: the hooks log each iteration to metrics.jsonl (rank 0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProfSettings":
@@ -85,7 +87,8 @@ class ProfSettings:
         if mode not in MODES:
             raise SettingsError(f"PROF_MODE must be lite or full, not {env['PROF_MODE']!r}")
         return cls(enabled=True, first=first, last=last, mode=mode, output_dir=output_dir,
-                   heap_guard=parse_switch("GOODHART_HEAP_GUARD", env.get("GOODHART_HEAP_GUARD")))
+                   heap_guard=parse_switch("GOODHART_HEAP_GUARD", env.get("GOODHART_HEAP_GUARD")),
+                   metrics=parse_switch("PROF_METRICS", env.get("PROF_METRICS")))
 
     def traced(self, iteration: int) -> bool:
         """Iteration `iteration` is recorded (labelled ProfilerStep#iteration)."""

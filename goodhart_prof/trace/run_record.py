@@ -1,6 +1,8 @@
 """A run folder's own record: `run.json` and `metrics.jsonl` beside the traces.
 
-The trainer (trainer/launch.py) writes both into the run's output folder. A compared path is part
+The trainer (trainer/launch.py) writes both into the run's output folder; for a user's command
+(`goodhart-prof run -- CMD`) the hooks write metrics.jsonl (capture/iteration_log.py) and `run`
+writes run.json (capture/command_runs.py). A compared path is part
 of a run when it is that folder (it holds run.json) or a file inside it (a rank trace, the merged
 trace). What is read:
 
@@ -81,20 +83,25 @@ class RunRecord:
         keep = (it >= self.window[0]) & (it <= self.window[1]) & ~np.isin(it, self.warmup)
         return pd.to_numeric(self.metrics["iteration_s"][keep], errors="coerce").to_numpy(float)
 
-    def throughput(self) -> pd.DataFrame:
-        """The metrics rows whose env-steps/s is a throughput sample, with `rate` and
-        `env_steps_all` (all ranks): the untimed rows are left out, then the rows before the
-        window are taken when there are 3 or more, else those after it (module docstring)."""
+    def untraced(self, column: str = "iteration_s") -> pd.DataFrame:
+        """The metrics rows that are time samples of the loop without a profiler and have a
+        value in `column`: the untimed rows are left out, then the rows before the window are
+        taken when there are 3 or more, else those after it (module docstring)."""
         m = self.metrics
         it = m["iteration"].to_numpy(np.int64)
-        keep = ~self.profiled(it) & ~np.isin(it, self.warmup) & m["env_steps_per_s"].notna().to_numpy()
+        keep = ~self.profiled(it) & ~np.isin(it, self.warmup) & m[column].notna().to_numpy()
         if self.window is not None:
             before = keep & (it < self.window[0])
             keep = before if before.sum() >= MIN_SAMPLES else keep & (it > self.window[1])
-        out = m[keep].copy()
+        return m[keep].reset_index(drop=True)
+
+    def throughput(self) -> pd.DataFrame:
+        """The untraced rows whose env-steps/s is a throughput sample (`untraced`), with `rate`
+        and `env_steps_all` (all ranks). Empty for a loop that reports no env steps."""
+        out = self.untraced("env_steps_per_s").copy()
         out["rate"] = out["env_steps_per_s"].astype(float) * self.world_size
         out["env_steps_all"] = pd.to_numeric(out["env_steps"], errors="coerce") * self.world_size
-        return out.reset_index(drop=True)
+        return out
 
 
 def run_folder(path: str | os.PathLike) -> Path | None:

@@ -102,7 +102,7 @@ def test_a_checkpoint_cut_short_is_one_line(tmp_path):
 def test_a_short_json_without_a_known_cause_says_how_much_was_written(tmp_path):
     import pytest
 
-    from goodhart_prof.capture.hooks import check_json_written
+    from goodhart_prof.capture.trace_files import check_json_written
 
     cut = tmp_path / "t.json"
     cut.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a"')

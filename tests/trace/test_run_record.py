@@ -125,3 +125,19 @@ def test_an_iteration_out_of_range_is_skipped_with_a_warning_naming_the_line(tmp
                             "range (0 to 2**63 - 1)",
                             f"{path}: skipped 2 line(s) that are not metrics rows (lines 6, 17)"]
     assert len(run.throughput()) > 0
+
+
+def test_untraced_time_samples_of_a_loop_that_reports_no_env_steps(tmp_path):
+    """A user's loop under `run -- CMD` may log times only: its untraced iterations are still the
+    time samples the machine-speed check reads, and it has no throughput samples."""
+    rows = [{"iteration": i, "iteration_s": 0.1 * (i + 1), "env_steps": None, "env_steps_per_s": None}
+            for i in range(12)]
+    _write_run(tmp_path, {"profiling": {"enabled": True, "iterations": [6, 7]}}, rows)
+    run = read_run(tmp_path)
+    # 0 is warm-up, 5-8 are profiled (warm-up of the profiler .. the trace's write): 1-4 remain
+    assert list(run.untraced()["iteration"]) == [1, 2, 3, 4]
+    assert run.untraced()["iteration_s"].tolist() == pytest.approx([0.2, 0.3, 0.4, 0.5])
+    assert run.throughput().empty
+    rows[3]["iteration_s"] = None  # a row without a time is no sample: 3 before the window remain
+    _write_run(tmp_path, {"profiling": {"enabled": True, "iterations": [6, 7]}}, rows)
+    assert list(read_run(tmp_path).untraced()["iteration"]) == [1, 2, 4]

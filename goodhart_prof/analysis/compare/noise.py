@@ -101,7 +101,7 @@ def profiler_cost(run: RunRecord) -> Spread | None:
     machine pays the same profiler cost; two runs whose costs differ beyond these intervals ran
     on a machine whose speed changed (DESIGN.md "Noise", machine drift)."""
     traced = median_interval(run.traced_seconds())
-    untraced = median_interval(pd.to_numeric(run.throughput()["iteration_s"], errors="coerce").to_numpy(float))
+    untraced = median_interval(run.untraced()["iteration_s"].to_numpy(float))
     if not (traced.judged and untraced.judged) or not untraced.low > 0:
         return None
     return Spread(n=min(traced.n, untraced.n), median=traced.median / untraced.median,
