@@ -245,12 +245,13 @@ def _warn(trace) -> None:
         warn(warning)
 
 
-PIPE_COLUMNS = 140  # files and pipes get full rows unless COLUMNS says otherwise
+PIPE_COLUMNS = 100  # the width when the terminal's is unknown: a file or pipe without COLUMNS
 
 
 def _console():
-    """The terminal's width; for a file or pipe, COLUMNS when set, else PIPE_COLUMNS. Its text
-    is made printable (report.common.SafeConsole): no name from a trace acts on the terminal."""
+    """The terminal's width; for a file or pipe, COLUMNS when set, else PIPE_COLUMNS; every table
+    fits it (goodhart_prof/tables.py). Its text is made printable (report.common.SafeConsole): no
+    name from a trace acts on the terminal."""
     from .report.common import SafeConsole
     if sys.stdout.isatty():
         return SafeConsole()

@@ -1,4 +1,5 @@
-"""What the report writers share: output-path checks, number and name formatting, rich tables.
+"""What the report writers share: output-path checks, number and name formatting (the tables
+themselves: goodhart_prof/tables.py).
 
 One overwrite rule for every file a command writes (`--html`, `diff --html`, `export -o`): an
 existing file is kept unless `--force`, a folder is refused, in the style of every error here
@@ -15,7 +16,6 @@ import numpy as np
 from rich.console import Console
 from rich.errors import MarkupError
 from rich.markup import escape as escape_markup
-from rich.table import Table
 from rich.text import Text
 
 from ..errors import UserError
@@ -71,58 +71,6 @@ def short_tail(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
-def short_middle(text: Any, width: int) -> str:
-    """A long name cut in the middle (`cutlass_75_tensorop_…_128x64_nn`): its start says what it
-    is and its end which variant, where names that differ usually differ."""
-    text = str(text)
-    if len(text) <= width:
-        return text
-    if width < 3:
-        return text[:width]
-    head = (width - 1 + 1) // 2
-    tail = width - 1 - head
-    return text[:head] + "…" + (text[-tail:] if tail else "")
-
-
-def distinct_names(names: "list[Any]", width: int) -> list[str]:
-    """Each name within `width` (`short_middle`), and no two different names the same: where two
-    would print alike, each shows a window around the first place the group's names differ."""
-    full = [str(n) for n in names]
-    out = [short_middle(n, width) for n in full]
-    for _ in range(4):  # a group split on its first difference may still hold a smaller group
-        groups: dict[str, set[str]] = {}
-        for name, shown in zip(full, out):
-            groups.setdefault(shown, set()).add(name)
-        clashes = {s: g for s, g in groups.items() if len(g) > 1}
-        if not clashes:
-            return out
-        for i, (name, shown) in enumerate(zip(full, out)):
-            if shown in clashes:
-                out[i] = _window(name, _common_prefix(clashes[shown]), width)
-    return out
-
-
-def _common_prefix(names: "set[str]") -> int:
-    first, last = min(names), max(names)
-    n = 0
-    while n < min(len(first), len(last)) and first[n] == last[n]:
-        n += 1
-    return n
-
-
-def _window(name: str, at: int, width: int) -> str:
-    """`width` characters of name around position `at`, ellipses where it is cut."""
-    if len(name) <= width:
-        return name
-    start = max(0, min(at - (width - 2) // 3, len(name) - (width - 1)))
-    if start == 0:
-        return name[: width - 1] + "…"
-    end = start + width - 2
-    if end >= len(name):
-        return "…" + name[len(name) - (width - 1):]
-    return "…" + name[start:end] + "…"
-
-
 def interval_text(low: Any, high: Any, kind: str = "time") -> str:
     """An interval on one line in one unit: `36.7-58.7 ms` (time, three significant digits,
     the unit of the larger end), `6,422-9,912` (a rate or count); "" without one."""
@@ -139,16 +87,11 @@ def _sig(value: float) -> str:
     return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def one_line(text: Any) -> Text:
-    """A table cell kept on one line, cut with an ellipsis when its column is narrower (the
-    column itself still shrinks first when the table is wider than the console)."""
-    return Text(printable(text), no_wrap=True, overflow="ellipsis")
-
-
 class SafeConsole(Console):
     """The reports' console: every string it prints or puts in a table cell is made printable
     first (`textsafe.printable`: a kernel named `ESC[2J` shows as `\\x1b[2J`), so no name, site
-    or path from a trace acts on the terminal. Text objects built by hand go through `safe_text`.
+    or path from a trace acts on the terminal. Text objects built by hand go through
+    `tables.safe_text`.
     A string whose markup does not parse (a name like `k[/z]` in a cell) is shown as it is rather
     than raise; the reports pass names inside their own markup through `plain`."""
 
@@ -164,11 +107,6 @@ def plain(text: Any) -> str:
     """A name or path to put inside rich markup: printable, its brackets escaped (shown, not
     read as tags)."""
     return escape_markup(printable(text))
-
-
-def safe_text(text: Any, **kwargs: Any) -> Text:
-    """A rich Text of `text` made printable."""
-    return Text(printable(text), **kwargs)
 
 
 _NAME_KEYS = {"site", "cause", "op", "name", "kernel", "frame"}
@@ -242,26 +180,6 @@ def evidence_lines(evidence: dict, long_text: int = 60) -> list[str]:
             head.append(_figure(key, value) if key not in _NAME_KEYS else
                         f"{_label(key)} {evidence_value(key, value)}")
     return ([" · ".join(head)] if head else []) + rest
-
-
-class PlainTable(Table):
-    """A table whose string cells are text, never markup: a cell holds names and sites from a
-    trace (`aten::mm [param|cuda]`), which rich would read as a style tag and drop. A cell that
-    wants a style is a `safe_text(..., style=...)`."""
-
-    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
-        super().add_row(*(safe_text(c) if isinstance(c, str) else c for c in renderables), **kwargs)
-
-
-def make_table(title: str, *columns: str, right: tuple[int, ...] = ()) -> Table:
-    """A rich table in the reports' style: first column folds, the others cut with an ellipsis.
-    A table wider than the console narrows its widest columns first; give a name cell `one_line`
-    to cut it with an ellipsis rather than wrap it. String cells are shown as they are (no markup)."""
-    out = PlainTable(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
-    for i, col in enumerate(columns):
-        out.add_column(col, justify="right" if i in right else "left",
-                       overflow="fold" if i == 0 else "ellipsis")
-    return out
 
 
 # A table with a row per device, rank or thread stays readable: past this many rows the report

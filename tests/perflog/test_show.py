@@ -1,6 +1,7 @@
 """The performance log in the terminal: `describe`'s one line, `log show`'s table (newest
-first, long kernel names cut, markup shown as text) and `log compare`'s side-by-side table with
-spreads, signed deltas, ratios and verdicts."""
+first, markup shown as text, fitting 80 columns with dates whole, paths keeping their run, no cell
+wrapped) and `log compare`'s side-by-side table with spreads under their figures, signed deltas,
+ratios and verdicts."""
 from __future__ import annotations
 
 import io
@@ -20,10 +21,17 @@ B = {"id": 2, "date": "2026-11-21", "change": "fused [bold]adam[/bold]",
      "iteration_ms_high": 8.25, "iteration_ms_n": 5}
 
 
-def printed(render, *args) -> str:
-    console = Console(file=io.StringIO(), width=250, color_system=None)
+def printed(render, *args, width: int = 250) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
     render(*args, console)
     return console.file.getvalue()
+
+
+def body(out: str) -> list[list[str]]:
+    """The table's body rows as cells."""
+    lines = out.splitlines()
+    rule = next(i for i, line in enumerate(lines) if "╇" in line)
+    return [[c.strip() for c in line.split("│")] for line in lines[rule + 1:] if "│" in line]
 
 
 def test_describe_is_one_line_formatted_as_in_the_table():
@@ -33,28 +41,51 @@ def test_describe_is_one_line_formatted_as_in_the_table():
         "id 3 (2026-11-22): Iteration (ms) 1,234.50"
 
 
-def test_rows_newest_first_by_their_id_with_long_kernels_cut():
+def test_rows_newest_first_by_their_id_whole_when_there_is_room():
     out = printed(render_rows, [B, A])
     lines = [line for line in out.splitlines() if line.strip()]
     assert lines[0].startswith("Performance log (newest first)")
-    assert lines[1].split("┃")[0].strip() == "#"  # one numbering: the id, as `log compare` takes it
-    first, second = (next(line for line in lines if line.lstrip().startswith(f"{n} ")) for n in (2, 1))
-    assert first.lstrip().startswith("2 │ 2026-11-21") and second.lstrip().startswith("1 │ 2026-11-20")
-    assert lines.index(first) < lines.index(second)
-    assert "fused [bold]adam[/bold]" in first  # shown as written, not read as markup
-    assert "k" * 59 + "…" in first and "k" * 60 not in out
+    heads = [c.strip() for c in lines[2].split("┃")]  # headers of two lines: ms/ over iter
+    assert heads[:4] == ["#", "date", "change", "trace"]  # one numbering: the id, as `log compare` takes it
+    first, second = body(out)
+    assert first[:5] == ["2", "2026-11-21", "fused [bold]adam[/bold]", "t.json", "8.00"]  # markup shown as written
+    assert second[:5] == ["1", "2026-11-20", "baseline", "t.json", "10.00"]
+    assert "k" * 70 in first  # room for the whole kernel name
+    assert max(map(len, out.splitlines())) <= 250
+
+
+def test_rows_fit_80_columns_with_dates_whole_and_paths_keeping_their_run():
+    row = {**A, "created": "2026-11-27T07:01:09+0000", "trace": "/work/main/tests/data/ours/ab/item_logging",
+           "change": "plant .item() logging in the loop"}
+    other = {**B, "created": "2026-11-27T08:15:00+0000", "trace": "/work/main/tests/data/ours/ab/clean_1"}
+    wide = body(printed(render_rows, [other, row], width=200))
+    assert wide[1][:4] == ["1", "2026-11-27 07:01", "plant .item() logging in the loop",
+                           "/work/main/tests/data/ours/ab/item_logging"]
+    out = printed(render_rows, [other, row], width=80)
+    assert max(map(len, out.splitlines())) <= 80
+    rows = body(out)
+    assert len(rows) == 2  # one line per row: nothing wrapped
+    assert "2026-11-27 07:01" not in out  # the date goes before names are cut under 16
+    assert rows[1][0] == "1" and rows[1][1].startswith("plant .item()") and rows[1][1].endswith("…")
+    assert rows[1][2].endswith("/item_logging") and rows[0][2].endswith("/clean_1") and "…" in rows[1][2]
+    assert rows[1][3:5] == ["10.00", "1,000"]  # the figures stay whole
 
 
 def test_comparison_shows_spreads_signed_deltas_ratios_and_verdicts():
     out = printed(render_comparison, A, B, compare_rows(A, B))
     assert "A: id 1 2026-11-20 baseline (t.json)" in out
     assert "B: id 2 2026-11-21 fused [bold]adam[/bold] (t.json)" in out
-    rows = {line.split()[0]: line for line in out.splitlines() if line.split()}
-    assert [c.strip() for c in rows["iteration_ms"].split("│")[1:]] == \
-        ["10.00 (9.50-10.50, n 5)", "8.00 (7.50-8.25, n 5)", "-2.00", "0.800x", "better"]
-    assert [c.strip() for c in rows["env_steps_per_s"].split("│")[1:]] == \
-        ["1,000", "1,250", "+250", "1.250x", "no spread recorded"]
-    assert [c.strip() for c in rows["top_kernel"].split("│")[1:]] == ["k1", "k" * 59 + "…", "", "", "changed"]
+    rows = body(out)
+    # each figure over its interval, on two lines of one row
+    assert rows[0] == ["Iteration (ms)", "10.00", "8.00", "-2.00", "0.800x", "better"]
+    assert rows[1] == ["", "9.50-10.50, n 5", "7.50-8.25, n 5", "", "", ""]
+    assert rows[2] == ["Env-steps/s", "1,000", "1,250", "+250", "1.250x", "no spread recorded"]
+    kernel = next(r for r in rows if r[0] == "Top kernel")
+    assert kernel == ["Top kernel", "k1", "k" * 70, "", "", "changed"]
+    narrow = printed(render_comparison, A, B, compare_rows(A, B), width=80)
+    assert max(map(len, narrow.splitlines())) <= 80
+    kernel = next(r for r in body(narrow) if r[0] == "Top kernel")
+    assert kernel[2].startswith("kkk") and "…" in kernel[2] and len(kernel[2]) < 70
 
 
 def test_log_compare_and_show_commands(tmp_path, capsys):
@@ -65,9 +96,9 @@ def test_log_compare_and_show_commands(tmp_path, capsys):
                     memcpy_htod_ms=1.0), "no .item()", log)
     code, out, _ = run_main(["log", "compare", "1", "2", "--log", str(log)], capsys)
     assert code == 0
-    lines = {line.split()[0]: line for line in out.splitlines() if line.split()}
-    assert "-2.00" in lines["iteration_ms"] and "0.800x" in lines["iteration_ms"] and "no spread recorded" in lines["iteration_ms"]
-    assert "+250" in lines["env_steps_per_s"] and "1.250x" in lines["env_steps_per_s"]
-    assert "-4.00" in lines["syncs_per_iteration"] and "changed" in lines["top_kernel"]
+    lines = {line.split("│")[0].strip(): line for line in out.splitlines() if "│" in line}
+    assert "-2.00" in lines["Iteration (ms)"] and "0.800x" in lines["Iteration (ms)"] and "no spread recorded" in lines["Iteration (ms)"]
+    assert "+250" in lines["Env-steps/s"] and "1.250x" in lines["Env-steps/s"]
+    assert "-4.00" in lines["Syncs/iter"] and "changed" in lines["Top kernel"]
     code, out, _ = run_main(["log", "show", "--log", str(log)], capsys)
     assert code == 0 and out.index("no .item()") < out.index("baseline")

@@ -1,6 +1,6 @@
 """report/common.py: what the report writers share. Percentages, savings as the reports say
-them, names cut to a width (and kept apart), intervals, findings' evidence as labelled figures,
-the overwrite rule, the safe console and plain tables, capped tables and the line under them
+them, names cut to a width, intervals, findings' evidence as labelled figures,
+the overwrite rule, the safe console, capped tables and the line under them
 (durations and bytes: tests/test_units.py)."""
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import pytest
 
 from goodhart_prof.analysis.rules.finding import Finding
 from goodhart_prof.errors import UserError
-from goodhart_prof.report.common import (SafeConsole, capped, distinct_names, evidence_lines, evidence_value,
-                                         interval_text, make_table, more_rows, percent, refuse_overwrite,
-                                         saving_text, short, short_middle, short_tail)
+from goodhart_prof.report.common import (SafeConsole, capped, evidence_lines, evidence_value, interval_text,
+                                         more_rows, percent, refuse_overwrite, saving_text, short, short_tail)
 
 
 def test_percent():
@@ -37,12 +36,6 @@ def test_saving_text_per_iteration_over_the_trace_or_why_not():
 def test_shortened_names_keep_what_differs():
     assert short("abcdef", 4) == "abc…" and short("abc", 4) == "abc"
     assert short_tail("a > b > c", 5) == "… > c"
-    a = "cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_32x3_nn_align8"
-    b = a.replace("256x128", "128x128")
-    assert short_middle(a, 30) == "cutlass_75_tens…32x3_nn_align8" and len(short_middle(a, 30)) == 30
-    shown = distinct_names([a, b, "x"], 30)
-    assert shown[0] != shown[1] and all(len(s) <= 30 for s in shown) and shown[2] == "x"
-    assert "256x128" in shown[0] and "128x128" in shown[1]
 
 
 def test_interval_text_one_unit_or_nothing():
@@ -89,18 +82,13 @@ def test_refuse_overwrite_folder_existing_and_forced(tmp_path):
     assert existing.read_text() == "kept"  # a check, never a write
 
 
-def test_console_and_tables_show_trace_text_as_it_is():
+def test_console_shows_trace_text_as_it_is():
     out = io.StringIO()
     console = SafeConsole(file=out, width=80, color_system=None)
     console.print("kernel \x1b[2J")
     console.print("k[/z]")  # markup that does not parse: shown, not raised
-    table = make_table("T", "name", "us", right=(1,))
-    table.add_row("aten::mm [param|cuda]", "5")
-    console.print(table)
     text = out.getvalue()
-    assert text.startswith("kernel \\x1b[2J\nk[/z]\n") and "\x1b" not in text
-    assert "aten::mm [param|cuda] │  5" in text
-    assert [c.justify for c in table.columns] == ["left", "right"]
+    assert text == "kernel \\x1b[2J\nk[/z]\n" and "\x1b" not in text
 
 
 def test_capped_rows_and_the_line_under_them():

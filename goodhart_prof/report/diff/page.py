@@ -16,7 +16,8 @@ import pandas as pd
 
 from ...analysis.compare.summary import shown_rows
 from ...fileio import writing
-from ..common import refuse_overwrite, short_middle
+from ..common import refuse_overwrite
+from ...tables import short_middle
 from ...units import bytes_text
 from .format import KIND_NAMES, item_names, count, interval, kernel_labels, ratio_text, signed_text, summary_text, \
     value_text

@@ -13,7 +13,7 @@ from rich.console import Console
 from ..common import percent
 from ...units import bytes_text, duration
 from .format import count, kernel_labels, num, ratio_text, signed_count, signed_us, verdicts
-from ..text.table_fit import Col, fitted_table
+from ...tables import Col, fitted_table
 
 ONLY = {"a_only": "only in A", "b_only": "only in B"}
 WHOLE = "whole traces, not judged: no per-iteration samples"

@@ -2,7 +2,7 @@
 
 Every row has a readable name, its values in their units and its verdict (`better`, `worse`,
 `within noise`, `only in A`/`only in B`, `same` for an exact count, `not judged` with why);
-every table fits the console (report/text/table_fit.py). The whole-trace tables are in diff_tables.py.
+every table fits the console (goodhart_prof/tables.py). The whole-trace tables are in diff_tables.py.
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from rich.text import Text
 
 from ...analysis.compare.summary import shown_rows
 from . import tables as diff_tables
-from ..common import plain, safe_text, short_middle
+from ..common import plain
 from ...units import duration
 from .format import KIND_NAMES, item_names, interval, ratio_text, signed_text, summary_text, value_text
-from ..text.table_fit import SEPARATOR, Col, fitted_table
+from ...tables import SEPARATOR, Col, fitted_table, safe_text, short_middle
 
 BETTER_STYLE, WORSE_STYLE = "green", "red"
 STACK_NAME = 20  # the name width below which the per-iteration tables put intervals under medians

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from ..common import capped, make_table, more_rows, percent, plain, short
+from ..common import capped, more_rows, percent, plain
+from ...tables import Col, FittedTable
 from ...units import bytes_text, device_text, duration, ms_text
 
 TOP_SITES = 5
@@ -19,10 +20,10 @@ def communication_section(a, console: Console) -> None:
         return
     console.print()
     waits = comm.collectives["wait_us"].notna().any()
-    extra = ("waiting", "busbw once all arrived") if waits else ()
-    table = make_table("Communication (NCCL/RCCL kernels)", "rank/device", "collective", "count",
-                       "kernel time", "bytes", "algbw", "busbw", "n", *extra,
-                       right=tuple(range(2, 9 + len(extra))))
+    extra = (Col("waiting", True, drop=1), Col("busbw once\nall arrived", True)) if waits else ()
+    table = FittedTable("Communication (NCCL/RCCL kernels)", Col("rank/device"), Col("collective", name=True),
+                        Col("count", True), Col("kernel\ntime", True), Col("bytes", True, drop=2),
+                        Col("algbw", True, drop=3), Col("busbw", True), Col("n", True, drop=3), *extra)
     for r in comm.collectives.itertuples():
         cells = (duration(r.wait_us) if pd.notna(r.wait_us) else "-", rate(r.arrived_busbw_gbps)) if waits else ()
         table.add_row(device_text(r.rank, r.device), r.kind, f"{r.count:,}", duration(r.total_us),
@@ -32,10 +33,10 @@ def communication_section(a, console: Console) -> None:
     for line in communication_notes(comm.collectives):
         console.print(line, highlight=False)
     if not comm.sites.empty:
-        sites = make_table("Called from (all ranks)", "collective", "count", "kernel time", "site",
-                           right=(1, 2))
+        sites = FittedTable("Called from (all ranks)", Col("collective"), Col("count", True),
+                            Col("kernel\ntime", True), Col("site", name=True))
         for r in comm.sites.head(TOP_SITES).itertuples():
-            sites.add_row(r.kind, f"{r.count:,}", duration(r.total_us), short(r.site, 100))
+            sites.add_row(r.kind, f"{r.count:,}", duration(r.total_us), r.site)
         console.print(sites)
 
 
@@ -55,8 +56,9 @@ def ranks_section(a, console: Console) -> None:
     console.print()
     title = (f"Ranks (mean per traced iteration, {n_it} iteration{'s' if n_it != 1 else ''})"
              if table["step_us"].notna().any() else "Ranks (whole trace: no ProfilerStep#N)")
-    out = make_table(title, "rank", "step", "compute", "communication", "overlapped", "exposed",
-                     "waiting", "arrived last", right=(1, 2, 3, 4, 5, 6, 7))
+    out = FittedTable(title, Col("rank", True), Col("step", True), Col("compute", True), Col("communi-\ncation", True),
+                      Col("over-\nlapped", True, drop=1), Col("exposed", True), Col("waiting", True),
+                      Col("arrived\nlast", True))
     judged = ranks.reason is None
     keep = capped(means["step_us"].fillna(means["compute_us"] + means["comm_us"]).to_numpy(float))
     for rank, r in means.iloc[keep].iterrows():

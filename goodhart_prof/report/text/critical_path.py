@@ -4,7 +4,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from ...analysis.critical.path import TOP_OPS, longest_segments
-from ..common import kernel_name, make_table, one_line, percent, plain, short
+from ..common import kernel_name, percent
+from ...tables import Col, FittedTable
 from ...units import duration
 
 BOUND = {"host": "host-bound", "gpu": "GPU-bound"}
@@ -30,18 +31,19 @@ def render_critical_path(a, console: Console) -> None:
                   f"{duration(it.gpu_us)}, gaps between kernels {duration(it.gap_us)}): "
                   f"{BOUND[it.bound]}", highlight=False)
     if not it.ops.empty:
-        table = make_table("On the path (time it holds the path)", "name", "side", "time on path",
-                           "share", "events", right=(2, 3, 4))
+        table = FittedTable("On the path (time it holds the path)", Col("name", name=True), Col("side"),
+                            Col("time on\npath", True), Col("share", True), Col("events", True))
         for r in it.ops.head(TOP_OPS).itertuples():
             share = r.us / it.length_us if it.length_us > 0 else 0.0
-            name = one_line(kernel_name(r.name, 80)) if r.side == "gpu" else short(plain(r.name), 80)
+            name = kernel_name(r.name) if r.side == "gpu" else str(r.name)
             table.add_row(name, r.side, duration(r.us), percent(share),
                           f"{r.count:,}")
         console.print(table)
     segments = longest_segments(it)
     if len(it.segments) > 1:
-        table = make_table(f"Segments ({len(segments)} longest of {len(it.segments)}, in time order)",
-                           "from (into the window)", "to", "on the path", "bound", right=(0, 1, 2))
+        table = FittedTable(f"Segments ({len(segments)} longest of {len(it.segments)}, in time order)",
+                            Col("from (into\nthe window)", True), Col("to", True), Col("on the\npath", True),
+                            Col("bound"))
         for s in segments:
             table.add_row(duration(s.ts - it.ts), duration(s.end - it.ts), duration(s.us), BOUND[s.side])
         console.print(table)

@@ -9,7 +9,8 @@ from rich.console import Console
 from ...analysis.gpu.device_time import unrecorded_gpu
 from ...analysis.gpu.efficiency import across_devices, device_kinds
 from ...units import devices_text, duration
-from ..common import kernel_name, make_table, number, one_line, plain, short
+from ..common import kernel_name, number, plain
+from ...tables import Col, FittedTable
 
 
 def efficiency_section(a, console: Console, top: int) -> None:
@@ -30,10 +31,10 @@ def efficiency_section(a, console: Console, top: int) -> None:
     if not across.empty:
         console.print(_across_table(across, top))
     elif not eff.ops.empty:
-        console.print(_roofline_table("by op type", eff.ops, "op", top, console.width))
+        console.print(_roofline_table("by op type", eff.ops, "op", top))
     if not eff.kernels.empty:
         console.print(_roofline_table(f"top {min(top, len(eff.kernels))} compute kernels", eff.kernels,
-                                      "name", top, console.width))
+                                      "name", top))
     if eff.unsized:
         console.print("FLOPs unknown (shapes or scalar arguments not recorded): "
                       + ", ".join(f"{op} x{n:,}" for op, n in eff.unsized.items()), highlight=False)
@@ -59,38 +60,37 @@ def _across_table(across: pd.DataFrame, top: int):
     devices' own TFLOP/s as a range where they differ."""
     counts = sorted(set(across["devices"].tolist()))
     over = f"{counts[0]} devices" if len(counts) == 1 else "their devices"
-    table = make_table(f"Roofline, by op type, summed over {over} (TFLOP/s: the sum's, and each device's range)",
-                       "aten op", "dtype", *(() if len(counts) == 1 else ("devices",)), "count", "time", "FLOP/B",
-                       "TFLOP/s", "GB/s", "% peak", "% roof", "bound")
+    table = FittedTable(f"Roofline, by op type, summed over {over} (TFLOP/s: the sum's, and each device's range)",
+                        Col("aten op", name=True), Col("dtype"), *(() if len(counts) == 1 else (Col("devices", True),)),
+                        Col("count", True, drop=3), Col("time", True), Col("FLOP/B", True, drop=2),
+                        Col("TFLOP/s", True), Col("GB/s", True, drop=2), Col("% peak", True),
+                        Col("% roof", True, drop=1), Col("bound"))
     for r in across.head(top).itertuples():
         low, high = number(r.tflops_low, 2), number(r.tflops_high, 2)
         rate = number(r.tflops, 2) + (f" ({low}-{high})" if low != high else "")
-        table.add_row(one_line(short(str(r.op).removeprefix("aten::"), 36)), r.dtype,
+        table.add_row(str(r.op).removeprefix("aten::"), r.dtype,
                       *(() if len(counts) == 1 else (f"{r.devices:,}",)), f"{r.count:,}", duration(r.time_us),
                       number(r.intensity, 1), rate, number(r.gbps, 1), number(r.pct_peak, 1), number(r.pct_roof, 1),
                       r.bound or "-")
-    for column in table.columns[2:-1]:
-        column.justify = "right"
     return table
 
 
-def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int, width: int = 160):
-    """Op rows show dtype and count; kernel rows give that room to the kernel's name. A console
-    under 140 columns leaves out GFLOP and GB (FLOP/B and the rates say it) to keep names legible."""
+def _roofline_table(title: str, frame: pd.DataFrame, label: str, top: int):
+    """Op rows show dtype and count; kernel rows give that room to the kernel's name. A narrow
+    console leaves out GFLOP and GB first (FLOP/B and the rates say it), then the count, GB/s and
+    FLOP/B, then % of roof, to keep names legible."""
     is_op = label == "op"
-    wide = width >= 140
-    extra = ("dtype", "count") if is_op else ()
-    sizes = ("GFLOP", "GB") if wide else ()
-    columns = ("rank/dev", "aten op" if is_op else "kernel", *extra, "time", *sizes, "FLOP/B",
-               "TFLOP/s", "GB/s", "% of peak", "% of roof", "bound")
-    table = make_table(f"Roofline, {title}", *columns, right=tuple(range(2, len(columns) - 1)))
+    extra = (Col("dtype"), Col("count", True, drop=3)) if is_op else ()
+    table = FittedTable(f"Roofline, {title}", Col("rank/dev"), Col("aten op" if is_op else "kernel", name=True),
+                        *extra, Col("time", True), Col("GFLOP", True, drop=4), Col("GB", True, drop=4),
+                        Col("FLOP/B", True, drop=2), Col("TFLOP/s", True), Col("GB/s", True, drop=2),
+                        Col("% of\npeak", True), Col("% of\nroof", True, drop=1), Col("bound"))
     for r in frame.head(top).itertuples():
         where = "cpu" if r.device < 0 else f"{r.rank}/{r.device}"
         cells = (r.dtype, f"{r.count:,}") if is_op else ()
-        size_cells = (f"{r.flops / 1e9:,.2f}", number(r.bytes / 1e9, 3)) if wide else ()
         name = str(getattr(r, label))
-        shown = short(name.removeprefix("aten::"), 36) if is_op else kernel_name(name, 40)
-        table.add_row(where, one_line(shown), *cells, duration(r.time_us), *size_cells,
+        shown = name.removeprefix("aten::") if is_op else kernel_name(name)
+        table.add_row(where, shown, *cells, duration(r.time_us), f"{r.flops / 1e9:,.2f}", number(r.bytes / 1e9, 3),
                       number(r.intensity, 1), number(r.tflops, 2),
                       number(r.gbps, 1), number(r.pct_peak, 1), number(r.pct_roof, 1), r.bound or "-")
     return table

@@ -9,7 +9,8 @@ import pandas as pd
 from rich.console import Console
 
 from ...units import duration
-from ..common import ROW_LIMIT, make_table, number, percent, short
+from ..common import ROW_LIMIT, number, percent
+from ...tables import Col, FittedTable
 
 # HTA's column -> (header, kind): `us` microseconds, `pct` a percent already, `ratio` a 0..1 share.
 COLUMNS = {
@@ -32,13 +33,20 @@ def render_hta(frames: dict[str, pd.DataFrame], console: Console) -> None:
         columns = shown_columns(frame)
         shares = any(len(spec) > 2 for _, spec in columns)
         note = " (%: of HTA's kernel time)" if shares else ""
-        table = make_table(f"HTA: {title}{note}", *[header for header, _ in columns],
-                           right=tuple(i for i, (_, cells) in enumerate(columns) if cells[0] != "text"))
+        table = FittedTable(f"HTA: {title}{note}", *(Col(header, right=spec[0] != "text" and not _names(frame, spec),
+                                                         name=_names(frame, spec)) for header, spec in columns))
         for i in range(min(len(frame), ROW_LIMIT)):
             table.add_row(*[cell(frame, i, spec) for _, spec in columns])
         console.print(table)
         if len(frame) > ROW_LIMIT:
             console.print(f"... and {len(frame) - ROW_LIMIT} more rows")
+
+
+def _names(frame: pd.DataFrame, spec: tuple[str, ...]) -> bool:
+    """Whether a column holds names (text, cut to fit the console), not figures or ranks."""
+    column = frame[spec[1]]
+    return spec[0] in ("text", "raw") and spec[1] != "rank" and (
+        column.dtype == object or pd.api.types.is_string_dtype(column))
 
 
 def shown_columns(frame: pd.DataFrame) -> list[tuple[str, tuple[str, ...]]]:
@@ -74,7 +82,7 @@ def cell(frame: pd.DataFrame, i: int, spec: tuple[str, ...]) -> str:
     if kind == "ratio":
         return percent(value)
     if isinstance(value, str):
-        return short(value, 60)
+        return value
     if kind == "raw" and isinstance(value, float):
         return f"{value:,.3f}"
     return str(value)

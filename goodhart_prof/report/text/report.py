@@ -5,8 +5,8 @@ import pandas as pd
 from rich.console import Console
 from rich.padding import Padding
 
-from ..common import (capped, evidence_lines, kernel_name, make_table, more_rows, one_line, percent, plain,
-                      safe_text, saving_text, short)
+from ..common import capped, evidence_lines, kernel_name, more_rows, percent, plain, saving_text
+from ...tables import Col, FittedTable, safe_text
 from ...units import bytes_text, device_key, device_text, duration
 from ...analysis.gpu.device_time import unrecorded_gpu
 from ...analysis.memory.usage import HOST
@@ -67,8 +67,9 @@ def _gpu(a, console: Console) -> None:
                       highlight=False)
         return
     steps = bool(a.gpu["step_utilization"].notna().any())
-    table = make_table("GPU time", "rank/device", "span", "busy", "idle", "utilization", "kernel time",
-                       *(("idle in steps", "util. in steps") if steps else ()), right=(1, 2, 3, 4, 5, 6, 7))
+    table = FittedTable("GPU time", Col("rank/device"), Col("span", True), Col("busy", True),
+                        Col("idle", True, drop=1), Col("util.", True), Col("kernel\ntime", True, drop=1),
+                        *((Col("idle\nin steps", True), Col("util.\nin steps", True)) if steps else ()))
     keep = capped(a.gpu["idle_us"].to_numpy(float))
     for r in a.gpu.iloc[keep].itertuples():
         table.add_row(device_text(r.rank, r.device), duration(r.span_us), duration(r.busy_us), duration(r.idle_us),
@@ -84,23 +85,24 @@ def _kernels(a, console: Console, top: int) -> None:
     if a.kernels.empty:
         return
     console.print()
-    table = make_table(f"Top {min(top, len(a.kernels))} of {len(a.kernels)} GPU kernels by total time",
-                   "kernel", "category", "library", "count", "total", "mean", "share",
-                   right=(3, 4, 5, 6))
+    table = FittedTable(f"Top {min(top, len(a.kernels))} of {len(a.kernels)} GPU kernels by total time",
+                        Col("kernel", name=True), Col("category"), Col("library", drop=2), Col("count", True),
+                        Col("total", True), Col("mean", True, drop=1), Col("share", True))
     for r in a.kernels.head(top).itertuples():
-        table.add_row(one_line(kernel_name(r.name, 90)), r.category, getattr(r, "library", ""), f"{r.count:,}", duration(r.total_us), duration(r.mean_us),
-                      f"{r.pct:.1f}%")
+        table.add_row(kernel_name(r.name), r.category, getattr(r, "library", ""), f"{r.count:,}",
+                      duration(r.total_us), duration(r.mean_us), f"{r.pct:.1f}%")
     console.print(table)
     console.print()
-    cats = make_table("Kernel categories", "category", "main library", "count", "total", "share",
-                      right=(2, 3, 4))
+    cats = FittedTable("Kernel categories", Col("category", name=True), Col("main\nlibrary"), Col("count", True),
+                       Col("total", True), Col("share", True))
     for r in a.categories.itertuples():
         cats.add_row(r.category, getattr(r, "library", ""), f"{r.count:,}", duration(r.total_us),
                      f"{r.pct:.1f}%")
     console.print(cats)
     if not a.libraries.empty:
         console.print()
-        libs = make_table("Kernel libraries", "library", "count", "total", "share", right=(1, 2, 3))
+        libs = FittedTable("Kernel libraries", Col("library", name=True), Col("count", True), Col("total", True),
+                           Col("share", True))
         for r in a.libraries.itertuples():
             libs.add_row(r.library, f"{r.count:,}", duration(r.total_us), f"{r.pct:.1f}%")
         console.print(libs)
@@ -133,10 +135,10 @@ def _by_site(console: Console, summary, top: int, label: str, time_label: str, n
     console.print(f"{label}: {summary.total} ({kinds}){note}")
     shown = summary.sites.head(top)
     side = "background" in shown and bool(shown["background"].any())
-    heads = ["site", "kind"] + (["thread"] if side else []) + ["count", time_label]
-    table = make_table("by site", *heads, right=(len(heads) - 2, len(heads) - 1))
+    table = FittedTable("by site", Col("site", name=True), Col("kind"), *([Col("thread")] if side else []),
+                        Col("count", True), Col(time_label, True))
     for r in shown.itertuples():
-        table.add_row(short(r.site, 110), r.kind, *(["background" if r.background else ""] if side else []),
+        table.add_row(r.site, r.kind, *(["background" if r.background else ""] if side else []),
                       f"{r.count:,}", duration(r.total_us))
     console.print(table)
     if side:
@@ -149,10 +151,11 @@ def _burstiness(a, console: Console) -> None:
     if not a.burstiness:
         return
     console.print()
-    table = make_table("Burstiness (idle gaps between busy stretches)", "rank/device", "util CV", "B",
-                   "gaps", "p50", "p90", "p99", "max", "total", right=tuple(range(1, 9)))
-    classes = make_table("Idle gaps by cause", "rank/device", "host_wait (CPU late)", "launch (< 30 us)",
-                     "other", right=(1, 2, 3))
+    table = FittedTable("Burstiness (idle gaps between busy stretches)", Col("rank/device"), Col("util CV", True),
+                        Col("B", True), Col("gaps", True), Col("p50", True, drop=1), Col("p90", True),
+                        Col("p99", True, drop=1), Col("max", True), Col("total", True))
+    classes = FittedTable("Idle gaps by cause", Col("rank/device"), Col("host_wait\n(CPU late)", True),
+                          Col("launch\n(< 30 us)", True), Col("other", True))
     keep = capped([(b.gaps or {}).get("total_us") or 0.0 for b in a.burstiness])
     for b in (a.burstiness[i] for i in keep):
         g = b.gaps or {}
@@ -188,9 +191,9 @@ def _idle_causes(a, console: Console) -> None:
     console.print()
     keep = capped([sum(c["idle_us"] for c in b.idle_causes) for b in devices])
     frames = any(c.get("frame") for i in keep for c in devices[i].idle_causes[:TOP_CAUSES])
-    columns = ["rank/device", "host was in", "idle", "share"] + (["mostly in (Python)"] if frames else [])
-    table = make_table("Why the GPU idles (what the launching host thread was doing)", *columns, right=(2, 3))
-    table.columns[1].overflow = "fold"  # the cause is the point: never cut it
+    table = FittedTable("Why the GPU idles (what the launching host thread was doing)", Col("rank/device"),
+                        Col("host was in", name=True), Col("idle", True), Col("share", True),
+                        *([Col("mostly in (Python)", name=True)] if frames else []))
     for b in (devices[i] for i in keep):
         for i, c in enumerate(b.idle_causes[:TOP_CAUSES]):
             cells = [device_text(b.rank, b.device) if i == 0 else "", cause_label(c),
@@ -221,13 +224,15 @@ def _phases(a, console: Console, top: int) -> None:
     gpu = not a.gpu.empty  # a CPU-only trace launches nothing: no column of zeros
     title = ("Phases per rank (the median rank's figures; the slowest rank beside them)" if multi
              else "Phases (annotations and traced iterations)")
-    heads = ["phase"] + (["ranks"] if multi else []) + ["count", "CPU time"]         + (["slowest (rank)"] if multi else []) + (["GPU time launched"] if gpu else []) + ["syncs"]
-    table = make_table(title, *heads, right=tuple(range(1, len(heads))))
+    table = FittedTable(title, Col("phase", name=True), *([Col("ranks", True, drop=1)] if multi else []),
+                        Col("count", True), Col("CPU time", True),
+                        *([Col("slowest\n(rank)", True)] if multi else []),
+                        *([Col("GPU time\nlaunched", True)] if gpu else []), Col("syncs", True))
     annotations = ph[ph["kind"] == "annotation"].sort_values("cpu_us", ascending=False).head(top)
     iterations = ph[ph["kind"] == "iteration"]
     for frame in (iterations, annotations):
         for r in frame.itertuples():
-            cells = [short(display_name(r.name), 60)] + ([f"{r.ranks:,}"] if multi else []) \
+            cells = [display_name(r.name)] + ([f"{r.ranks:,}"] if multi else []) \
                 + [f"{r.count:,}", duration(r.cpu_us)] \
                 + ([f"{duration(r.cpu_max_us)} ({r.max_rank})"] if multi else []) \
                 + ([duration(r.gpu_us)] if gpu else []) + [f"{int(r.syncs):,}" if has_syncs else "-"]
@@ -241,12 +246,12 @@ def _host_ops(a, console: Console, top: int) -> None:
     if ops is None or ops.empty:
         return
     console.print()
-    table = make_table(f"Top {min(top, len(ops))} of {len(ops)} host ops by self time "
-                       f"(host time {duration(ops['self_us'].sum())}, all threads and ranks)",
-                       "op", "calls", "self", "self share", "total (inclusive)", "total share",
-                       right=(1, 2, 3, 4, 5))
+    table = FittedTable(f"Top {min(top, len(ops))} of {len(ops)} host ops by self time "
+                        f"(host time {duration(ops['self_us'].sum())}, all threads and ranks)",
+                        Col("op", name=True), Col("calls", True), Col("self", True), Col("self\nshare", True),
+                        Col("total\n(inclusive)", True), Col("total\nshare", True, drop=1))
     for r in ops.head(top).itertuples():
-        table.add_row(one_line(short(r.name, 80)), f"{r.calls:,}", duration(r.self_us), f"{r.self_pct:.1f}%",
+        table.add_row(r.name, f"{r.calls:,}", duration(r.self_us), f"{r.self_pct:.1f}%",
                       duration(r.total_us), f"{r.total_pct:.1f}%")
     console.print(table)
 
@@ -259,9 +264,10 @@ def _memory(a, console: Console) -> None:
         console.print("[bold]Memory[/bold]: no memory events in this trace (record with "
                       f"{plain(record_full_advice(a.trace))})", highlight=False)
         return
-    table = make_table("Memory (profiler memory events)", "device", "peak allocated", "peak reserved",
-                       "reserved/alloc", "allocs/iteration", "growth/iteration", "iterations",
-                       right=(1, 2, 3, 4, 5, 6))
+    table = FittedTable("Memory (profiler memory events)", Col("device", name=True), Col("peak\nallocated", True),
+                        Col("peak\nreserved", True), Col("reserved/\nallocated", True),
+                        Col("allocations/\niteration", True), Col("growth/\niteration", True),
+                        Col("iterations", True, drop=1))
     notes = set()
     for r in mem.devices.itertuples():
         host = r.device_type == 0
@@ -282,11 +288,12 @@ def _memory(a, console: Console) -> None:
                       "trace's first event (relative)")
     sites = mem.sites.head(5)
     if len(sites):
-        top = make_table("Allocations by phase and op (inside iterations)", "device", "phase", "op",
-                         "per iteration", "median size", "still live at end", right=(3, 4, 5))
+        top = FittedTable("Allocations by phase and op (inside iterations)", Col("device"),
+                          Col("phase", name=True), Col("op", name=True), Col("per\niteration", True),
+                          Col("median\nsize", True), Col("still live\nat end", True))
         for r in sites.itertuples():
-            top.add_row(device_key(r.rank, r.device, host=r.device_type == HOST), short(display_name(r.phase), 30), short(r.op, 50), f"{r.per_iteration:,.1f}",
-                        bytes_text(r.median_bytes), bytes_text(r.live_bytes))
+            top.add_row(device_key(r.rank, r.device, host=r.device_type == HOST), display_name(r.phase), r.op,
+                        f"{r.per_iteration:,.1f}", bytes_text(r.median_bytes), bytes_text(r.live_bytes))
         console.print(top)
 
 

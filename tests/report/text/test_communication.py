@@ -39,7 +39,7 @@ def test_collectives_per_rank_match_the_raw_kernels(dlrm):
         row = cells(next(x for x in lines if x.startswith("rank 1 / gpu 1 ") and f" {kind} " in x))
         assert row[2:4] == [str(n), f"{us / 1e3:.3f} ms"]
         assert row[7] == "8"  # the job's world size: every rank ran them together
-    assert "waiting" in lines[2] and "busbw once all arrived" in lines[2]
+    assert "waiting" in lines[3] and "busbw once" in lines[2] and "all arrived" in lines[3]  # headers of two lines
     assert any(x.startswith("message sizes: from the shapes") for x in lines)
     assert any(x.startswith("Called from (all ranks)") for x in lines)
 
@@ -50,7 +50,7 @@ def test_ranks_steps_and_who_arrived_last(dlrm):
     for rank in (0, 1):
         kinds, step = raw_rank(rank)
         comm = sum(us for _, us in kinds.values())
-        row = cells(next(x for x in lines if x.startswith(f"{rank}    │")))
+        row = cells(next(x for x in lines if x.startswith(f"   {rank} │")))
         assert row[1] == f"{step / 1e3:.3f} ms" and row[3] == f"{comm / 1e3:.3f} ms"
     slowest = dlrm.ranks.iterations.iloc[0]
     assert any(x.startswith(f"iteration 10: rank {int(slowest['slowest_rank'])} arrived last at ") for x in lines)

@@ -53,7 +53,9 @@ def test_a_column_hta_adds_is_shown_as_it_is():
     assert shown_columns(frame) == [("name", ("raw", "name")), ("time", ("raw", "time")), ("n", ("raw", "n"))]
     lines = _render({"kernel breakdown": frame}, width=120)
     assert lines[1].rstrip() == "HTA: kernel breakdown"
-    assert _cells(lines[4]) == ["x" * 59 + "…", "1.235", "1"] and _cells(lines[5]) == ["y", "2.000", "2"]
+    assert _cells(lines[4]) == ["x" * 80, "1.235", "1"] and _cells(lines[5]) == ["y", "2.000", "2"]
+    narrow = _render({"kernel breakdown": frame}, width=40)  # the name gives way: 40 - 5 - 1 - 2 x 3
+    assert _cells(narrow[4]) == ["x" * 14 + "…" + "x" * 13, "1.235", "1"] and max(map(len, narrow)) <= 40
 
 
 def test_more_rows_than_shown_are_counted():
