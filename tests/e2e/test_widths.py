@@ -3,7 +3,7 @@ time, kernels, host ops, syncs, burstiness, idle causes, phases, communication, 
 efficiency, critical path, `--hta`), `diff`, `log show` and `log compare`, run in this process
 (click's CliRunner) at COLUMNS=80, 100 and 160 on small fixtures. No line is wider than the
 width, no header is cut, no figure is cut, and no two rows of a table print alike where a name
-was cut. The tables' rules themselves: tests/test_tables.py."""
+was cut (tests/support/table_checks.py). The tables' rules themselves: tests/test_tables.py."""
 from __future__ import annotations
 
 import re
@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from goodhart_prof.cli import cli
 from tests.support.paths import DATA
+from tests.support.table_checks import check, tables
 
 WIDTHS = (80, 100, 160)
 AB = DATA / "ours" / "ab"
@@ -25,8 +26,6 @@ COMMANDS = {
     "analyze h200": ["analyze", str(DATA / "gpu" / "h200_2026-11-26" / "lite" / "clean" / "rank-0.pt.trace.json.gz")],
     "diff": ["diff", str(AB / "clean_1"), str(AB / "item_logging")],
 }
-FIGURE_CUT = re.compile(r"^[-+]?[\d,.]+[\d.]…$|\d…$")
-INTERVAL = re.compile(r"^\(?[-+]?[\d.,]+-[\d.,]+( [\w/-]+)?(, n \d+)?\)?$")  # a figure's interval under it
 
 
 @pytest.fixture(scope="module")
@@ -42,44 +41,6 @@ def run(args: list[str], width: int) -> list[str]:
     result = CliRunner().invoke(cli, args, env={"COLUMNS": str(width)})
     assert result.exit_code == 0, result.output
     return result.stdout.splitlines()
-
-
-def tables(lines: list[str]) -> list[tuple[list[str], list[list[str]]]]:
-    """Each table's header cells (its lines joined) and body rows as cells."""
-    out, i = [], 0
-    while i < len(lines):
-        if "┃" not in lines[i]:
-            i += 1
-            continue
-        heads = []
-        while "┃" in lines[i]:
-            heads.append([c.strip() for c in lines[i].split("┃")])
-            i += 1
-        assert "╇" in lines[i]
-        body = []
-        i += 1
-        while i < len(lines) and "│" in lines[i]:
-            body.append([c.strip() for c in lines[i].split("│")])
-            i += 1
-        out.append((heads, body))
-    return out
-
-
-def check(lines: list[str], width: int) -> int:
-    """The widths and cuts every table must keep; the number of tables seen."""
-    assert [line for line in lines if len(line) > width] == []
-    found = tables(lines)
-    for heads, body in found:
-        assert not [c for row in heads for c in row if "…" in c], heads  # headers are never cut
-        assert not [c for row in body for c in row if FIGURE_CUT.search(c)], body  # nor figures
-        # a line that is mostly blank continues the row above: only an interval may (never a
-        # name or figure wrapped onto a second line)
-        wrapped = [row for row in body if 2 * sum(not c for c in row) >= len(row)
-                   and not all(INTERVAL.match(c) for c in row if c)]
-        assert wrapped == [], wrapped
-        cut = [tuple(row) for row in body if any("…" in c for c in row)]
-        assert len(set(cut)) == len(cut), cut  # a cut name never makes two rows alike
-    return len(found)
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -1,4 +1,5 @@
-"""The terminal report fits the console it is given: no line wider than it, one line per kernel
+"""The terminal report of every fixture trace fits the console it is given (80, 100, 160 columns):
+no line wider than it, no header or figure cut, no row wrapped, no cut names alike, one line per kernel
 (no C++ name wrapped over two lines; short names: tests/trace/test_names.py), findings' evidence
 as labelled figures (their wording: tests/report/test_common.py)."""
 from __future__ import annotations
@@ -13,6 +14,7 @@ from goodhart_prof.analysis import analyze
 from goodhart_prof.report.text.report import render
 from goodhart_prof.trace.load import load
 from tests.support.paths import DATA
+from tests.support.table_checks import check
 
 TRACES = sorted(p.relative_to(DATA).as_posix() for p in DATA.glob("*/*.json.gz")) + [
     "param/dlrm_8rank", "hta/sampled_128rank"]
@@ -42,13 +44,12 @@ def table_body(lines: list[str], title: str) -> list[str]:
     return body
 
 
-@pytest.mark.parametrize("width", [100, 160])
+@pytest.mark.parametrize("width", [80, 100, 160])
 @pytest.mark.parametrize("name", TRACES)
 def test_report_fits_the_console(analyses, name, width):
     a = analyses[name]
     lines = rendered(a, width)
-    too_wide = [line for line in lines if len(line) > width]
-    assert too_wide == []
+    check(lines, width)  # no line too wide, no header or figure cut, no row wrapped, no cut names alike
     # no C++ name cut over two lines: no `void` (or its fragment) alone on a line or in a cell
     assert not [line for line in lines if re.fullmatch(r"[\s│]*void[\s│]*", line)]
     assert not [line for line in lines if re.search(r"(^|│ )void ", line)]
