@@ -29,7 +29,7 @@ from .heap_guard import PROCESS_GUARD, release_memory
 from .iteration_log import IterationLog, check_env_steps
 from .settings import (DEFAULT_ITERATIONS, MODES, PHASES, QUIET_KINETO, ProfSettings, SettingsError,
                        parse_iterations)
-from .trace_files import PendingWrite, start_write, trace_name, traced_iterations, write_profiler_trace
+from .trace_files import ATTRIBUTION_DIR, PendingWrite, start_write, trace_name, traced_iterations, write_profiler_trace
 
 __all__ = ["DEFAULT_ITERATIONS", "MODES", "PHASES", "ProfSettings", "SettingsError", "parse_iterations",
            "NoHooks", "ProfilerHooks", "make_hooks", "atomic_path", "write_json", "write_profiler_trace",
@@ -96,12 +96,16 @@ class ProfilerHooks:
         self._recording = False            # start_trace called: events are being recorded
         self._kept = False                 # the window began earlier and its trace is kept
         self._guard = PROCESS_GUARD if settings.heap_guard else None
-        self._pending: PendingWrite | None = None  # the trace being compressed off the loop
+        self._pending: list[PendingWrite] = []  # traces being compressed off the loop
+        # lite window finished in this process: iteration last + 1 is recorded with Python stacks
+        # into attribution/ (the sites of the window's events, without slowing the window)
+        self._attribute: int | None = None
+        self._sites_prof: profile | None = None
         # PROF_METRICS (set by `goodhart-prof run -- CMD`): rank 0 logs each iteration's time
         self._log = IterationLog(settings.output_dir) if settings.metrics and rank == 0 else None
 
     def phase(self, name: str) -> contextlib.AbstractContextManager:
-        return record_function(name) if self._recording else _NULL
+        return record_function(name) if self._recording or self._sites_prof is not None else _NULL
 
     @contextlib.contextmanager
     def iteration(self, it: int, env_steps: float | None = None) -> Iterator[None]:
@@ -118,7 +122,11 @@ class ProfilerHooks:
                     self._prof = self._open()
                 self._prof.start_trace()
                 self._recording = True
-        step = record_function(f"ProfilerStep#{it}") if self._recording else _NULL
+        attributing = it == self._attribute and self._sites_prof is None
+        if attributing:
+            self._sites_prof = self._new_profiler(stacks=True)
+            self._sites_prof.start()
+        step = record_function(f"ProfilerStep#{it}") if self._recording or attributing else _NULL
         started = time.perf_counter()
         try:
             with step:
@@ -130,6 +138,10 @@ class ProfilerHooks:
             self._log.add(it, time.perf_counter() - started, env_steps)
         if self._recording and it == last:
             self._finish()
+            if self.settings.mode == "lite" and self.settings.sites:
+                self._attribute = it + 1
+        elif attributing:
+            self._finish_attribution()
 
     def close(self) -> None:
         """End of training: a window cut short by total_iterations still gets its trace (a
@@ -155,9 +167,21 @@ class ProfilerHooks:
             self._close_log()
 
     def _wait_written(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.wait()
+        pending, self._pending = self._pending, []
+        for write in pending:
+            write.wait()
+
+    def _finish_attribution(self) -> None:
+        prof, self._sites_prof, self._attribute = self._sites_prof, None, None
+        prof.stop()
+        self._pending.append(start_write(prof, self.attribution_path))
+        del prof
+        release_memory()
+
+    @property
+    def attribution_path(self) -> Path:
+        """Where the iteration after a lite window, recorded with stacks, goes."""
+        return self.trace_path.parent / ATTRIBUTION_DIR / self.trace_path.name
 
     def _close_log(self) -> None:
         if self._log is not None:
@@ -174,10 +198,12 @@ class ProfilerHooks:
             prof.prepare_trace()
         return prof
 
-    def _new_profiler(self) -> profile:
+    def _new_profiler(self, stacks: bool = False) -> profile:
         activities = [ProfilerActivity.CPU]
         if self.device_type == "cuda":
             activities.append(ProfilerActivity.CUDA)
+        if stacks:  # the attribution iteration: the window's ops again, with the Python frames
+            return profile(activities=activities, with_stack=True)
         full = self.settings.mode == "full"
         # No with_flops: the profiler's FLOP estimate costs about 1 us per recorded op (half of
         # full mode's per-op cost, measured on the CPU) for a figure that the shapes full mode
@@ -195,13 +221,18 @@ class ProfilerHooks:
     def _finish(self) -> None:
         prof, self._prof, self._recording = self._prof, None, False
         prof.stop_trace()
-        self._pending = start_write(prof, self.trace_path)  # compressed off the loop
+        self._pending.append(start_write(prof, self.trace_path))  # compressed off the loop
         del prof
         release_memory()
         if self._guard is not None:
             self._guard.window_ends()
 
     def _abandon(self) -> None:
+        sites, self._sites_prof, self._attribute = self._sites_prof, None, None
+        if sites is not None:  # an unfinished attribution iteration: nothing written
+            with contextlib.suppress(Exception):
+                sites.stop()
+            del sites
         prof, self._prof = self._prof, None
         recording, self._recording = self._recording, False
         if prof is not None:

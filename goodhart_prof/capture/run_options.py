@@ -15,7 +15,7 @@ import click
 
 from ..errors import UserError
 from .settings import (DEFAULT_MODE, DEFAULT_OUTPUT_DIR, DEFAULT_WINDOW, KINETO_DEFAULT, QUIET_KINETO,
-                       SettingsError, parse_iterations)
+                       SettingsError, parse_iterations, parse_switch)
 
 DEVICES = ("auto", "cpu", "cuda")
 # torch.manual_seed takes 0..2**64-1 (and negatives, folded onto those): seeds up to 2**63-1 leave
@@ -61,7 +61,8 @@ class TrainerOption:
 TRAINER_OPTIONS = (
     TrainerOption("--total-iterations", "Training iterations to run", click.IntRange(min=1),
                   trainer_note="default: the config's, {total_iterations}",
-                  run_note="default: the last traced iteration + 1"),
+                  run_note="default: the last traced iteration + 1, + 2 in lite mode: the iteration "
+                           "after the window is recorded with stacks for the sites"),
     TrainerOption("--output-dir", "Folder for run.json, metrics.jsonl, checkpoints and traces",
                   click.Path(file_okay=False),
                   trainer_note="default: PROF_OUTPUT_DIR or the config's, {output_dir}; "
@@ -138,8 +139,11 @@ def run_command(iterations: tuple[int, int] | None, mode: str | None, values: Ma
     env.update(PROF_ENABLED="1", PROF_ITERATIONS=f"{first}-{last}",
                PROF_MODE=mode or env.get("PROF_MODE", DEFAULT_MODE), PROF_OUTPUT_DIR=output_dir)
     total = values["total_iterations"]
+    # after a lite window one more iteration is recorded with stacks for the sites (hooks.py),
+    # unless PROF_SITES is off
+    extra = 2 if env["PROF_MODE"] == "lite" and parse_switch("PROF_SITES", env.get("PROF_SITES", "1")) else 1
     forwarded = {**values, "output_dir": output_dir,
-                 "total_iterations": last + 1 if total is None else total}
+                 "total_iterations": last + extra if total is None else total}
     return [sys.executable, "-m", "trainer", *trainer_argv(forwarded)], env
 
 

@@ -70,6 +70,7 @@ class ProfSettings:
     output_dir: Path = Path(DEFAULT_OUTPUT_DIR)
     heap_guard: bool = False
     metrics: bool = False  # PROF_METRICS: the hooks log each iteration to metrics.jsonl (rank 0)
+    sites: bool = True  # PROF_SITES: after a lite window, one iteration with stacks for the sites
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProfSettings":
@@ -88,7 +89,8 @@ class ProfSettings:
             raise SettingsError(f"PROF_MODE must be lite or full, not {env['PROF_MODE']!r}")
         return cls(enabled=True, first=first, last=last, mode=mode, output_dir=output_dir,
                    heap_guard=parse_switch("GOODHART_HEAP_GUARD", env.get("GOODHART_HEAP_GUARD")),
-                   metrics=parse_switch("PROF_METRICS", env.get("PROF_METRICS")))
+                   metrics=parse_switch("PROF_METRICS", env.get("PROF_METRICS")),
+                   sites=parse_switch("PROF_SITES", env.get("PROF_SITES", "1")))
 
     def traced(self, iteration: int) -> bool:
         """Iteration `iteration` is recorded (labelled ProfilerStep#iteration)."""

@@ -29,6 +29,10 @@ from typing import Any
 
 from ..fileio import WriteError, write_error, writing
 
+# The iteration after a lite window, recorded with Python stacks for the sites of the window's
+# events (hooks.py), goes to <trace folder>/attribution/<same name>: no reader of the folder's own
+# rank files takes it for a rank.
+ATTRIBUTION_DIR = "attribution"
 GZIP_LEVEL = 6  # zlib's default: within 2% of level 9's size on traces, about half its time
 
 

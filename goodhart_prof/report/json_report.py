@@ -22,6 +22,7 @@ from ..analysis.host.hottest_ops import COLUMNS as HOST_OP_COLUMNS, host_us
 from ..analysis.host.line_sites import site_fields
 from ..analysis.host.phases import COLUMN_TYPES as PHASE_TYPES, COLUMNS as PHASE_COLUMNS
 from ..analysis.host.syncs import KINDS as SYNC_KINDS
+from ..analysis.host.borrowed_sites import sites_from
 from ..analysis.iterations import find_iterations
 from ..analysis.memory.usage import HOST, KEYS as MEMORY_KEYS
 from ..analysis.rules.savings import overlap
@@ -94,6 +95,7 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "efficiency": plain(efficiency_json(a.efficiency)),
         "critical_path": plain(critical_path_json(a.critical_path)) if a.critical_path is not None else None,
         "iterations": plain(iterations_json(find_iterations(trace))),
+        "sites_from": sites_from(trace),
         "setup": plain(setup_json(setup(trace))),
         "findings": [plain(finding_json(f)) for f in a.findings],
         "savings_overlap": plain(overlap(a.findings)),

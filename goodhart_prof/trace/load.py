@@ -22,6 +22,7 @@ from .decode import AmbiguousDoc, DecodeError
 from .file_bytes import GZIP_MAGIC, FileChanged, read_bytes
 from .file_ranks import file_rank, header_rank, rank_evidence, ranks_of_many, trace_files, world_size
 from .memory_table import concat_memory
+from .attribution import attach_attribution
 from .file_result import FileResult
 from .model import Frames, LoadCost, Trace
 from . import columnar, native_gzip, ranges
@@ -213,7 +214,8 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
             gc.enable()
         if bar is not None:
             bar.close()
-    return finish(path, files, outcomes, strict, listed, started=started)
+    trace = finish(path, files, outcomes, strict, listed, started=started)
+    return attach_attribution(trace, path, load)
 
 
 def load_rank_file(path: Path, default_rank: int) -> "FileResult | TraceError":

@@ -240,6 +240,10 @@ class Trace:
     # names); empty when not known (a Trace built by hand). The exporters read it.
     file_ranks: list = field(default_factory=list)
     load_cost: LoadCost | None = field(default=None, compare=False)  # set by trace.load.load
+    # The iteration after a lite window, recorded with Python stacks (capture/hooks.py writes it to
+    # attribution/ beside the trace; trace/attribution.py loads it): where the sites of this
+    # trace's events come from when it has no stacks of its own. None: none was recorded.
+    attribution: "Trace | None" = field(default=None, compare=False)
 
     @cached_property
     def gpu(self) -> pd.DataFrame:
@@ -274,6 +278,7 @@ class Trace:
         if device is not None:  # the host's memory stays with its rank, like its CPU events
             memory = memory[((memory["device"] == device) | (memory["device_type"] == 0)).to_numpy()
                             ].reset_index(drop=True)
+        attribution = self.attribution.select(rank) if self.attribution is not None else None
         return Trace(events, self.paths, ranks, self.rank_source, self.device_properties,
                      self.skipped_events, self.warnings, frames, memory, self.world_size,
-                     self.file_ranks)
+                     self.file_ranks, attribution=attribution)

@@ -1,6 +1,7 @@
 """Profiler hooks: settings, the off path, the traced window, lite vs full, atomic writes."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -83,7 +84,8 @@ def _loop_seeing_warmups(monkeypatch, settings, iterations, slow_iteration=None,
         original(prof)
 
     monkeypatch.setattr(torch.profiler.profile, "prepare_trace", prepare_trace)
-    hooks = ProfilerHooks(settings, rank=0)
+    # the attribution iteration after a lite window prepares a profiler of its own (tested below)
+    hooks = ProfilerHooks(dataclasses.replace(settings, sites=False), rank=0)
     x = torch.randn(32, 32)
     for it in iterations:
         current[0] = it
@@ -247,3 +249,47 @@ def test_kinetos_own_lines_are_quiet_unless_asked_for(tmp_path, level, quiet):
     assert done.returncode == 0, done.stderr[-2000:]
     assert step_labels(read_trace(tmp_path / "rank-0.pt.trace.json.gz")["traceEvents"]) == ["ProfilerStep#1"]
     assert ("profiler_start" not in done.stderr + done.stdout) == quiet, done.stderr[-2000:]
+
+
+def _has_stacks(doc):
+    return any(e.get("cat") == "python_function" for e in doc["traceEvents"])
+
+
+def test_after_a_lite_window_one_iteration_is_recorded_with_stacks_for_the_sites(tmp_path):
+    path = _traced_loop(ProfSettings(True, 2, 3, "lite", tmp_path), range(6))
+    window, sites = read_trace(path), read_trace(tmp_path / "attribution" / path.name)
+    assert step_labels(window["traceEvents"]) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert not _has_stacks(window)  # the window's timings are lite
+    assert step_labels(sites["traceEvents"]) == ["ProfilerStep#4"] and _has_stacks(sites)
+    phases = {e["name"] for e in sites["traceEvents"] if e.get("cat") == "user_annotation"}
+    assert set(PHASES) <= phases  # the same chains as in the window
+    assert not any("Input Dims" in e.get("args", {}) for e in sites["traceEvents"])  # stacks only
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [path.name, path.name]
+
+
+@pytest.mark.parametrize("settings,iterations", [
+    (ProfSettings(True, 2, 3, "full"), range(6)),                 # full mode has stacks already
+    (ProfSettings(True, 2, 3, "lite", sites=False), range(6)),    # PROF_SITES=0
+    (ProfSettings(True, 2, 3, "lite"), range(4)),                 # training ends with the window
+], ids=["full", "PROF_SITES-off", "no-iteration-after"])
+def test_no_attribution_iteration_when_there_is_no_need_or_no_room(tmp_path, settings, iterations):
+    path = _traced_loop(dataclasses.replace(settings, output_dir=tmp_path), iterations)
+    assert path.is_file() and not (tmp_path / "attribution").exists()
+
+
+def test_an_interrupted_attribution_iteration_writes_no_attribution(tmp_path):
+    hooks = ProfilerHooks(ProfSettings(True, 1, 1, "lite", tmp_path), rank=0)
+    with pytest.raises(KeyboardInterrupt):
+        for it in range(4):
+            with hooks.iteration(it):
+                torch.ones(3).sum()
+                if it == 2:
+                    raise KeyboardInterrupt
+    hooks.abort()
+    assert [p.name for p in tmp_path.iterdir()] == [hooks.trace_path.name]  # the window's, whole
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
+def test_prof_sites_is_read_with_the_other_variables():
+    assert ProfSettings.from_env({"PROF_ENABLED": "1"}).sites is True
+    assert ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_SITES": "0"}).sites is False

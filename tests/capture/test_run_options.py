@@ -94,7 +94,8 @@ def test_run_forwards_each_shared_option_as_given(flag):
 def test_run_fills_the_window_and_folder_from_the_prof_defaults():
     given = _run_params([])
     argv, env = run_command(given.pop("iterations"), given.pop("mode"), given, {})
-    assert argv[3:] == ["--total-iterations", str(DEFAULT_ITERATIONS[1] + 1),
+    # lite: one more iteration after the window, recorded with stacks for the sites (hooks.py)
+    assert argv[3:] == ["--total-iterations", str(DEFAULT_ITERATIONS[1] + 2),
                         "--output-dir", DEFAULT_OUTPUT_DIR, "--nproc", "1"]
     assert (env["PROF_ENABLED"], env["PROF_ITERATIONS"], env["PROF_MODE"], env["PROF_OUTPUT_DIR"]) == (
         "1", DEFAULT_WINDOW, DEFAULT_MODE, DEFAULT_OUTPUT_DIR)
@@ -107,8 +108,10 @@ def test_run_flags_win_over_prof_variables():
     assert argv[3:7] == ["--total-iterations", "10", "--output-dir", "env-dir"]
     given = _run_params(["--iterations", "1-2", "--mode", "lite", "--output-dir", "o"])
     argv, env = run_command(given.pop("iterations"), given.pop("mode"), given, environ)
-    assert argv[3:7] == ["--total-iterations", "3", "--output-dir", "o"]
+    assert argv[3:7] == ["--total-iterations", "4", "--output-dir", "o"]  # 1-2, and 3 with stacks
     assert (env["PROF_ITERATIONS"], env["PROF_MODE"], env["PROF_OUTPUT_DIR"]) == ("1-2", "lite", "o")
+    argv, _ = run_command((1, 2), "lite", given, {"PROF_SITES": "off"})
+    assert argv[3:5] == ["--total-iterations", "3"]  # no attribution iteration asked for
     with pytest.raises(UserError, match="^PROF_ITERATIONS: iterations must look like"):
         run_command(None, None, given, {"PROF_ITERATIONS": "nine"})
 

@@ -99,16 +99,16 @@ def test_run_twice_then_diff_compares_them_and_keeps_both(tmp_path):
     assert first.returncode == 0, first.stderr
     (a,) = [p for p in root.iterdir() if p.name != "latest"]
     assert os.readlink(root / "latest") == a.name
-    kept = {p.name: p.read_bytes() for p in a.iterdir()}
-    assert {"run.json", "metrics.jsonl", "merged_trace.json", "rank-0.pt.trace.json.gz",
-            "checkpoint-rank0.pt"} <= set(kept)
+    kept = {str(p.relative_to(a)): p.read_bytes() for p in a.rglob("*") if p.is_file()}
+    assert {"run.json", "metrics.jsonl", "rank-0.pt.trace.json.gz",
+            "checkpoint-rank0.pt", "attribution/rank-0.pt.trace.json.gz"} <= set(kept)
     assert f"run folder: {a} (run.json)" in first.stdout
 
     second = run_cmd(run + ["--name", "after", "--seed", "7"], env=env)
     assert second.returncode == 0, second.stderr
     b = root / "after"
     assert os.readlink(root / "latest") == "after"
-    assert {p.name: p.read_bytes() for p in a.iterdir()} == kept  # nothing of run A lost
+    assert {str(p.relative_to(a)): p.read_bytes() for p in a.rglob("*") if p.is_file()} == kept  # nothing lost
     record = json.loads((b / "run.json").read_text())
     assert (record["run_dir"], record["run_name"], record["config"]["seed"]) == (str(b), "after", 7)
 
@@ -149,5 +149,5 @@ def test_run_twice_then_diff_compares_them_and_keeps_both(tmp_path):
                                            f"start a new one"]
     assert sorted(p.name for p in root.iterdir()) == sorted([a.name, "after", "latest"])
     assert os.readlink(root / "latest") == "after"
-    assert {p.name: p.read_bytes() for p in a.iterdir()} == kept
+    assert {str(p.relative_to(a)): p.read_bytes() for p in a.rglob("*") if p.is_file()} == kept
     assert step_labels(read_trace(a / "rank-0.pt.trace.json.gz")["traceEvents"]) == ["ProfilerStep#1"]

@@ -33,18 +33,23 @@ import numpy as np
 import pandas as pd
 
 from ...trace.model import Trace, name_codes
+from .borrowed_sites import borrowed_sites
 from .called_ops import TORCH_ANNOTATION
 from .line_sites import Placer
 from .user_code import FRAME, nearest_user_frame, user_site
 from ..tree import FrameForest, frame_forest, host_tree
 
-def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
+def sites(trace: Trace, points: pd.DataFrame, stacks: bool = True) -> list[str]:
     """The site of each row of `points` (columns rank, pid, tid, ts, end, row, name, hosted,
     call: `call` marks runtime calls and memcpy launches, which are not host-tree nodes and end
-    their chain with their own name; `row` is a counted op's own row in trace.events)."""
+    their chain with their own name; `row` is a counted op's own row in trace.events).
+    A trace without stacks of its own takes them from its attribution trace (borrowed_sites.py);
+    `stacks` False: the op chains alone, as a trace without stacks has them."""
     out = [""] * len(points)
     if points.empty:
         return out
+    if stacks and not len(trace.frames) and trace.attribution is not None:
+        return borrowed_sites(trace, points, sites(trace, points, stacks=False), sites)
     tree = host_tree(trace)
     hosted = points["hosted"].to_numpy(bool)
     cols = {c: points[c].to_numpy() for c in ("rank", "pid", "tid", "ts", "end")}
@@ -55,7 +60,7 @@ def sites(trace: Trace, points: pd.DataFrame) -> list[str]:
     # A counted op is itself a node: its chain starts at itself.
     starts = np.where((own >= 0) & ~calls, own, encl)
     torch_own = _torch_annotation(trace, tree, starts)
-    forest = frame_forest(trace) if len(trace.frames) else None
+    forest = frame_forest(trace) if stacks and len(trace.frames) else None
     frames = (forest.enclosing(cols["rank"], cols["pid"], cols["tid"], cols["ts"], cols["end"])
               if forest is not None else np.full(len(points), -1, dtype=np.int64))
     placer = Placer(trace, tree, forest) if forest is not None else None

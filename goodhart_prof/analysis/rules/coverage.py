@@ -5,7 +5,9 @@ code: `Trace.frames` is empty, as in a `lite` run or a profile without with_stac
 report names places in the code: sync-point or host-read sites, idle causes, or the sites in
 other findings. Each is then only a chain of annotations and ops (`rollout > env_step >
 aten::item`); with stacks the same site is a source line (`train.py:88 log_metrics`). It saves
-no time by itself, so it has no estimate and sorts after the findings that do.
+no time by itself, so it has no estimate and sorts after the findings that do. Silent when the
+trace's sites are borrowed from its attribution trace (analysis/host/borrowed_sites.py), as a lite
+run's are.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ _UNNAMED = ("(other)", "(host idle / not traced)")
 
 
 def _no_python_stacks(ctx: Context) -> Finding | None:
-    if len(ctx.trace.frames) > 0:
-        return None
+    if len(ctx.trace.frames) > 0 or ctx.trace.attribution is not None:
+        return None  # stacks of its own, or its sites borrowed from its attribution trace
     points = ctx.points
     sites = (points["site"].astype(str).value_counts() if not points.empty
              else points.get("site", []))

@@ -23,7 +23,7 @@ from ...analysis.rules.savings import SEVERITY_SHARES, overlap
 from ..common import capped, more_rows, percent, refuse_overwrite, saving_text
 from ...analysis.gpu.idle import cause_label
 from ...analysis.iterations import find_iterations
-from ..text.setup import STEP_BOUNDS_NOTE, setup_line
+from ..text.setup import STEP_BOUNDS_NOTE, setup_line, sites_line
 from ...units import device_text, duration_sig
 from .common import esc as _esc
 from . import ranks as html_ranks
@@ -174,6 +174,9 @@ def _header(a) -> str:
              ("events", f"{len(t.events):,}" + (f" ({t.skipped_events:,} malformed events skipped)"
                                               if t.skipped_events else "")),
              ("iterations", _esc(find_iterations(t).describe()))]
+    borrowed = sites_line(t)
+    if borrowed:
+        facts.append(("sites", _esc(borrowed.removeprefix("Sites: "))))
     once = setup_line(t)
     if once:
         facts.append(("setup", _esc(once.removeprefix("Setup "))))

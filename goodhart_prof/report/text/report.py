@@ -15,7 +15,7 @@ from ...analysis.recorder import record_full_advice
 from ...analysis.host.syncs import CPU_NO_READS_NOTE, CPU_READS_NOTE
 from ...analysis.gpu.compiled import display_name
 from ...analysis.gpu.idle import cause_label
-from .setup import STEP_BOUNDS_NOTE, iterations_line, setup_line
+from .setup import STEP_BOUNDS_NOTE, iterations_line, setup_line, sites_line
 from .communication import communication_section, ranks_section
 from .critical_path import render_critical_path
 from .efficiency import efficiency_section
@@ -32,6 +32,9 @@ def render(a, console: Console, top: int = 15) -> None:
     for warning in t.warnings:
         console.print(f"[yellow]warning:[/yellow] {plain(warning)}")
     console.print(plain(iterations_line(t)), highlight=False)
+    borrowed = sites_line(t)
+    if borrowed:
+        console.print(plain(borrowed), highlight=False)
     once = setup_line(t)
     if once:
         console.print(plain(once), highlight=False)

@@ -2,6 +2,7 @@
 for the text and HTML reports; analysis/iterations.py and analysis/setup.py hold the figures)."""
 from __future__ import annotations
 
+from ...analysis.host.borrowed_sites import sites_from
 from ...analysis.iterations import find_iterations
 from ...analysis.setup import setup
 from ...trace.model import Trace
@@ -23,6 +24,26 @@ def iteration_label(trace: Trace) -> str:
 def iterations_line(trace: Trace) -> str:
     """`Iterations: 11 iteration(s) inferred from Optimizer.step#SGD.step (...)`."""
     return "Iterations: " + find_iterations(trace).describe()
+
+
+def sites_line(trace: Trace) -> str | None:
+    """`Sites: from iteration 4, recorded with Python stacks after the window (PATH); the timings
+    are from iterations 2-3, recorded without`; None unless the sites are borrowed."""
+    found = sites_from(trace)
+    if found is None:
+        return None
+    return (f"Sites: from {_iterations_text(found['iterations'])}, recorded with Python stacks after the "
+            f"window ({', '.join(found['paths'][:2])}{' ...' if len(found['paths']) > 2 else ''}); the "
+            f"timings are from {_iterations_text(found['timed_iterations'])}, recorded without stacks")
+
+
+def _iterations_text(its: list[int]) -> str:
+    if not its:
+        return "no labelled iteration"
+    if len(its) == 1:
+        return f"iteration {its[0]}"
+    contiguous = its == list(range(its[0], its[-1] + 1))
+    return f"iterations {its[0]}-{its[-1]}" if contiguous else "iterations " + ", ".join(map(str, its))
 
 
 def setup_line(trace: Trace) -> str | None:

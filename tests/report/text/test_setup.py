@@ -53,3 +53,18 @@ def test_several_ranks_name_the_longest_setup():
     assert iterations_line(t) == "Iterations: 2 iteration(s) (ProfilerStep#N)"
     assert iteration_label(t) == "ProfilerStep#N"
     assert ", the longest of 2 ranks" in setup_line(t)
+
+
+def test_borrowed_sites_say_which_iterations_gave_them_and_the_timings(tmp_path):
+    from goodhart_prof.report.text.setup import sites_line
+    from tests.support.events import X, ann, load_events
+
+    trace = load_events(tmp_path, [ann("ProfilerStep#50", 0, 10), ann("ProfilerStep#51", 20, 10),
+                                   ann("ProfilerStep#52", 40, 10)], name="lite.json")
+    assert sites_line(trace) is None
+    frame = X("a.py(1): f", "python_function", 1, 2, **{"Python id": 1, "Python parent id": -1})
+    trace.attribution = load_events(tmp_path, [ann("ProfilerStep#53", 0, 10), frame], name="stacks.json")
+    assert len(trace.attribution.frames) == 1
+    assert sites_line(trace) == (f"Sites: from iteration 53, recorded with Python stacks after the window "
+                                 f"({tmp_path / 'stacks.json'}); the timings are from iterations 50-52, "
+                                 "recorded without stacks")
