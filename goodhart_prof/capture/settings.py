@@ -110,6 +110,7 @@ class ProfSettings:
 def profiler_window(iteration, first: int, last: int):
     """Whether a profiler slows each iteration of the window FIRST..LAST (an int, or a numpy array
     of them): the warm-up one before it (FIRST - 1, which sets the profiler up), the traced ones,
-    and the one after (LAST + 1, which writes the trace). Throughput leaves them all out, in the
+    and the one after (LAST + 1, which writes the trace and, after a lite window, is recorded with
+    stacks for the sites). Throughput leaves them all out, in the
     trainer's own rate (trainer/train.py) and in a run folder's (trace/run_record.py)."""
     return (iteration >= first - 1) & (iteration <= last + 1)

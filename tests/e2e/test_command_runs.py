@@ -34,7 +34,10 @@ def test_a_loop_is_a_run_that_analyze_and_diff_find(tmp_path):
     root = tmp_path / "runs"
     (folder,) = _folders(root)
     assert (root / "latest").resolve() == folder.resolve()
-    assert sorted(p.name for p in folder.iterdir()) == ["metrics.jsonl", "rank-0.pt.trace.json.gz", "run.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["attribution", "metrics.jsonl", "rank-0.pt.trace.json.gz",
+                                                        "run.json"]
+    # iteration 6, after the lite window, recorded with stacks: the report's sites come from it
+    assert [p.name for p in (folder / "attribution").iterdir()] == ["rank-0.pt.trace.json.gz"]
     # the loop saw the run's folder as PROF_OUTPUT_DIR (absolute: a loop that changes folder still finds it)
     assert f"counted_loop: PROF_OUTPUT_DIR={folder.resolve()}" in first.stdout
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
@@ -54,7 +57,9 @@ def test_a_loop_is_a_run_that_analyze_and_diff_find(tmp_path):
     env = clean_env(**ENV, PROF_OUTPUT_DIR=str(root), COLUMNS="120")
     analyzed = run_cmd(["-m", "goodhart_prof.cli", "analyze", "--json"], env=env, cwd=tmp_path)
     assert analyzed.returncode == 0, analyzed.stderr
-    assert json.loads(analyzed.stdout)["iterations"]["count"] == 3
+    document = json.loads(analyzed.stdout)
+    assert document["iterations"]["count"] == 3
+    assert (document["sites_from"]["iterations"], document["sites_from"]["timed_iterations"]) == ([6], [3, 4, 5])
     diffed = run_cmd(["-m", "goodhart_prof.cli", "diff"], env=env, cwd=tmp_path)
     assert diffed.returncode == 0, diffed.stderr
     assert "A: 3 iterations, env-steps/s from 5 untraced iterations" in " ".join(diffed.stdout.split())
