@@ -51,8 +51,8 @@ def run(iterations, mode, verbose, name, command, **trainer_values):
     """Train the bundled trainer, or run your own loop (-- CMD ARGS...), with profiling on.
 
     Each run gets its own folder, OUTPUT_DIR/NAME (OUTPUT_DIR: --output-dir, PROF_OUTPUT_DIR or
-    traces), holding rank-<r>.pt.trace.json.gz per rank, merged_trace.json, run.json and
-    metrics.jsonl; OUTPUT_DIR/latest then points at it. --resume continues the run --name names,
+    traces), holding rank-<r>.pt.trace.json.gz per rank, merged_trace.json (several ranks),
+    run.json and metrics.jsonl; OUTPUT_DIR/latest then points at it. --resume continues the run --name names,
     else the newest run with a checkpoint, in its own folder.
 
     With a command (goodhart-prof run -- python my_train.py ARGS...), it runs in the run's folder

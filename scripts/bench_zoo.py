@@ -35,8 +35,8 @@ compiles, and the `--warmup-iterations` left out of the timing).
 Layout of the runs folder (`--keep DIR`; without it a temporary folder, removed at the end):
 
     DIR/<name>/run.json, metrics.jsonl,   the profiled run of <name> (clean or a pattern):
-        rank-0.pt.trace.json.gz,          `goodhart-prof run --output-dir DIR --name <name>`
-        merged_trace.json                 (what `goodhart-prof analyze DIR/<name>` reads)
+        rank-0.pt.trace.json.gz           `goodhart-prof run --output-dir DIR --name <name>`
+                                          (what `goodhart-prof analyze DIR/<name>` reads)
     DIR/latest                            a link to the last profiled run (goodhart-prof run's)
     DIR/timing/<round>/<name>/...         the unprofiled timing runs (--timing-rounds), round 1..N
     DIR/cache/inductor, DIR/cache/triton  the shared compile caches (unless --cache-dir)

@@ -14,7 +14,8 @@ JSON document (paths made relative) and the text report at 140 columns.
 Exit 0 when every input gives identical output, 1 otherwise (the first differing keys are printed).
 Our own trainer's traces exercise the zoo rules: record some once (`goodhart-prof run --inject ...
 --output-dir /tmp/zoo_runs/NAME`, or `scripts/bench_zoo.py --keep /tmp/zoo_runs`) and pass the
-folder with --extra; every `merged_trace.json` below it is an input.
+folder with --extra; every run folder below it (one holding run.json) is an input, read as
+`analyze` reads a run folder (its rank traces: a one-rank run writes no merged_trace.json).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def trace_inputs(extra: list[Path]) -> list[Path]:
                 found.append(path)  # a folder of per-rank traces, analysed as one job
     for path in extra:
         if path.is_dir():
-            found.extend(sorted(path.rglob("merged_trace.json")))
+            found.extend(sorted(run_json.parent for run_json in path.rglob("run.json")))
         else:
             found.append(path)
     return found
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base", default=None, help="git revision to compare this working tree with")
     p.add_argument("--extra", type=Path, action="append", default=[],
-                   help="more inputs: a trace file, or a folder searched for merged_trace.json")
+                   help="more inputs: a trace file, or a folder searched for run folders (run.json)")
     p.add_argument("--write", type=Path, default=None, help="write this tree's outputs here (JSON)")
     p.add_argument("--inputs", nargs="*", default=None, help=argparse.SUPPRESS)
     p.add_argument("--code", default=None, help=argparse.SUPPRESS)  # the tree a --base child runs

@@ -123,9 +123,7 @@ def train_and_record(cfg: Config, settings: ProfSettings, start_iteration: int, 
         end = start_iteration + outcomes[0].iterations_run
         record = finish_run(cfg, settings, outcomes, started, argv,
                             {"signal": exc.name, "at_iteration": end}, start_iteration, merge=False)
-        click.echo(f"interrupted by {exc.name} after training, while merging the traces | the rank "
-                   f"traces are in {settings.output_dir}, not merged | run record: "
-                   f"{Path(cfg.output_dir) / 'run.json'}", err=True)
+        click.echo(after_training_line(record, exc.name), err=True)
         sys.exit(exc.exit_code)
     click.echo(summary_line(record))
 
@@ -162,13 +160,34 @@ def hold_folders(*folders: Path) -> list[int]:
     return fds  # never closed: the locks last as long as the process
 
 
+def run_trace(record: dict) -> str | None:
+    """Where the run's trace is: its merged trace (several ranks), its one rank trace, or the
+    folder of rank traces that were not merged; None when it wrote none."""
+    if record.get("merged_trace"):
+        return record["merged_trace"]
+    traces = list((record.get("traces") or {}).values())
+    if len(traces) == 1:
+        return traces[0]
+    return record["profiling"]["trace_dir"] if traces else None
+
+
+def trace_part(record: dict) -> str:
+    """`merged trace: PATH`, `trace: PATH` (one rank), `rank traces: FOLDER` (not merged) or `no trace`."""
+    where = run_trace(record)
+    if where is None:
+        return "no trace"
+    label = "merged trace" if record.get("merged_trace") else \
+        "trace" if len(record["traces"]) == 1 else "rank traces"
+    return f"{label}: {where}"
+
+
 def _traces_text(record: dict, settings: ProfSettings) -> str:
     """What the stopped run kept of its profiler window, for the one-line summaries below."""
     window = f"{settings.first}-{settings.last}"
     if not settings.enabled:
         return "profiling was off"
-    if record["merged_trace"] and record["profiling"]["iterations_traced"]:
-        return f"the finished window {window} is in {record['merged_trace']}"
+    if run_trace(record) and record["profiling"]["iterations_traced"]:
+        return f"the finished window {window} is in {run_trace(record)}"
     return f"no trace written (the window {window} was not finished)"
 
 
@@ -191,6 +210,16 @@ def failed_line(record: dict, settings: ProfSettings) -> str:
             f"run record: {out}")
 
 
+def after_training_line(record: dict, signal: str) -> str:
+    """A signal after training, while run.json was being written (and several ranks' traces
+    merged: they stay as they are)."""
+    several = len(record["traces"]) > 1
+    doing = "merging the traces" if several else "recording the run"
+    out = Path(record["config"]["output_dir"]) / "run.json"
+    return (f"interrupted by {signal} after training, while {doing} | {trace_part(record)}"
+            f"{', not merged' if several else ''} | run record: {out}")
+
+
 def summary_line(record: dict) -> str:
     m = record.get("final_metrics") or {}
     sps = record.get("env_steps_per_s")
@@ -200,7 +229,7 @@ def summary_line(record: dict) -> str:
     if m.get("proxy_return") is not None:
         parts.append(f"last iteration: proxy return {m['proxy_return']:.2f}, true return "
                      f"{m['true_return']:.2f} (Goodhart gap {m.get('goodhart_gap', 0):.2f})")
-    parts.append(f"merged trace: {record['merged_trace']}" if record.get("merged_trace") else "no trace")
+    parts.append(trace_part(record))
     parts.append(f"run folder: {record.get('run_dir') or record['config']['output_dir']} (run.json)")
     return " | ".join(parts)
 

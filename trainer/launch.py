@@ -1,4 +1,5 @@
-"""Run the trainer on one or several ranks and write the run's records (merged trace, run.json).
+"""Run the trainer on one or several ranks and write the run's records (run.json; the merged trace
+of several ranks: a one-rank run's trace is its rank file, never copied).
 
 Interruptions: SIGINT, SIGTERM and SIGHUP raise `Interrupted` in the main thread (signals.py,
 `catch_signals`), in the launcher and in every rank. A rank stops where it is: a traced window that
@@ -172,7 +173,7 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
                argv: list[str], interrupted: dict[str, Any] | None = None,
                start_iteration: int | None = None,
                failed_ranks: list[dict[str, Any]] | None = None, merge: bool = True) -> dict[str, Any]:
-    """Merge the ranks' traces (when profiling) and write run.json; returns the run record.
+    """Merge the ranks' traces (several ranks, when profiling) and write run.json; returns the run record.
 
     `interrupted` ({signal, at_iteration}) marks a run stopped by a signal, `failed_ranks`
     ([{rank, signal}]) one stopped because a rank died: its traced window counts only if it was
@@ -236,16 +237,19 @@ def finish_run(cfg: Config, settings: ProfSettings, outcomes: list[RankOutcome],
 
 
 def merge_traces(traces: dict[int, Path], trace_dir: Path) -> Path | None:
-    """The ranks' traces merged into trace_dir/merged_trace.json; None without traces, or where
-    the reading side is not installed.
+    """Several ranks' traces merged into trace_dir/merged_trace.json; None without traces, with one
+    (its rank file is the run's trace: a merged copy would only repeat it, uncompressed, at 9 times
+    its size), or where the reading side is not installed.
 
     The merge runs in a process of its own (capture/merging.py): the training process never
     imports the reading side (msgspec, pandas), so a machine without it (a bare GPU image) still
     trains and writes its rank traces, and says in one line why they were not merged (analyze
     reads rank traces as they are)."""
-    if not traces:
-        return None
     merged = trace_dir / "merged_trace.json"
+    if len(traces) == 1:
+        merged.unlink(missing_ok=True)  # an earlier version's, in the folder a --resume reuses
+    if len(traces) < 2:
+        return None
     try:
         merge_apart(traces, merged)
     except MergeUnavailable as exc:

@@ -1,6 +1,7 @@
 """Run folders: each `goodhart-prof run` writes into its own folder under an output root.
 
-    <root>/<name>/     one run: rank-<r>.pt.trace.json.gz, merged_trace.json, run.json, metrics.jsonl
+    <root>/<name>/     one run: rank-<r>.pt.trace.json.gz, merged_trace.json (several ranks only),
+                       run.json, metrics.jsonl
     <root>/latest      the newest complete run: a relative symlink to <name>, or, where the
                        filesystem has no symlinks, a text file holding <name>
 

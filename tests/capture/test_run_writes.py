@@ -59,8 +59,7 @@ def test_the_trace_is_written_beside_and_checked(tmp_path):
     trace = root / "r" / "rank-0.pt.trace.json.gz"
     doc = json.loads(gzip.decompress(trace.read_bytes()))
     assert any(e.get("name") == "ProfilerStep#1" for e in doc["traceEvents"])
-    # (merged_trace.json: the merge's own tests say when there is one)
-    assert sorted(p.name for p in (root / "r").iterdir() if p.name != "merged_trace.json") == [
+    assert sorted(p.name for p in (root / "r").iterdir()) == [  # one rank: no merged_trace.json
         "attribution", "metrics.jsonl", "rank-0.pt.trace.json.gz", "run.json"]
     assert [p.name for p in (root / "r" / "attribution").iterdir()] == ["rank-0.pt.trace.json.gz"]
     assert _traces_in(tmp_path / "tmpdir") == []

@@ -55,8 +55,9 @@ def test_trainer_imports_without_the_reading_side(tmp_path):
 
 @pytest.mark.slow
 def test_trainer_trains_and_traces_without_the_reading_side(tmp_path):
-    """An untraced run finishes; a traced run writes its rank trace and run.json, and says in
-    one line that the trace was not merged and why (no traceback)."""
+    """An untraced run finishes; a traced run of two ranks writes its rank traces and run.json, and
+    says in one line that they were not merged and why (no traceback). One rank has nothing to
+    merge: no line, no merged trace."""
     toml = tmp_path / "tiny.toml"
     toml.write_text("n_envs = 16\nrollout_steps = 8\nminibatches = 2\nepochs = 1\n")
     common = (f"import sys; from trainer.__main__ import cli; sys.argv = ['trainer', "
@@ -66,9 +67,12 @@ def test_trainer_trains_and_traces_without_the_reading_side(tmp_path):
     record = json.loads((tmp_path / "plain" / "run.json").read_text())
     assert record["iterations_run"] == 3 and record["merged_trace"] is None
 
-    traced = ("import os; os.environ.update(PROF_ENABLED='1', PROF_ITERATIONS='1-1', "
-              "PROF_MODE='lite')\n" + common + "'--total-iterations', '3', '--output-dir', 'traced']\ncli()")
-    res = run_blocked(traced, tmp_path)
+    def traced(nproc: int, out: str) -> str:
+        return ("import os; os.environ.update(PROF_ENABLED='1', PROF_ITERATIONS='1-1', "
+                f"PROF_MODE='lite')\n{common}'--total-iterations', '3', '--nproc', '{nproc}', "
+                f"'--output-dir', '{out}']\ncli()")
+
+    res = run_blocked(traced(2, "traced"), tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "Traceback" not in res.stderr
     note = [ln for ln in res.stderr.splitlines() if "not merged" in ln]
@@ -76,5 +80,13 @@ def test_trainer_trains_and_traces_without_the_reading_side(tmp_path):
                                                "goodhart-prof analyze reads the rank traces as they are)")
     record = json.loads((tmp_path / "traced" / "run.json").read_text())
     assert record["merged_trace"] is None and record["profiling"]["iterations_traced"] == [1]
-    assert record["traces"] == {"0": "traced/rank-0.pt.trace.json.gz"}  # relative to the cwd
-    assert (tmp_path / "traced" / "rank-0.pt.trace.json.gz").stat().st_size > 1000
+    assert record["traces"] == {r: f"traced/rank-{r}.pt.trace.json.gz" for r in "01"}  # relative to the cwd
+    assert all((tmp_path / path).stat().st_size > 1000 for path in record["traces"].values())
+    assert not (tmp_path / "traced" / "merged_trace.json").exists()
+
+    res = run_blocked(traced(1, "one"), tmp_path)
+    assert res.returncode == 0 and "not merged" not in res.stderr, res.stderr[-2000:]
+    record = json.loads((tmp_path / "one" / "run.json").read_text())
+    assert (record["traces"], record["merged_trace"]) == ({"0": "one/rank-0.pt.trace.json.gz"}, None)
+    assert sorted(p.name for p in (tmp_path / "one").iterdir() if p.is_file()) == [
+        "metrics.jsonl", "rank-0.pt.trace.json.gz", "run.json"]

@@ -36,7 +36,7 @@ def start(args: list[str], environ: dict[str, str] | None = None) -> subprocess.
 
 @pytest.mark.parametrize("signum,window,code", [
     (signal.SIGINT, "3-390", 130),   # inside an unfinished window: no trace at all
-    (signal.SIGTERM, "2-3", 143),    # after a finished window: its complete trace, merged
+    (signal.SIGTERM, "2-3", 143),    # after a finished window: its complete rank trace
 ], ids=["SIGINT-in-window", "SIGTERM-after-window"])
 def test_interrupted_trainer_records_it(tmp_path, signum, window, code):
     cfg = write_tiny_config(tmp_path)
@@ -64,10 +64,11 @@ def test_interrupted_trainer_records_it(tmp_path, signum, window, code):
         events = read_trace(out / "rank-0.pt.trace.json.gz")["traceEvents"]
         assert step_labels(events) == ["ProfilerStep#2", "ProfilerStep#3"]
         assert record["profiling"]["iterations_traced"] == [2, 3]
-        assert record["merged_trace"] == str(out / "merged_trace.json")
-        assert step_labels(read_trace(out / "merged_trace.json")["traceEvents"]) == \
-            ["ProfilerStep#2", "ProfilerStep#3"]
-        assert len(load(out).events) > 0
+        assert record["traces"] == {"0": str(out / "rank-0.pt.trace.json.gz")}
+        assert record["merged_trace"] is None and not (out / "merged_trace.json").exists()  # one rank: no copy
+        assert f"| the finished window 2-3 is in {out / 'rank-0.pt.trace.json.gz'} |" in stderr
+        trace = load(out)
+        assert trace.paths == [out / "rank-0.pt.trace.json.gz"] and len(trace.events) > 0
 
 
 def test_goodhart_prof_run_passes_sigterm_on(tmp_path):
@@ -155,6 +156,7 @@ def test_a_second_trainer_run_in_one_folder_says_what_it_replaces(tmp_path):
     first = run_cmd(args, env=env(PROF_ENABLED="1", PROF_ITERATIONS="1"))
     assert first.returncode == 0 and "replacing" not in first.stderr, first.stderr
     (out / "rank-3.pt.trace.json.gz").write_bytes(b"from a run with more ranks")
+    (out / "merged_trace.json").write_bytes(b"from a run with more ranks")
     (out / ".run.json.abc123.tmp").write_bytes(b"left by a killed run")
     before = json.loads((out / "run.json").read_text())["created"]
     second = run_cmd(args + ["--seed", "7"], env=env(PROF_ENABLED="1", PROF_ITERATIONS="1"))
@@ -165,8 +167,7 @@ def test_a_second_trainer_run_in_one_folder_says_what_it_replaces(tmp_path):
                  "merged_trace.json", ".run.json.abc123.tmp"):
         assert str(out / name) in lines[0], (name, lines[0])
     assert lines[0].startswith("replacing 6 file(s) of an earlier run: ")
-    assert sorted(p.name for p in out.iterdir()) == ["merged_trace.json", "metrics.jsonl",
-                                                    "rank-0.pt.trace.json.gz", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "rank-0.pt.trace.json.gz", "run.json"]
     record = json.loads((out / "run.json").read_text())
     assert record["config"]["seed"] == 7 and record["interrupted"] is None
     assert [r["iteration"] for r in metrics_rows(out)] == [0, 1]

@@ -401,7 +401,8 @@ def test_bench_zoo_goes_on_after_a_failed_pattern(tmp_path):
     assert summary["measurable"] == ["sync_grad_clip", "item_logging"]
     assert list(summary["slowdowns"]) == ["item_logging"] and summary["slowdowns"]["item_logging"] > 0
     assert summary["timing"]["item_logging"]["iterations"] == 2  # 6 and 7 (0: warm-up, 1-5: profiler)
-    assert (tmp_path / "runs" / "item_logging" / "merged_trace.json").exists()
+    kept = tmp_path / "runs" / "item_logging"
+    assert (kept / "rank-0.pt.trace.json.gz").exists() and not (kept / "merged_trace.json").exists()
     rows = [line.split() for line in printed.splitlines() if line.strip()]
     confusion = {r[0]: r for r in rows[2:13]}  # after the title and the header: the eleven rules
     assert confusion["sync_grad_clip"][2] == "FAILED" and confusion["item_logging"][2] == "detected"

@@ -5,6 +5,7 @@ finished, a resume's checkpoint, the files of an earlier run found and cleared, 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 
 import pytest
@@ -17,6 +18,7 @@ from trainer.launch import (RankFailed, RankOutcome, clear_earlier_outputs, desc
                             finish_run, interrupted_outcomes, read_metrics, resume_iteration, stale_traces,
                             trim_metrics)
 from trainer.signals import STOP_SIGNALS
+from tests.support.paths import DATA
 
 
 def test_a_failed_rank_in_one_line():
@@ -104,3 +106,22 @@ def test_run_json_from_the_ranks_outcomes(tmp_path, own_signals):
     assert (record["traces"], record["merged_trace"], record["interrupted"], record["failed_ranks"]) == ({}, None, None, [])
     assert record["config"]["total_iterations"] == 10 and record["run_name"] == tmp_path.name
     assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)  # recorded: nothing left to stop
+
+
+def test_a_one_rank_run_records_its_rank_trace_and_no_merged_copy(tmp_path, own_signals):
+    """One rank: run.json names the rank trace and no merged trace (issue 35 item 13); a copy an
+    earlier version left in the folder a --resume reuses goes. A resume after the window began
+    reads its traced iterations from the rank trace (the A/B fixture's ProfilerStep#10-#15)."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    rank0 = traces / "rank-0.pt.trace.json.gz"
+    shutil.copy(DATA / "ours" / "ab" / "clean_1" / "rank-0.pt.trace.json.gz", rank0)
+    (traces / "merged_trace.json").write_text("{}")
+    cfg = Config(output_dir=str(tmp_path), total_iterations=16, device="cpu")
+    settings = ProfSettings(enabled=True, first=10, last=15, output_dir=traces)
+    outcome = RankOutcome(0, 4, 1024, 1.0, 6000.0, 0.5, None, str(rank0))
+    record = finish_run(cfg, settings, [outcome], started=0.0, argv=["trainer"], start_iteration=12)
+    assert (record["traces"], record["merged_trace"]) == ({"0": str(rank0)}, None)
+    assert record["profiling"]["iterations_traced"] == [10, 11, 12, 13, 14, 15]
+    assert sorted(p.name for p in traces.iterdir()) == ["rank-0.pt.trace.json.gz"]
+    assert json.loads((tmp_path / "run.json").read_text())["merged_trace"] is None

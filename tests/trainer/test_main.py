@@ -12,7 +12,8 @@ import pytest
 from goodhart_prof.capture.settings import ProfSettings
 from goodhart_prof.errors import UserError
 from tests.support.helpers import error_lines, write_tiny_config
-from trainer.__main__ import check_nproc, failed_line, interrupted_line, main, prepare, summary_line
+from trainer.__main__ import (after_training_line, check_nproc, failed_line, interrupted_line, main, prepare,
+                              summary_line)
 from trainer.signals import STOP_SIGNALS
 
 
@@ -96,9 +97,14 @@ def test_ranks_per_cpu_core_are_capped():
 RECORD = {"iterations_run": 5, "env_steps": 12_800, "world_size": 2, "device_type": "cpu",
           "env_steps_per_s": 5321.4, "run_dir": "/runs/a", "config": {"output_dir": "/runs/a"},
           "final_metrics": {"proxy_return": 3.456, "true_return": 1.2, "goodhart_gap": 2.256},
-          "merged_trace": "/runs/a/merged_trace.json", "profiling": {"iterations_traced": [2, 3]},
+          "traces": {"0": "/runs/a/rank-0.pt.trace.json.gz", "1": "/runs/a/rank-1.pt.trace.json.gz"},
+          "merged_trace": "/runs/a/merged_trace.json",
+          "profiling": {"iterations_traced": [2, 3], "trace_dir": "/runs/a"},
           "interrupted": {"signal": "SIGINT", "at_iteration": 5},
           "failed_ranks": [{"rank": 1, "signal": "SIGKILL", "at_iteration": 5}]}
+
+
+ONE_RANK = {**RECORD, "world_size": 1, "traces": {"0": "/runs/a/rank-0.pt.trace.json.gz"}, "merged_trace": None}
 
 
 def test_the_summary_line():
@@ -106,9 +112,30 @@ def test_the_summary_line():
         "trained 5 iterations (12,800 env-steps) on 2 rank(s), cpu | 5,321 env-steps/s | last iteration: "
         "proxy return 3.46, true return 1.20 (Goodhart gap 2.26) | merged trace: /runs/a/merged_trace.json | "
         "run folder: /runs/a (run.json)")
-    bare = {**RECORD, "env_steps_per_s": None, "final_metrics": None, "merged_trace": None}
+    bare = {**RECORD, "env_steps_per_s": None, "final_metrics": None, "merged_trace": None, "traces": {}}
     assert summary_line(bare) == ("trained 5 iterations (12,800 env-steps) on 2 rank(s), cpu | env-steps/s n/a | "
                                   "no trace | run folder: /runs/a (run.json)")
+
+
+def test_a_one_rank_run_names_its_rank_trace():
+    """One rank: no merged copy (issue 35 item 13); the lines name the rank trace itself."""
+    one = {**ONE_RANK, "env_steps_per_s": None, "final_metrics": None}
+    assert summary_line(one) == ("trained 5 iterations (12,800 env-steps) on 1 rank(s), cpu | env-steps/s n/a | "
+                                 "trace: /runs/a/rank-0.pt.trace.json.gz | run folder: /runs/a (run.json)")
+    assert interrupted_line(ONE_RANK, ProfSettings(enabled=True, first=2, last=3)) == (
+        "interrupted by SIGINT at iteration 5 (5 iteration(s) finished) | the finished window 2-3 is in "
+        "/runs/a/rank-0.pt.trace.json.gz | run record: /runs/a/run.json")
+    assert after_training_line(ONE_RANK, "SIGTERM") == (
+        "interrupted by SIGTERM after training, while recording the run | "
+        "trace: /runs/a/rank-0.pt.trace.json.gz | run record: /runs/a/run.json")
+
+
+def test_rank_traces_left_unmerged_are_named_by_their_folder():
+    unmerged = {**RECORD, "merged_trace": None}
+    assert after_training_line(unmerged, "SIGINT") == (
+        "interrupted by SIGINT after training, while merging the traces | rank traces: /runs/a, not merged | "
+        "run record: /runs/a/run.json")
+    assert "| rank traces: /runs/a | run folder: /runs/a (run.json)" in summary_line(unmerged)
 
 
 def test_the_interrupted_and_failed_lines_say_what_was_kept():

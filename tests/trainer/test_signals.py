@@ -72,7 +72,9 @@ def test_a_window_past_the_last_iteration_ends_with_the_run(tmp_path, how):
     record = json.loads((out / "run.json").read_text())
     assert record["profiling"]["iterations"] == [3, 999_999_999_999]
     assert record["profiling"]["iterations_traced"] == [3]
-    assert step_labels(read_trace(out / "merged_trace.json")["traceEvents"]) == ["ProfilerStep#3"]
+    assert (record["traces"], record["merged_trace"]) == ({"0": str(out / "rank-0.pt.trace.json.gz")}, None)
+    assert step_labels(read_trace(out / "rank-0.pt.trace.json.gz")["traceEvents"]) == ["ProfilerStep#3"]
+    assert not (out / "merged_trace.json").exists()  # one rank: no merged copy
     assert (out.parent / "latest").resolve() == out.resolve()
 
 
@@ -119,9 +121,11 @@ def test_ctrl_c_at_the_terminal_reaches_the_trainer_once(tmp_path):
     assert "Traceback" not in stderr
     record = json.loads((out / "run.json").read_text())
     assert record["interrupted"]["signal"] == "SIGINT"
-    assert record["profiling"]["iterations_traced"] == [2, 3]  # the finished window, merged
-    assert step_labels(read_trace(out / "merged_trace.json")["traceEvents"]) == \
-        ["ProfilerStep#2", "ProfilerStep#3"]
+    assert record["profiling"]["iterations_traced"] == [2, 3]  # the finished window, in its rank trace
+    trace = out / "rank-0.pt.trace.json.gz"
+    assert (record["traces"], record["merged_trace"]) == ({"0": str(trace)}, None)
+    assert step_labels(read_trace(trace)["traceEvents"]) == ["ProfilerStep#2", "ProfilerStep#3"]
+    assert f"| the finished window 2-3 is in {trace} |" in stderr
     assert leftovers(out) == []
     assert not (out.parent / "latest").exists()
 

@@ -45,23 +45,43 @@ def test_run_traces_iterations_50_to_55(tmp_path):
     (out,) = [p for p in root.iterdir() if p.name != "latest"]  # the run's own folder, a timestamp
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d", out.name), out.name
     assert (root / "latest").resolve() == out.resolve()
-    assert {"rank-0.pt.trace.json.gz", "merged_trace.json", "run.json"} <= {p.name for p in out.iterdir()}
+    assert {"rank-0.pt.trace.json.gz", "run.json"} <= {p.name for p in out.iterdir()}
+    assert not (out / "merged_trace.json").exists()  # one rank: its rank file is the run's trace
     events = read_trace(out / "rank-0.pt.trace.json.gz")["traceEvents"]
     assert step_labels(events) == [f"ProfilerStep#{i}" for i in range(50, 56)]
     annotations = {e["name"] for e in events if e.get("cat") == "user_annotation"}
     assert set(PHASES) <= annotations
     # Each traced iteration holds one rollout with rollout_steps env steps inside it.
     assert sum(e["name"] == "env_step" for e in events if e.get("ph") == "X") == 6 * 8
-    merged = read_trace(out / "merged_trace.json")
-    assert step_labels(merged["traceEvents"], pid=0) == [f"ProfilerStep#{i}" for i in range(50, 56)]
     record = json.loads((out / "run.json").read_text())
-    assert record["iterations_run"] == 56  # --total-iterations defaults to last traced + 1
+    assert record["iterations_run"] == 57  # --total-iterations defaults to last traced + 2 in lite (attribution/)
     assert record["profiling"]["iterations_traced"] == list(range(50, 56))
     assert record["torch_version"] == torch.__version__
-    assert record["merged_trace"] == str(out / "merged_trace.json")
+    assert record["merged_trace"] is None
+    assert record["traces"] == {"0": str(out / "rank-0.pt.trace.json.gz")}
+    assert f"| trace: {out / 'rank-0.pt.trace.json.gz'} |" in res.stdout
     assert (record["run_dir"], record["run_name"]) == (str(out), out.name)
     assert f"| run folder: {out} (run.json)" in res.stdout
     assert record["env_steps_per_s"] > 0
+
+
+def test_a_one_rank_run_folder_is_read_from_its_rank_trace(tmp_path):
+    """A one-rank run writes no merged copy of its trace (issue 35 item 13: 4.4 of the 4.9 MB of
+    an A/B run folder); analyze reads the folder, and `latest`, from the rank file."""
+    cfg = write_tiny_config(tmp_path)
+    root = tmp_path / "traces"
+    res = run_cmd(["-m", "goodhart_prof.cli", "run", "--iterations", "2-3", "--config", str(cfg),
+                   "--output-dir", str(root), "--name", "one"])
+    assert res.returncode == 0, res.stderr
+    out = root / "one"
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == [
+        "metrics.jsonl", "rank-0.pt.trace.json.gz", "run.json"]
+    for path, env in ((out, clean_env()), (None, clean_env(PROF_OUTPUT_DIR=str(root)))):
+        res = run_cmd(["-m", "goodhart_prof.cli", "analyze", "--json", *([str(path)] if path else [])], env=env)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(res.stdout)
+        assert doc["trace"]["paths"] == [str(out / "rank-0.pt.trace.json.gz")]
+        assert (doc["trace"]["ranks"], doc["iterations"]["count"]) == ([0], 2)  # ProfilerStep#2, #3
 
 
 @pytest.mark.parametrize("value", ["55-50", "abc", "-3"])
@@ -144,7 +164,8 @@ def test_two_ranks_on_cpu_merge_into_one_trace(tmp_path):
     for rank in (0, 1):
         assert any("allreduce" in e.get("name", "").lower() for e in events if e.get("pid") == rank)
     record = json.loads((out / "run.json").read_text())
-    assert record["world_size"] == 2 and record["env_steps"] == 2 * 4 * 16 * 8
+    assert record["world_size"] == 2 and record["env_steps"] == 2 * 5 * 16 * 8  # iterations 0-4 (4: attribution/)
+    assert record["merged_trace"] == str(out / "merged_trace.json")  # several ranks: merged as before
 
 
 def _random_policy_true_return(cfg, steps: int) -> float:

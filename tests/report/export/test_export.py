@@ -28,14 +28,15 @@ MI250 = DATA / "hta" / "mi250_minitoy_rocm.json.gz"
 
 @pytest.fixture(scope="module")
 def cpu_trace(tmp_path_factory) -> Path:
-    """A CPU-only merged trace of our own trainer (iterations 1-2 of 3)."""
+    """A CPU-only trace of our own trainer (iterations 1-2 of 3): its one rank trace."""
     folder = tmp_path_factory.mktemp("cpu_run")
     cfg = write_tiny_config(folder)
     res = run_cmd(["-m", "trainer", "--config", str(cfg), "--total-iterations", "3",
                    "--output-dir", str(folder / "out"), "--no-progress"],
                   env=clean_env(PROF_ENABLED="1", PROF_ITERATIONS="1-2"))
     assert res.returncode == 0, res.stderr
-    return folder / "out" / "merged_trace.json"
+    assert not (folder / "out" / "merged_trace.json").exists()  # one rank: no merged copy
+    return folder / "out" / "rank-0.pt.trace.json.gz"
 
 
 _ANALYSES: dict[Path, object] = {}
