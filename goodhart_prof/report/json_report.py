@@ -254,7 +254,9 @@ def iteration_path_json(it) -> dict[str, Any]:
             "host_us": round(it.host_us, 3), "launch_us": round(it.launch_us, 3),
             "gpu_us": round(it.gpu_us, 3), "gap_us": round(it.gap_us, 3),
             "host_share": round(it.host_share, 4), "gpu_share": round(it.gpu_share, 4),
-            "bound": it.bound}
+            "bound": it.bound,
+            "what_if": [{"name": w.name, "side": w.side, "on_path_us": round(w.on_path_us, 3),
+                         "path_without_us": round(w.path_without_us, 3)} for w in it.what_if]}
 
 
 def iterations_json(found) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 (docs/DESIGN.md, "Critical path"), on the graph analysis/critical/graph.py builds (HTA's).
 
 Its length is the sum of its edges' weights; each weighted edge is on an event and on a side:
-host (op spans, launch waits) or GPU (kernel spans, kernel -> kernel gaps).
+host (op spans, launch waits) or GPU (kernel spans, kernel -> kernel gaps). The path's `spans`
+are its weighted edges in time order, runs on one event merged (the Perfetto export's track).
+What-if: per name among the top ones on the path, the longest path of the same graph with every
+edge on an event of that name (and side) at weight 0 (`WhatIf`; DESIGN.md).
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from ...trace.model import Trace
 from .graph import GAP, LAUNCH, OP, Edges, Graph, RankTables, build
 
 TOP_OPS = 10
+TOP_WHAT_IF = TOP_OPS  # names per path recomputed without their time (a few ms each)
+LAUNCH_WAIT, KERNEL_GAP, NO_EVENT = "(launch wait)", "(gap between kernels)", "(no event)"
 TOP_SEGMENTS = 10
 TOP_KEPT = 50  # names kept per path (the reports show TOP_OPS)
 
@@ -28,6 +33,18 @@ class PathSegment:
     ts: float
     end: float
     us: float
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The path if every event named `name` on `side` took no time: `on_path_us` its time on
+    the path now, `path_without_us` the longest path of the graph with its edges at weight 0
+    (at least the length less `on_path_us`: another chain may take over)."""
+
+    name: str
+    side: str
+    on_path_us: float
+    path_without_us: float
 
 
 @dataclass
@@ -45,6 +62,10 @@ class IterationPath:
     rows: np.ndarray = field(repr=False)   # trace.events row labels of the events on the path
     ops: pd.DataFrame = field(repr=False)  # name, side, us, count: time on the path per name
     segments: list[PathSegment] = field(default_factory=list, repr=False)
+    # the weighted edges in time order, a run on one event merged: ts, end (trace clock, us),
+    # start_ns, end_ns (from the window's start), us, name (the event's; LAUNCH_WAIT, KERNEL_GAP), side
+    spans: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    what_if: list[WhatIf] = field(default_factory=list, repr=False)
 
     @property
     def host_share(self) -> float:
@@ -154,13 +175,42 @@ def _chain_back(parent: np.ndarray, start: int) -> np.ndarray:
 
 def _window_path(ctx: RankTables, step: int, t0: float, t1: float) -> IterationPath | None:
     built = build(ctx, t0, t1)
-    return None if built is None else _longest(built[0], step, t0, t1, *built[1:])
+    if built is None:
+        return None
+    it = _longest(built[0], step, t0, t1, *built[1:])
+    it.what_if = what_if(it, *built)
+    return it
+
+
+def what_if(it: IterationPath, g: Graph, chain: Edges, cross: Edges,
+            top: int = TOP_WHAT_IF) -> list[WhatIf]:
+    """Per name of the `top` on the path (`it.ops`), the longest path with that name's op edges
+    (its events' own time: op spans less their children, kernel spans) at weight 0."""
+    out = []
+    code = g.ctx.code[g.pos].astype(np.int64)
+    gpu = np.arange(g.n) >= g.n_host
+    op_edge = (chain.kind == OP) & (chain.attr >= 0)
+    attr = np.maximum(chain.attr, 0)
+    lookup = {str(name): k for k, name in enumerate(g.ctx.names)}
+    for r in it.ops.head(top).itertuples():
+        mine = (code == lookup[str(r.name)]) & (gpu == (r.side == "gpu"))
+        zero = op_edge & mine[attr]
+        lighter = Edges(chain.src, chain.dst, np.where(zero, 0, chain.weight), chain.kind, chain.attr)
+        dist, _ = _distances(g, lighter, cross)
+        out.append(WhatIf(str(r.name), str(r.side), float(r.us), float(dist.max()) / 1000.0))
+    return out
 
 
 def _longest(g: Graph, step: int, t0: float, t1: float, chain: Edges, cross: Edges) -> IterationPath:
-    """The longest path: along a chain the best length is a running maximum (lengths less
-    the chain's time are compared), so chains are solved at once and cross edges relaxed
-    between passes until nothing changes (rounds: the path's switches between chains)."""
+    dist, edges = _distances(g, chain, cross)
+    return _walk(g, step, t0, t1, dist, edges)
+
+
+def _distances(g: Graph, chain: Edges, cross: Edges) -> tuple[np.ndarray, Edges]:
+    """The longest path into each node (ns), and the graph's edges: along a chain the best
+    length is a running maximum (lengths less the chain's time are compared), so chains are
+    solved at once and cross edges relaxed between passes until nothing changes (rounds: the
+    path's switches between chains)."""
     size = 2 * g.n
     tt = g.node_ts
     ok = chain.src >= 0
@@ -179,7 +229,7 @@ def _longest(g: Graph, step: int, t0: float, t1: float, chain: Edges, cross: Edg
             break
     edges = Edges.concat([Edges(chain.src[ok], chain.dst[ok], chain.weight[ok],
                                   chain.kind[ok], chain.attr[ok]), cross])
-    return _walk(g, step, t0, t1, dist, edges)
+    return dist, edges
 
 
 def _walk(g: Graph, step: int, t0: float, t1: float, dist: np.ndarray, e: Edges) -> IterationPath:
@@ -213,7 +263,8 @@ def _summary(g: Graph, step: int, t0: float, t1: float, path: np.ndarray, first:
         step, t0, t1, float(w.sum()), float(w[(kind == OP) & on_host].sum()),
         float(w[kind == LAUNCH].sum()), float(w[(kind == OP) & (attr >= nh)].sum()),
         float(w[kind == GAP].sum()), rows, ops,
-        _segments(g, e.src[path], e.dst[path], w, side, t0))
+        _segments(g, e.src[path], e.dst[path], w, side, t0),
+        _spans(g, e.src[path], e.dst[path], kind, attr, w, side, t0))
 
 
 def _ops(g: Graph, event: np.ndarray, us: np.ndarray) -> pd.DataFrame:
@@ -228,6 +279,28 @@ def _ops(g: Graph, event: np.ndarray, us: np.ndarray) -> pd.DataFrame:
     top = np.lexsort((name.astype(str), -total))[:TOP_KEPT]
     return pd.DataFrame({"name": name[top], "side": np.where(keys[top] % 2, "gpu", "host"),
                          "us": total[top], "count": count[top]})
+
+
+def _spans(g: Graph, src: np.ndarray, dst: np.ndarray, kind: np.ndarray, attr: np.ndarray,
+           w: np.ndarray, side: np.ndarray, t0: float) -> pd.DataFrame:
+    """The path's weighted edges in time order, consecutive ones of one kind on one event merged:
+    `ts`, `end` (trace clock, us), `start_ns`, `end_ns` (integer ns from the window's start: the
+    graph's own times, exact), `us` (they add up to the length), `name`, `side`."""
+    keep = np.flatnonzero(w > 0)
+    k, a = kind[keep], attr[keep]
+    new = np.r_[True, (k[1:] != k[:-1]) | (a[1:] != a[:-1]) | (src[keep][1:] != dst[keep][:-1])] \
+        if len(keep) else np.zeros(0, bool)
+    lo = np.flatnonzero(new)
+    hi = np.r_[lo[1:], len(keep)]
+    first, last = keep[lo], keep[hi - 1] if len(keep) else keep
+    names = g.ctx.names[g.ctx.code[g.pos[np.maximum(attr[first], 0)]]].astype(str)
+    names = np.where(kind[first] == LAUNCH, LAUNCH_WAIT, np.where(
+        kind[first] == GAP, KERNEL_GAP, np.where(attr[first] >= 0, names, NO_EVENT)))
+    start_ns, end_ns = g.node_ts[src[first]], g.node_ts[dst[last]]
+    return pd.DataFrame({"ts": t0 + start_ns / 1000.0, "end": t0 + end_ns / 1000.0,
+                         "start_ns": start_ns, "end_ns": end_ns,
+                         "us": np.add.reduceat(w[keep], lo) if len(keep) else np.zeros(0),
+                         "name": names.astype(object), "side": side[first].astype(object)})
 
 
 def _segments(g: Graph, src: np.ndarray, dst: np.ndarray, w: np.ndarray, side: np.ndarray,

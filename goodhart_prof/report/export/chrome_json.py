@@ -11,7 +11,12 @@ export gives the same complete events, and the same analysis):
   on the thread of its own event, args kind, site, iteration, dur_us;
 - flows (`ph: s` at the launch call, `ph: f` with `bp: e` at the GPU activity, cat
   `goodhart_launch`, ids 1..N): one per GPU activity whose launch call is in the trace. Kineto's own
-  `ac2g` flows, where the trace has them, stay as they are.
+  `ac2g` flows, where the trace has them, stay as they are;
+- the critical path (analysis/critical/path.py): per path computed, async slices (`ph: b`/`e`, cat
+  `goodhart_critical_path`, one `id` per path) in the process of the rank's host work: one named
+  `critical path (rank R, iteration N)` (`..., whole trace)`) over the whole path, which names
+  the track, and inside it one per span of the path, named by its event, args `side`. The loader
+  skips async events, so they never become events of a reloaded export.
 
 Times stay on our trace clock (microseconds, as in the input). A folder of per-rank traces becomes
 one merged document in the layout of `merged_trace.json` (DESIGN.md: every event of rank r gets
@@ -38,6 +43,7 @@ from ...trace.model import GPU_ACTIVITY_CATS, Trace, merged_gpu_tid
 from .common import ExportError, ExportSummary, check_output, linked_launches, utilization_samples
 
 COUNTER_CAT, SYNC_CAT, FLOW_CAT = "goodhart_utilization", "goodhart_sync", "goodhart_launch"
+PATH_CAT = "goodhart_critical_path"
 _GPU_SIDE_CATS = GPU_ACTIVITY_CATS + ("gpu_user_annotation",)
 
 Remap = Callable[[int, int, int], tuple[int, int]]  # (rank, pid, tid) -> (pid, tid) in the output
@@ -51,9 +57,10 @@ def write_chrome_json(analysis, path: str | os.PathLike, force: bool = False) ->
     summary = ExportSummary(out, "chrome-json", slices=len(trace.events), gpu_slices=len(trace.gpu))
     remap = _identity if len(trace.paths) == 1 else _merged_remap(trace)
     added = (_counters(analysis, remap, summary) + _instants(analysis, remap, summary)
-             + _flows(trace, remap, summary))
+             + _flows(trace, remap, summary) + _critical_path(analysis, remap, summary))
     export = {"counters": summary.counter_samples, "sync_instants": summary.sync_instants,
-              "flows": summary.flows, "categories": [COUNTER_CAT, SYNC_CAT, FLOW_CAT]}
+              "flows": summary.flows, "critical_path_slices": summary.critical_path_slices,
+              "categories": [COUNTER_CAT, SYNC_CAT, FLOW_CAT, PATH_CAT]}
     if len(trace.paths) == 1:
         data = _appended(trace.paths[0], added, export)
     else:
@@ -180,3 +187,30 @@ def _flows(trace: Trace, remap: Remap, summary: ExportSummary) -> list[dict[str,
     summary.flows = len(links)
     return out
 
+
+def _critical_path(analysis, remap: Remap, summary: ExportSummary) -> list[dict[str, Any]]:
+    """Async slices per path computed (module docstring): the whole path, then its spans."""
+    cp = analysis.critical_path
+    ev = analysis.trace.events
+    out: list[dict[str, Any]] = []
+    for path_id, it in enumerate(cp.iterations if cp is not None else [], 1):
+        if it.spans.empty:
+            continue
+        on_path = ev.loc[it.rows]
+        host = on_path[~on_path["cat"].isin(_GPU_SIDE_CATS).to_numpy()]
+        first = (host if len(host) else on_path).iloc[0]
+        pid, _ = remap(int(cp.rank), int(first["pid"]), int(first["tid"]))
+        what = "whole trace" if it.step < 0 else f"iteration {it.step}"
+        name = f"critical path (rank {cp.rank}, {what})"
+        start = it.ts + it.spans["start_ns"].to_numpy() / 1000.0
+        end = it.ts + it.spans["end_ns"].to_numpy() / 1000.0
+        common = {"cat": PATH_CAT, "id": path_id, "pid": pid}
+        out.append({"ph": "b", "name": name, "ts": float(start[0]), **common,
+                    "args": {"length_us": it.length_us, "bound": it.bound}})
+        for n, side, a, b in zip(it.spans["name"].tolist(), it.spans["side"].tolist(),
+                                 start.tolist(), end.tolist()):
+            out += [{"ph": "b", "name": n, "ts": a, **common, "args": {"side": side}},
+                    {"ph": "e", "name": n, "ts": b, **common}]
+        out.append({"ph": "e", "name": name, "ts": float(end[-1]), **common})
+        summary.critical_path_slices += len(it.spans)
+    return out

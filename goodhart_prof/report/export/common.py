@@ -35,6 +35,7 @@ class ExportSummary:
     counter_tracks: int = 0
     counter_samples: int = 0
     iterations: int = 0               # slices on the per-rank `iterations` tracks (perfetto)
+    critical_path_slices: int = 0     # spans of the critical path(s) written (one slice each)
     trace_instants: int = 0           # the trace's own instants (perfetto)
     trace_counter_tracks: int = 0     # the trace's own counters (`ph: C`, perfetto)
     trace_counter_samples: int = 0

@@ -26,6 +26,11 @@ out here:
 - sync instants: one per sync point, named `sync <kind>`, on the thread it happened on (lane 0), with
   debug annotations kind, site, iteration and dur_us.
 - iterations: a track `iterations` per rank with one slice `iteration N` per `ProfilerStep#N`.
+- critical path: per path computed (analysis/critical/path.py: the median iteration, or the whole
+  trace) a track `critical path (rank R, iteration N)` (`..., whole trace)`) under the rank, one
+  slice (category `critical_path`, debug annotation `side`) per span of the path: a run of it on
+  one event, named by the event (`(launch wait)`, `(gap between kernels)`); their durations add
+  up to the path's length.
 
 Times: our trace clock is kept. A timestamp is the event's microseconds times 1000, as integer
 nanoseconds (no shift to zero; Perfetto reads them on its default clock), computed from the start
@@ -54,7 +59,8 @@ from ...trace.decode import DecodeError
 from ...trace.extra_events import Extras, read_extras
 from ...trace.model import GPU_ACTIVITY_CATS, Trace
 from .common import ExportError, ExportSummary, check_output, linked_launches, to_ns, utilization_samples
-from .perfetto_packets import BEGIN, BEGIN_ITERATION, COUNTER, END, INSTANT, TRACE_INSTANT, serialise
+from .perfetto_packets import (BEGIN, BEGIN_ITERATION, BEGIN_PATH, COUNTER, END, INSTANT, TRACE_INSTANT,
+                               serialise)
 from .perfetto_tracks import Layout, RankOf, file_ranks, loaded_keys, metadata, text_ids
 from ...textsafe import quote_path
 
@@ -130,6 +136,7 @@ class _Plan:
         self._trace_counters()
         self._counters(analysis)
         self._iterations(ev)
+        self._critical_path(analysis.critical_path)
         self.summary.overflow_tracks = sum(len(t.overflow) for t in self.layout.tracks)
 
     def _add(self, t: int, code: int, uuid: int, ref) -> None:
@@ -307,6 +314,26 @@ class _Plan:
             for t, op, j in ops:
                 self._add(t, BEGIN_ITERATION if op == BEGIN else END, uuids[lanes[j]], steps[a + j])
             self.summary.iterations += b - a
+
+    def _critical_path(self, cp) -> None:
+        """A track per path computed, a slice per span of it (module docstring)."""
+        self.path_spans: list[tuple[str, str]] = []
+        for it in (cp.iterations if cp is not None else []):
+            if it.spans.empty:
+                continue
+            what = "whole trace" if it.step < 0 else f"iteration {it.step}"
+            track = self.layout.custom(int(cp.rank), f"critical path (rank {cp.rank}, {what})",
+                                       "critical_path")
+            start = int(to_ns(np.asarray([it.ts]))[0])
+            begin = (start + it.spans["start_ns"].to_numpy(np.int64)).tolist()
+            end = (start + it.spans["end_ns"].to_numpy(np.int64)).tolist()
+            lanes, ops = assign_lanes(begin, end)
+            uuids = [self.layout.lane(track, k) for k in range(max(lanes) + 1)]
+            first = len(self.path_spans)
+            self.path_spans += list(zip(it.spans["name"].tolist(), it.spans["side"].tolist()))
+            for t, op, j in ops:
+                self._add(t, BEGIN_PATH if op == BEGIN else END, uuids[lanes[j]], first + j)
+            self.summary.critical_path_slices += len(begin)
 
     # -- packets ----------------------------------------------------------------------------------
 

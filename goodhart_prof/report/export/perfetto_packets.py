@@ -17,7 +17,7 @@ CHUNK_PACKETS = 50_000
 SEQUENCE_ID = 1
 
 # Operation codes of the packet plan (packets of equal time keep the order they were planned in).
-BEGIN, END, BEGIN_ITERATION, INSTANT, COUNTER, TRACE_INSTANT = 1, 2, 3, 4, 5, 6
+BEGIN, END, BEGIN_ITERATION, INSTANT, COUNTER, TRACE_INSTANT, BEGIN_PATH = 1, 2, 3, 4, 5, 6, 7
 
 
 def serialise(plan) -> Iterator[bytes]:
@@ -55,6 +55,12 @@ def _event(plan, packet, i: int, TrackEvent) -> None:
         te.name = f"iteration {ref}"
         te.categories.append("iteration")
         _annotate(te, "iteration", ref)
+    elif code == BEGIN_PATH:
+        name, side = plan.path_spans[ref]
+        te.type = TrackEvent.TYPE_SLICE_BEGIN
+        te.name = name
+        te.categories.append("critical_path")
+        _annotate(te, "side", side)
     elif code == INSTANT:
         kind, site, iteration, dur = plan.syncs[ref]
         te.type = TrackEvent.TYPE_INSTANT

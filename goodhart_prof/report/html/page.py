@@ -1,10 +1,11 @@
 """The HTML report: one self-contained file of plotly charts (`goodhart-prof analyze --html FILE`).
 
 Each chart is built by a small function (here, or in the section modules html_gpu, html_host,
-html_ranks, html_memory, html_efficiency) that reads the `Analysis` tables and returns a plotly
-Figure (None when its table is empty; the page then says why in a sentence). No figure computes
-an analysis of its own: ranking, totals and classes come from `goodhart_prof.analysis`; here we
-only pick the top rows, convert units and bin the gap durations for display.
+html_ranks, html_memory, html_efficiency; html_critical's section is tables only) that reads the
+`Analysis` tables and returns a plotly Figure (None when its table is empty; the page then says
+why in a sentence). No figure computes an analysis of its own: ranking, totals and classes come
+from `goodhart_prof.analysis`; here we only pick the top rows, convert units and bin the gap
+durations for display.
 
 plotly.js is embedded inline once, with the first figure, so the file opens offline. Every text
 that comes from the trace (kernel names, sites, phase names, finding evidence) is escaped: with
@@ -26,6 +27,7 @@ from ...analysis.iterations import find_iterations
 from ..text.setup import STEP_BOUNDS_NOTE, setup_line, sites_line
 from ...units import device_text, duration_sig
 from .common import esc as _esc
+from . import critical_path as html_critical
 from . import ranks as html_ranks
 from .gpu import (CATEGORY_COLORS, GAP_COLORS, MARKED_GAPS, TOP_KERNELS, category_figure,
                        gap_histogram_figure, gap_note, kernel_figure, library_table_html, timeline_figure)
@@ -51,6 +53,7 @@ SECTIONS = {
     "syncs": "Sync points",
     "phases": "Phases",
     html_ranks.KEY: html_ranks.TITLE,
+    html_critical.KEY: html_critical.TITLE,
     "memory": MEMORY_TITLE,
     "efficiency": EFFICIENCY_TITLE,
     "findings": "Findings",
@@ -78,7 +81,7 @@ def write_html(analysis, path: str | Path, force: bool = False) -> Path:
 
 
 # Sections about GPU activity: a trace without any leaves them out (one sentence in the header).
-GPU_SECTIONS = ("categories", "kernels", "timeline", "gaps", "idle", html_ranks.KEY)
+GPU_SECTIONS = ("categories", "kernels", "timeline", "gaps", "idle", html_ranks.KEY, html_critical.KEY)
 
 
 def render_html(a) -> str:
@@ -105,6 +108,7 @@ def render_html(a) -> str:
                      "iterations (no ProfilerStep#N, and none inferred).", note=phase_note(a))
     if gpu:
         page.add_section(html_ranks.KEY, [], "", raw=html_ranks.ranks_section(a, page.figure))
+        page.add_section(html_critical.KEY, [], "", raw=html_critical.critical_path_section(a))
     page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))
     page.add_section("efficiency", [], "", raw=efficiency_section(a, page.figure))
     page.add_section("findings", [], "", raw=_findings_section(a))

@@ -31,13 +31,17 @@ def render_critical_path(a, console: Console) -> None:
                   f"{duration(it.gpu_us)}, gaps between kernels {duration(it.gap_us)}): "
                   f"{BOUND[it.bound]}", highlight=False)
     if not it.ops.empty:
-        table = FittedTable("On the path (time it holds the path)", Col("name", name=True), Col("side"),
-                            Col("time on\npath", True), Col("share", True), Col("events", True))
+        without = {(w.name, w.side): w.path_without_us for w in it.what_if}
+        table = FittedTable("On the path (time it holds; the path without it: its time at 0)",
+                            Col("name", name=True),
+                            Col("side"), Col("time on\npath", True), Col("share", True),
+                            Col("events", True), Col("path\nwithout it", True))
         for r in it.ops.head(TOP_OPS).itertuples():
             share = r.us / it.length_us if it.length_us > 0 else 0.0
             name = kernel_name(r.name) if r.side == "gpu" else str(r.name)
+            rest = without.get((str(r.name), r.side))
             table.add_row(name, r.side, duration(r.us), percent(share),
-                          f"{r.count:,}")
+                          f"{r.count:,}", "-" if rest is None else duration(rest))
         console.print(table)
     segments = longest_segments(it)
     if len(it.segments) > 1:

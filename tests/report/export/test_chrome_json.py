@@ -1,6 +1,6 @@
 """report/export/chrome_json.py: the Chrome JSON export. The original document kept as it is with
-our counters, sync instants and launch flows appended (a hand-made trace: each added event worked
-out by hand), the header of a plain file kept, and a folder of rank traces merged into one
+our counters, sync instants, launch flows and critical path appended (a hand-made trace: each
+added event worked out by hand), the header of a plain file kept, and a folder of rank traces merged into one
 document that reloads to the same analysis (the MI250 trace twice, as ranks 0 and 1)."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import json
 import pytest
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.report.export.chrome_json import COUNTER_CAT, FLOW_CAT, SYNC_CAT, write_chrome_json
+from goodhart_prof.report.export.chrome_json import (COUNTER_CAT, FLOW_CAT, PATH_CAT, SYNC_CAT,
+                                                     write_chrome_json)
 from goodhart_prof.report.export.common import ExportError
 from goodhart_prof.trace.load import load
 from tests.support.chrome_events import check_anchors, read_events
@@ -44,9 +45,23 @@ def test_hand_made_trace_gets_its_flows_instant_and_counter(tmp_path):
     assert {e["name"] for e in counters} == {"GPU 0 utilization"} and {e["pid"] for e in counters} == {0}
     assert counters[0]["ts"] == 110.0 and counters[-1]["args"] == {"percent": 0.0}
     assert (summary.flows, summary.sync_instants, summary.counter_samples) == (3, 1, len(counters))
+    # The critical path (no iterations: the whole trace, 118 us): aten::mm until its launch (1),
+    # the launch (5), the rest of aten::mm (2); then k2's launch wait (300 -> 310) and k2 (100).
+    path = [(e["ph"], e["name"], e["ts"]) for e in added if e["cat"] == PATH_CAT]
+    assert path == [("b", "critical path (rank 0, whole trace)", 99.0),
+                    ("b", "aten::mm", 99.0), ("e", "aten::mm", 100.0),
+                    ("b", "cudaLaunchKernel", 100.0), ("e", "cudaLaunchKernel", 105.0),
+                    ("b", "aten::mm", 105.0), ("e", "aten::mm", 107.0),
+                    ("b", "(launch wait)", 300.0), ("e", "(launch wait)", 310.0),
+                    ("b", "k2", 310.0), ("e", "k2", 410.0),
+                    ("e", "critical path (rank 0, whole trace)", 410.0)]
+    assert {(e["pid"], e["id"]) for e in added if e["cat"] == PATH_CAT} == {(100, 1)}
+    assert summary.critical_path_slices == 5
     assert doc["goodhartProf"]["export"] == {"counters": len(counters), "sync_instants": 1, "flows": 3,
-                                             "categories": [COUNTER_CAT, SYNC_CAT, FLOW_CAT]}
+                                             "critical_path_slices": 5,
+                                             "categories": [COUNTER_CAT, SYNC_CAT, FLOW_CAT, PATH_CAT]}
     check_anchors(read_events(out))
+    assert len(load(out).events) == len(events)  # the loader skips the path's async slices
 
 
 def test_existing_output_is_refused_before_the_work(tmp_path):

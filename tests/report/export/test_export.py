@@ -71,7 +71,7 @@ def test_perfetto_counts_match_the_analysis(traced, tmp_path):
     else:
         assert processes == [f"rank {r}" for r in trace.ranks]
 
-    events = [s for s in d.slices if s[4] not in ("iteration", "python_function")]
+    events = [s for s in d.slices if s[4] not in ("iteration", "python_function", "critical_path")]
     assert len(events) == len(ev) == summary.slices - summary.python_slices
     # Slices keep their times (us * 1000, never clipped) and their names.
     want = Counter(zip(ev["name"].astype(str), to_ns(ev["ts"].to_numpy()).tolist(),

@@ -20,7 +20,8 @@ from tests.support.paths import DATA
 
 OWLV2 = DATA / "tracelens" / "h100_owlv2_inference.json.gz"
 DLRM = DATA / "param" / "dlrm_8rank"
-OURS = ("iteration", "sync")  # our own additions' categories
+SIMPLE_ADD = DATA / "hta" / "critical_path_simple_add.json.gz"
+OURS = ("iteration", "sync", "critical_path")  # our own additions' categories
 
 
 def raw_events(path: Path) -> list[dict]:
@@ -92,6 +93,24 @@ def test_owlv2_export_holds_every_event_of_the_trace(tmp_path):
         ["Iteration Start: PyTorch Profiler", "Record Window End"]
     assert {d.name(i[0]) for i in memory} == {"thread 21587 (python3)"}
     assert_no_stand_in_ids(d)
+
+
+def test_critical_path_track(tmp_path):
+    """HTA's simple_add (no iterations: the whole trace's path, 41,435,012 us): one track under the
+    rank, a slice per span of the path named by its event, in time order, adding up to its length."""
+    a = analyze(load(SIMPLE_ADD))
+    it = a.critical_path.shown
+    out = tmp_path / "out.pftrace"
+    summary = write_perfetto(a, out)
+    d = decode(out)
+    path = [s for s in d.slices if s[4] == "critical_path"]
+    assert {d.name(s[0]) for s in path} == {"critical path (rank 0, whole trace)"}
+    assert len(path) == len(it.spans) == summary.critical_path_slices == 1026
+    assert sum(s[2] - s[1] for s in path) == 41_435_012_000  # ns: the path's length
+    assert [s[3] for s in sorted(path, key=lambda s: s[1])] == it.spans["name"].tolist()
+    longest = max(path, key=lambda s: s[2] - s[1])  # the raw trace's one long call: 24,587,242 us
+    assert (longest[3], longest[2] - longest[1]) == ("cudaDeviceGetStreamPriorityRange", 24_587_242_000)
+    assert {s[5] for s in path} == {0}  # one lane: the spans follow each other
 
 
 def test_multi_rank_export_per_rank_and_category(tmp_path):
