@@ -3,7 +3,9 @@ first-class run: its own folder, metrics.jsonl from the hooks, run.json, `latest
 `diff` with no argument, a failure or a signal recorded, the trainer's options refused."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +14,7 @@ import pytest
 
 from tests.support.helpers import clean_env, error_lines, run_cmd
 from tests.support.paths import DATA
-from tests.support.processes import leftovers, wait_for
+from tests.support.processes import descendants, leftovers, still_running, wait_for
 
 pytestmark = pytest.mark.slow
 LOOP = DATA / "ours" / "loops" / "counted_loop.py"
@@ -84,10 +86,20 @@ def test_a_signal_reaches_the_command_once_and_is_recorded(tmp_path):
                             env=clean_env(**ENV), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     root = tmp_path / "runs"
-    wait_for(lambda: root.is_dir() and any((p / "metrics.jsonl").exists() for p in _folders(root)),
-             proc, "iteration 0")
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    kids = set()
+    try:
+        wait_for(lambda: root.is_dir() and any((p / "metrics.jsonl").exists() for p in _folders(root)),
+                 proc, "iteration 0")
+        kids = descendants(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert still_running(kids) == []  # the command ended with its launcher
+    finally:  # a command that outlived its launcher (the signal never reached it) is not left behind
+        for pid in kids | (descendants(proc.pid) if proc.poll() is None else set()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 130, err
     (folder,) = _folders(root)
     record = json.loads((folder / "run.json").read_text())
