@@ -68,6 +68,8 @@ def run(iterations, mode, verbose, name, command, **trainer_values):
         runs.check_name(name)
     if command:
         _check_command(command, trainer_values)
+    else:
+        _check_trainer_installed()
     root_made = not root.exists()
     with runs.stop_signals_held():  # from the folder's making until the trainer can be told
         folder = runs.resume_folder(root, name) if trainer_values["resume"] else \
@@ -95,6 +97,21 @@ def run(iterations, mode, verbose, name, command, **trainer_values):
     if root_made:
         runs.discard_if_empty(root)
     sys.exit(code)
+
+
+def _check_trainer_installed() -> None:
+    """The bundled trainer needs torch, an extra: a one-line error (exit 2) where it is missing,
+    before any folder is made (the trainer would die on its import with a traceback)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UserError("goodhart-prof run trains the bundled trainer, which needs torch (not installed): "
+                        "pip install 'goodhart-prof[trainer]', or run your own loop: "
+                        "goodhart-prof run -- python my_train.py")
 
 
 def _check_command(command: tuple[str, ...], trainer_values: dict) -> None:
