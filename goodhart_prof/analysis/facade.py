@@ -8,6 +8,7 @@ from .critical.path import critical_path
 from .gpu.burstiness import burstiness
 from .gpu.device_time import gpu_time
 from .gpu.efficiency import efficiency
+from .gpu.kernel_sequences import kernel_sequences
 from .gpu.kernels import category_table, kernel_table, library_table
 from .host.hottest_ops import hot_ops
 from .host.phases import over_ranks, phases_by_rank
@@ -39,5 +40,6 @@ def analyze(trace: Trace) -> Analysis:
                           else empty_ranks("the trace has no communication kernels"))
     result.communication = st.run("communication", communication, trace, result.ranks)
     result.critical_path = st.run("critical_path", critical_path, trace)
+    result.kernel_sequences = st.run("kernel_sequences", kernel_sequences, trace)
     result.findings, result.not_judged = st.run("rules", rules.run, result)
     return result

@@ -10,6 +10,7 @@ from ..trace.model import Trace
 from .gpu.burstiness import DeviceBurstiness
 from .ranks.communication import Communication
 from .critical.path import CriticalPath
+from .gpu.kernel_sequences import KernelSequences
 from .memory.usage import Memory
 from .gpu.efficiency import Efficiency
 from .rules.finding import Finding, NotJudged
@@ -44,3 +45,4 @@ class Analysis:
     host_ops: pd.DataFrame = field(default_factory=pd.DataFrame)  # hotops.hot_ops (all ops)
     timing: Stages = field(default_factory=Stages)  # what each analysis cost (timing.py)
     critical_path: CriticalPath | None = None  # critical_path.critical_path (None: not computed)
+    kernel_sequences: KernelSequences | None = None  # kernel_sequences.kernel_sequences (None: not computed)

@@ -2,7 +2,7 @@
 (`to_document`; docs/DESIGN.md lists its keys) and one function per analysis result that turns it
 into plain JSON types (`syncs_json`, `burstiness_json`, `phases_json`, `host_ops_json`,
 `communication_json`, `ranks_json`, `memory_json`, `efficiency_json`, `critical_path_json`,
-`iterations_json`, `setup_json`, `finding_json`, `not_judged_json`, `timing_json`,
+`kernel_sequences_json`, `iterations_json`, `setup_json`, `finding_json`, `not_judged_json`, `timing_json`,
 `load_cost_json`, `spread_json`; the diff document, report/diff/document.py, uses them too).
 
 The analyses return data only; `plain` makes any value JSON-safe (numpy scalars -> Python, NaN
@@ -94,6 +94,8 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "memory": plain(memory_json(a.memory)) if a.memory is not None else {},
         "efficiency": plain(efficiency_json(a.efficiency)),
         "critical_path": plain(critical_path_json(a.critical_path)) if a.critical_path is not None else None,
+        "kernel_sequences": plain(kernel_sequences_json(a.kernel_sequences))
+        if a.kernel_sequences is not None else None,
         "iterations": plain(iterations_json(find_iterations(trace))),
         "sites_from": sites_from(trace),
         "setup": plain(setup_json(setup(trace))),
@@ -257,6 +259,25 @@ def iteration_path_json(it) -> dict[str, Any]:
             "bound": it.bound,
             "what_if": [{"name": w.name, "side": w.side, "on_path_us": round(w.on_path_us, 3),
                          "path_without_us": round(w.path_without_us, 3)} for w in it.what_if]}
+
+
+def kernel_sequences_json(ks) -> dict[str, Any]:
+    """`kernel_sequences` of gpu/kernel_sequences.KernelSequences: the frequent sequences and
+    the fusion candidates, each as `sequence_json`."""
+    return {"kernels": ks.kernels, "windows": ks.windows, "note": ks.note or None,
+            "sequences": [sequence_json(s) for s in ks.sequences],
+            "fusion_candidates": [sequence_json(s) for s in ks.fusion]}
+
+
+def sequence_json(s) -> dict[str, Any]:
+    """One sequence (gpu/kernel_sequences.Sequence): per position its kernel, launching op,
+    category and library; its counts, time and fusion figures."""
+    return {"kernels": [{"name": k, "op": o or None, "category": c, "library": lib}
+                        for k, o, c, lib in zip(s.kernels, s.ops, s.categories, s.libraries)],
+            "length": s.length, "op_chain": s.op_chain or None, "count": s.count,
+            "per_iteration": s.per_iteration, "total_us": round(s.total_us, 3), "share": round(s.share, 6),
+            "site": s.site, "fusible": s.fusible, "launches_saved": s.launches_saved,
+            "bytes_saved": s.bytes_saved}
 
 
 def iterations_json(found) -> dict[str, Any]:

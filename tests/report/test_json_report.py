@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from goodhart_prof.analysis import analyze
-from goodhart_prof.report.json_report import SCHEMA, plain, records, to_document
+from goodhart_prof.report.json_report import SCHEMA, kernel_sequences_json, plain, records, to_document
+from tests.support.analyses import analysis_of
 from tests.support.events import cuda_item, launch, load_events
 
 
@@ -53,3 +54,20 @@ def test_document_of_a_hand_made_trace(analysis):
 
 def test_top_cuts_the_kernel_list(analysis):
     assert [k["name"] for k in to_document(analysis, top=1)["kernels"]] == ["k1"]
+
+
+def test_kernel_sequences_document():
+    """`kernel_sequences` on TraceLens's OWLv2 trace: per position its kernel, op, category and
+    library; the fusion candidate OWLv2's SiLU makes (mul, sigmoid, mul: 180 times)."""
+    ks = analysis_of("tracelens/h100_owlv2_inference.json.gz").kernel_sequences
+    doc = plain(kernel_sequences_json(ks))
+    json.dumps(doc, allow_nan=False)
+    assert (doc["kernels"], doc["windows"], doc["note"]) == (4330, 1, None)
+    assert len(doc["sequences"]) == 10 and sum(s["share"] for s in doc["sequences"]) <= 1.0
+    silu = doc["fusion_candidates"][0]
+    assert [(k["op"], k["category"], k["library"]) for k in silu["kernels"]] == [
+        ("aten::mul", "elementwise", "aten"), ("aten::sigmoid", "elementwise", "aten"),
+        ("aten::mul", "elementwise", "aten")]
+    assert (silu["length"], silu["count"], silu["per_iteration"], silu["fusible"], silu["launches_saved"]) == (
+        3, 180, 180.0, True, 360)
+    assert silu["op_chain"] == "aten::mul > aten::sigmoid > aten::mul" and silu["bytes_saved"] > 0

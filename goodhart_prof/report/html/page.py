@@ -28,6 +28,7 @@ from ..text.setup import STEP_BOUNDS_NOTE, setup_line, sites_line
 from ...units import device_text, duration_sig
 from .common import esc as _esc
 from . import critical_path as html_critical
+from . import kernel_sequences as html_sequences
 from . import ranks as html_ranks
 from .gpu import (CATEGORY_COLORS, GAP_COLORS, MARKED_GAPS, TOP_KERNELS, category_figure,
                        gap_histogram_figure, gap_note, kernel_figure, library_table_html, timeline_figure)
@@ -53,6 +54,7 @@ SECTIONS = {
     "syncs": "Sync points",
     "phases": "Phases",
     html_ranks.KEY: html_ranks.TITLE,
+    html_sequences.KEY: html_sequences.TITLE,
     html_critical.KEY: html_critical.TITLE,
     "memory": MEMORY_TITLE,
     "efficiency": EFFICIENCY_TITLE,
@@ -81,7 +83,8 @@ def write_html(analysis, path: str | Path, force: bool = False) -> Path:
 
 
 # Sections about GPU activity: a trace without any leaves them out (one sentence in the header).
-GPU_SECTIONS = ("categories", "kernels", "timeline", "gaps", "idle", html_ranks.KEY, html_critical.KEY)
+GPU_SECTIONS = ("categories", "kernels", "timeline", "gaps", "idle", html_ranks.KEY, html_sequences.KEY,
+                html_critical.KEY)
 
 
 def render_html(a) -> str:
@@ -108,6 +111,7 @@ def render_html(a) -> str:
                      "iterations (no ProfilerStep#N, and none inferred).", note=phase_note(a))
     if gpu:
         page.add_section(html_ranks.KEY, [], "", raw=html_ranks.ranks_section(a, page.figure))
+        page.add_section(html_sequences.KEY, [], "", raw=html_sequences.kernel_sequences_section(a))
         page.add_section(html_critical.KEY, [], "", raw=html_critical.critical_path_section(a))
     page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))
     page.add_section("efficiency", [], "", raw=efficiency_section(a, page.figure))

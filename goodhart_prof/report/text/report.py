@@ -18,6 +18,7 @@ from ...analysis.gpu.idle import cause_label
 from .setup import STEP_BOUNDS_NOTE, iterations_line, setup_line, sites_line
 from .communication import communication_section, ranks_section
 from .critical_path import render_critical_path
+from .kernel_sequences import render_kernel_sequences
 from .efficiency import efficiency_section
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -49,6 +50,7 @@ def render(a, console: Console, top: int = 15) -> None:
     _memory(a, console)
     efficiency_section(a, console, top)
     render_critical_path(a, console)
+    render_kernel_sequences(a, console)
     _findings(a, console)
 
 
