@@ -40,6 +40,17 @@ def item_logging_step(step: StepFn, log: list[float]) -> StepFn:
     return step_and_log
 
 
+def graph_break_step(step: StepFn) -> StepFn:
+    """Compiled with the env step: a graph break before the step (what a print, a logger call or
+    another untraceable call does), so each call runs a first graph, eager code, and the step in a
+    resume function dynamo compiles as a frame of its own. Reads nothing back."""
+    def step_with_break(state, actions):
+        actions = actions.clone()  # the first graph
+        torch._dynamo.graph_break()
+        return step(state, actions)  # resumed: torch_dynamo_resume_in_step_with_break_at_<line>
+    return step_with_break
+
+
 def cpu_alloc_step(step: StepFn, n_envs: int, device: torch.device) -> StepFn:
     def step_with_shaping(state, actions):
         res = step(state, actions)

@@ -38,6 +38,8 @@ def build_step_functions(trainer) -> StepFunctions:
 
     gae_fn: Callable = partial(compute_gae, gamma=cfg.gamma, lam=cfg.gae_lambda)
     env_step = trainer.env.step
+    if "graph_break" in trainer.inject:  # inside the compiled step: its rule needs it compiled
+        env_step = antipatterns.graph_break_step(env_step)
     if trainer.compiled:
         # CUDA graph trees for the per-step functions and the minibatch step; GAE runs once
         # per iteration and its outputs live through the whole update, so it stays a plain

@@ -42,6 +42,9 @@ ZOO: tuple[AntiPattern, ...] = (
                 "values a slice of the rollout with grad on for a logged value loss and appends "
                 "that loss (not .item(), not detached) to a list every iteration: each kept loss "
                 "holds its graph and the forward's activations (the last 64 are kept)"),
+    AntiPattern("graph_break", False, True,
+                "breaks the compiled env step's graph before the step (torch._dynamo.graph_break(), "
+                "as an untraceable call does), every env step; turns torch.compile on"),
     AntiPattern("tiny_batch", False, False,
                 f"only {TINY_BATCH_ENVS} envs, so every kernel is tiny (the GPU is launch-bound)"),
 )
@@ -68,4 +71,6 @@ def config_overrides(names: tuple[str, ...]) -> dict[str, Any]:
         out["n_envs"] = TINY_BATCH_ENVS
     if "no_amp" in names:
         out["amp"] = "off"
+    if "graph_break" in names:
+        out["compile"] = "on"  # the break is in compiled code (CPU too: inductor's C++ backend)
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 from ..trace.model import Trace
 from . import rules
 from .critical.path import critical_path
+from .gpu.cupti import cupti_counters
+from .gpu.dynamo import compile_use
 from .gpu.burstiness import burstiness
 from .gpu.device_time import gpu_time
 from .gpu.efficiency import efficiency
@@ -41,5 +43,7 @@ def analyze(trace: Trace) -> Analysis:
     result.communication = st.run("communication", communication, trace, result.ranks)
     result.critical_path = st.run("critical_path", critical_path, trace)
     result.kernel_sequences = st.run("kernel_sequences", kernel_sequences, trace)
+    result.compile = st.run("compile", compile_use, trace)
+    result.cupti = st.run("cupti", cupti_counters, trace)
     result.findings, result.not_judged = st.run("rules", rules.run, result)
     return result

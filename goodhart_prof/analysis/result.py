@@ -11,6 +11,8 @@ from .gpu.burstiness import DeviceBurstiness
 from .ranks.communication import Communication
 from .critical.path import CriticalPath
 from .gpu.kernel_sequences import KernelSequences
+from .gpu.cupti import CuptiCounters
+from .gpu.dynamo import CompileUse
 from .memory.usage import Memory
 from .gpu.efficiency import Efficiency
 from .rules.finding import Finding, NotJudged
@@ -46,3 +48,5 @@ class Analysis:
     timing: Stages = field(default_factory=Stages)  # what each analysis cost (timing.py)
     critical_path: CriticalPath | None = None  # critical_path.critical_path (None: not computed)
     kernel_sequences: KernelSequences | None = None  # kernel_sequences.kernel_sequences (None: not computed)
+    compile: CompileUse | None = None  # gpu/dynamo.compile_use (None: no torch.compile in the trace)
+    cupti: CuptiCounters | None = None  # gpu/cupti.cupti_counters (None: no CUPTI counters)

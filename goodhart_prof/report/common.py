@@ -132,7 +132,8 @@ def evidence_value(key: str, value: Any) -> str:
             return duration(value)
         if "bytes" in key:
             return bytes_text(value)
-        if any(w in key for w in _PERCENT_WORDS) and 0 <= float(value) <= 1:
+        # whole words of the key: "iteration" holds "ratio" and is no ratio
+        if any(w in key.split("_") for w in _PERCENT_WORDS) and 0 <= float(value) <= 1:
             return percent(value)
         value = float(value)
         return f"{value:,.0f}" if value.is_integer() else f"{value:,.3g}"

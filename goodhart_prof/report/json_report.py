@@ -96,6 +96,8 @@ def to_document(a, top: int | None = None) -> dict[str, Any]:
         "critical_path": plain(critical_path_json(a.critical_path)) if a.critical_path is not None else None,
         "kernel_sequences": plain(kernel_sequences_json(a.kernel_sequences))
         if a.kernel_sequences is not None else None,
+        "compile": plain(compile_json(a.compile)) if a.compile is not None else None,
+        "cupti_counters": plain(cupti_json(a.cupti, top)) if a.cupti is not None else None,
         "iterations": plain(iterations_json(find_iterations(trace))),
         "sites_from": sites_from(trace),
         "setup": plain(setup_json(setup(trace))),
@@ -312,3 +314,28 @@ def spread_json(spread) -> dict[str, Any]:
         return None if v != v else float(v)
     return {"n": int(spread.n), "median": num(spread.median), "low": num(spread.low),
             "high": num(spread.high), "confidence": num(spread.confidence)}
+
+
+def compile_json(use) -> dict[str, Any]:
+    """`compile` of gpu/dynamo.CompileUse: what torch.compile did in the traced iterations."""
+    regions = [{"frame": int(r.frame), "entry": int(r.entry), "opens_in": int(r.parent), "calls": int(r.calls),
+                "calls_per_iteration": r.calls / use.iterations, "host_us": float(r.host_us),
+                "function": r.function if isinstance(r.function, str) else None}
+               for r in use.regions.itertuples()]
+    return {"iterations": use.iterations, "regions": regions, "breaks": use.breaks, "compiles": use.compiles,
+            "recompiled_frames": use.recompiled_frames, "compiled_gpu_us": use.compiled_gpu_us,
+            "eager_gpu_us": use.eager_gpu_us, "compiled_share": use.compiled_share}
+
+
+def cupti_json(c, top: int | None = None) -> dict[str, Any]:
+    """`cupti_counters` of gpu/cupti.CuptiCounters: per kernel and per op, each counter's sum and the
+    FLOPs the SASS counters give (null without them); the top `--top` rows when given."""
+    def rows(table, key):
+        head = table if top is None else table.head(top)
+        return [{key: str(r[key]), "ranges": int(r["ranges"]),
+                 "flops": None if pd.isna(r["flops"]) else float(r["flops"]),
+                 "counters": {k: float(r[k]) for k in c.counters}} for _, r in head.iterrows()]
+    return {"counters": c.counters, "ranges": c.ranges, "matched": c.matched, "note": c.note,
+            "flops_by_precision": c.flops_by_precision, "kernels": rows(c.kernels, "name"),
+            "ops": rows(c.ops, "op")}
+

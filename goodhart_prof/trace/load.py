@@ -26,6 +26,7 @@ from .attribution import attach_attribution
 from .file_result import FileResult
 from .model import Frames, LoadCost, Trace
 from . import columnar, native_gzip, ranges
+from .profiler_counters import has_ranges, read_counters
 from .pieces import PIECE_BYTES, BadCut, file_frame, gzip_chunks, merge_headers
 from .progress import Progress, progress_bar
 from .tables import assign_ranks, concat_tables
@@ -215,6 +216,8 @@ def load(path: str | os.PathLike, progress: bool | None = None, workers: int | N
         if bar is not None:
             bar.close()
     trace = finish(path, files, outcomes, strict, listed, started=started)
+    if has_ranges(trace):  # CUPTI counters: a second, narrow pass (profiler_counters.py)
+        trace.counters = read_counters(trace)
     return attach_attribution(trace, path, load)
 
 

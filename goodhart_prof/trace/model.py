@@ -244,6 +244,9 @@ class Trace:
     # attribution/ beside the trace; trace/attribution.py loads it): where the sites of this
     # trace's events come from when it has no stacks of its own. None: none was recorded.
     attribution: "Trace | None" = field(default=None, compare=False)
+    # CUPTI range-profiler counters (trace/profiler_counters.py): rank, ts (of the range), counter,
+    # value; None where the trace holds no `cuda_profiler_range` event
+    counters: "pd.DataFrame | None" = field(default=None, compare=False)
 
     @cached_property
     def gpu(self) -> pd.DataFrame:
@@ -279,6 +282,9 @@ class Trace:
             memory = memory[((memory["device"] == device) | (memory["device_type"] == 0)).to_numpy()
                             ].reset_index(drop=True)
         attribution = self.attribution.select(rank) if self.attribution is not None else None
+        counters = self.counters
+        if counters is not None and rank is not None:
+            counters = counters[(counters["rank"] == rank).to_numpy()].reset_index(drop=True)
         return Trace(events, self.paths, ranks, self.rank_source, self.device_properties,
                      self.skipped_events, self.warnings, frames, memory, self.world_size,
-                     self.file_ranks, attribution=attribution)
+                     self.file_ranks, attribution=attribution, counters=counters)

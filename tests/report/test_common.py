@@ -50,6 +50,9 @@ def test_evidence_value_in_its_unit():
     assert evidence_value("idle_us", 8308.0) == "8.308 ms"
     assert evidence_value("bytes", 1024) == "1.0 KiB"
     assert evidence_value("share", 0.5) == "50.0%"
+    # whole words only: "iteration" holds "ratio" and is no ratio
+    assert evidence_value("times_per_iteration", 0.5) == "0.5"
+    assert evidence_value("busy_ratio", 0.25) == "25.0%"
     assert evidence_value("share", 1.5) == "1.5"  # outside [0, 1]: not a share after all
     assert evidence_value("ratio", 2.3456) == "2.35"
     assert evidence_value("count", 1234) == "1,234"

@@ -50,7 +50,10 @@ EXPECTED = {
 # memory_growth's evidence is growth across iterations, not a count per iteration at a site: its
 # run traces three iterations (the rule needs them), and test_planted_memory_growth checks it.
 GROWTH = "memory_growth"
-assert set(EXPECTED) | {GROWTH} == zoo.CPU_DETECTABLE
+# graph_break compiles the trainer (about a minute on the CPU): judged on its recording in
+# tests/data/ours/zoo/graph_break (SOURCES.md) rather than recorded again here.
+BREAK = "graph_break"
+assert set(EXPECTED) | {GROWTH, BREAK} == zoo.CPU_DETECTABLE
 WINDOW = {"clean": "2-4", GROWTH: "2-4"}  # the clean run is judged by memory_growth too
 
 
@@ -121,6 +124,23 @@ def test_planted_pattern_fires_its_rule_with_evidence(recorded, name):
 
 
 @pytest.mark.slow
+def test_planted_graph_break_is_found_by_its_rule_alone():
+    """The zoo's graph_break (trainer/antipatterns.py graph_break_step, compiled with the env step),
+    recorded lite on the A/B config (tests/data/SOURCES.md): one break per env step, 8 per
+    iteration, at the line of the planted torch._dynamo.graph_break(), named from the attribution
+    iteration's stacks; no other zoo rule fires, and no recompile."""
+    folder = DATA / "ours" / "zoo" / BREAK
+    a = analyze(load(folder))
+    rules = [f.rule for f in a.findings]
+    assert [r for r in rules if r in ZOO_RULES] == [BREAK] and "recompile" not in rules
+    (f,) = [f for f in a.findings if f.rule == BREAK]
+    (b,) = f.evidence["breaks"]
+    assert (b["function"], b["file"], b["times_per_iteration"]) == ("step_with_break", "trainer/antipatterns.py", 8.0)
+    assert PLANTED.read_text().splitlines()[b["line"] - 1].strip() == "torch._dynamo.graph_break()"
+    record = json.loads((folder / "run.json").read_text())
+    assert record["config"]["inject"] == BREAK and record["config"]["compile"] == "on"
+
+
 def test_planted_memory_growth(recorded):
     found = zoo_findings(recorded[GROWTH])
     assert set(found) == {GROWTH}, sorted(found)

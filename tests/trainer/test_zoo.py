@@ -17,6 +17,7 @@ def test_parse_keeps_zoo_order_and_each_name_once():
 def test_config_overrides_and_the_catalogue():
     assert zoo.config_overrides(("tiny_batch", "no_amp")) == {"n_envs": zoo.TINY_BATCH_ENVS, "amp": "off"}
     assert zoo.config_overrides(("item_logging",)) == {}
-    assert zoo.NAMES[0] == "item_logging" and len(zoo.NAMES) == len(zoo.BY_NAME) == 11
+    assert zoo.config_overrides(("graph_break",)) == {"compile": "on"}
+    assert zoo.NAMES[0] == "item_logging" and len(zoo.NAMES) == len(zoo.BY_NAME) == 12
     assert zoo.CUDA_ONLY == {"unfused_adam", "no_amp", "eager_update"}
     assert "tiny_batch" not in zoo.CPU_DETECTABLE and "memory_growth" in zoo.CPU_DETECTABLE

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import compilation, copies, coverage, dominance, hostthreads, memory, precision, ranks, syncs, utilization
+from . import (compilation, copies, coverage, dominance, dynamo, hostthreads, memory, precision, ranks,
+               syncs, utilization)
 from .base import Context, Need, Rule, Threshold
 from .finding import Finding, NotJudged
 from .savings import SEVERITY_SHARES, Saving, finish
@@ -21,12 +22,13 @@ if TYPE_CHECKING:
 
 # The order findings of equal saving (and of no saving, within a severity) are listed in.
 RULES: tuple[Rule, ...] = (*syncs.RULES, *copies.RULES, compilation.UNFUSED_ADAM, *precision.RULES,
-                           *utilization.RULES, compilation.EAGER_UPDATE,
+                           *utilization.RULES, compilation.EAGER_UPDATE, *dynamo.RULES,
                            *dominance.RULES, *hostthreads.RULES, *ranks.RULES, *memory.RULES, *coverage.RULES)
 # The anti-pattern zoo (trainer/antipatterns.py): each planted pattern's name is the id of the
 # rule that must detect it; scripts/bench_zoo.py checks recall and precision of exactly these.
 ZOO_RULES = ("item_logging", "cpu_alloc", "nan_checks", "sync_grad_clip", "branchy_value_head",
-             "pageable_htod", "unfused_adam", "no_amp", "eager_update", "memory_growth", "tiny_batch")
+             "pageable_htod", "unfused_adam", "no_amp", "eager_update", "memory_growth", "graph_break",
+             "tiny_batch")
 BY_ID = {rule.id: rule for rule in RULES}
 
 

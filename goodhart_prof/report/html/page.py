@@ -27,6 +27,8 @@ from ...analysis.iterations import find_iterations
 from ..text.setup import STEP_BOUNDS_NOTE, setup_line, sites_line
 from ...units import device_text, duration_sig
 from .common import esc as _esc
+from . import compile_section as html_compile
+from . import cupti_section as html_cupti
 from . import critical_path as html_critical
 from . import kernel_sequences as html_sequences
 from . import ranks as html_ranks
@@ -56,6 +58,8 @@ SECTIONS = {
     html_ranks.KEY: html_ranks.TITLE,
     html_sequences.KEY: html_sequences.TITLE,
     html_critical.KEY: html_critical.TITLE,
+    html_compile.KEY: html_compile.TITLE,
+    html_cupti.KEY: html_cupti.TITLE,
     "memory": MEMORY_TITLE,
     "efficiency": EFFICIENCY_TITLE,
     "findings": "Findings",
@@ -85,6 +89,8 @@ def write_html(analysis, path: str | Path, force: bool = False) -> Path:
 # Sections about GPU activity: a trace without any leaves them out (one sentence in the header).
 GPU_SECTIONS = ("categories", "kernels", "timeline", "gaps", "idle", html_ranks.KEY, html_sequences.KEY,
                 html_critical.KEY)
+# Sections only a trace of that kind has (torch.compile'd code, CUPTI counters): absent otherwise.
+OPTIONAL_SECTIONS = (html_compile.KEY, html_cupti.KEY)
 
 
 def render_html(a) -> str:
@@ -113,6 +119,10 @@ def render_html(a) -> str:
         page.add_section(html_ranks.KEY, [], "", raw=html_ranks.ranks_section(a, page.figure))
         page.add_section(html_sequences.KEY, [], "", raw=html_sequences.kernel_sequences_section(a))
         page.add_section(html_critical.KEY, [], "", raw=html_critical.critical_path_section(a))
+    if a.compile is not None:
+        page.add_section(html_compile.KEY, [], "", raw=html_compile.compile_section(a))
+    if a.cupti is not None:
+        page.add_section(html_cupti.KEY, [], "", raw=html_cupti.cupti_section(a))
     page.add_section("memory", [page.figure(memory_figure(a), "memory"), memory_table_html(a)], memory_empty(a))
     page.add_section("efficiency", [], "", raw=efficiency_section(a, page.figure))
     page.add_section("findings", [], "", raw=_findings_section(a))

@@ -17,6 +17,8 @@ from ...analysis.gpu.compiled import display_name
 from ...analysis.gpu.idle import cause_label
 from .setup import STEP_BOUNDS_NOTE, iterations_line, setup_line, sites_line
 from .communication import communication_section, ranks_section
+from .compile_section import compile_section
+from .cupti_section import cupti_section
 from .critical_path import render_critical_path
 from .kernel_sequences import render_kernel_sequences
 from .efficiency import efficiency_section
@@ -26,7 +28,7 @@ SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 def render(a, console: Console, top: int = 15) -> None:
     t = a.trace
-    console.print(f"[bold]goodhart-prof analyze[/bold]  {', '.join(plain(p) for p in t.paths[:3])}"
+    console.print(f"[bold]goodhart-prof analyze[/bold] {', '.join(plain(p) for p in t.paths[:3])}"
                   f"{' …' if len(t.paths) > 3 else ''}")
     console.print(f"{len(t.events):,} events · ranks {t.ranks} (from {plain(t.rank_source)}) · "
                   f"{len(t.devices)} GPU device(s)" + _unrecorded_note(t))
@@ -51,6 +53,8 @@ def render(a, console: Console, top: int = 15) -> None:
     efficiency_section(a, console, top)
     render_critical_path(a, console)
     render_kernel_sequences(a, console)
+    compile_section(a, console)
+    cupti_section(a, console)
     _findings(a, console)
 
 

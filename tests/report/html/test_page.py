@@ -68,8 +68,8 @@ def test_gpu_page_is_self_contained_with_every_section(gpu_page, gpu_analysis):
     assert page.count(plotlyjs_head()) == 1  # plotly.js inline, exactly once
     assert not re.search(r"<script[^>]*\bsrc=", page) and 'src="http' not in page
     assert "<link " not in page  # no external stylesheets either
-    for title in report.SECTIONS.values():
-        assert f"<h2>{title}" in page
+    for key, title in report.SECTIONS.items():
+        assert (f"<h2>{title}" in page) == (key not in report.OPTIONAL_SECTIONS)  # no compile, no CUPTI
     # categories, kernels, timeline, gaps, 2 sync charts, phases, memory, roofline (the trace has shapes)
     assert page.count(FIGURE_DIV) == 9 and 'id="fig-roofline"' in page
     # header: path, ranks, devices, events; and the GPU table
@@ -146,7 +146,7 @@ def test_cpu_only_two_rank_page_has_host_sections_and_no_gpu_section():
     assert a.gpu.empty and a.trace.ranks == [0, 1]
     page = report.render_html(a)
     ids = re.findall(r'<section id="([^"]+)"><h2>', page)
-    assert ids == [k for k in report.SECTIONS if k not in report.GPU_SECTIONS]
+    assert ids == [k for k in report.SECTIONS if k not in report.GPU_SECTIONS + report.OPTIONAL_SECTIONS]
     assert page.count("This trace has no GPU activity") == 1
     rest = re.sub(r'<p class="empty" id="no-gpu">[^<]*</p>', "", page)  # the line naming them
     for title in ("GPU utilization", "Top kernels", "Idle gaps", "Why the GPU idles",
