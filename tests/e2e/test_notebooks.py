@@ -19,7 +19,7 @@ import pytest
 import goodhart_prof
 from goodhart_prof.report.common import saving_text
 from goodhart_prof.units import duration
-from tests.support.paths import ROOT
+from tests.support.paths import DATA, ROOT
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -90,9 +90,23 @@ def test_first_look(kernel_env):
 def test_sync_points(kernel_env):
     texts = execute("02_sync_points.ipynb")
     a = goodhart_prof.analyze(OWLV2)
-    assert texts[0].strip() == f"82 sync points, host wait {duration(a.sync_points['dur'].sum())}"
+    assert texts[0].strip() == f"82 sync points, host time {duration(a.sync_points['dur'].sum())}"
     top_site = a.syncs.sites.iloc[0]
     assert top_site["site"][:40] in texts[2] and duration(top_site["total_us"]) in texts[2]
+
+
+def test_sync_points_of_a_cpu_run_show_its_host_reads(kernel_env, monkeypatch):
+    """Our trainer on the CPU with --inject item_logging: no sync point (nothing to wait for), but
+    the host reads a GPU would wait on, shown in the same cells (the notebook showed nothing)."""
+    run = DATA / "ours" / "ab" / "item_logging"
+    monkeypatch.setenv("GOODHART_TRACE", str(run))
+    texts = execute("02_sync_points.ipynb")
+    a = goodhart_prof.analyze(run)
+    assert a.syncs.total == 0 and a.reads.total > 0
+    assert texts[0].strip() == (f"{a.reads.total:,} host reads, host time {duration(a.host_reads['dur'].sum())} "
+                                "(a CPU-only trace: each would be a sync point on a GPU)")
+    top_site = a.reads.sites.iloc[0]
+    assert top_site["site"][:30] in texts[2] and duration(top_site["total_us"]) in texts[2]
 
 
 def test_ab_compare(kernel_env):

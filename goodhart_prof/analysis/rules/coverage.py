@@ -37,7 +37,7 @@ def _no_python_stacks(ctx: Context) -> Finding | None:
         f"no Python stacks in the trace: {named} sites and idle causes are named by annotation "
         "and op chains, not source lines",
         {"sync_sites": int(len(sites)), "idle_causes": int(len(causes)),
-         "findings_with_sites": rules,
+         **({"findings_with_sites": rules} if rules else {}),  # an empty list says nothing
          "examples": [str(s) for s in list(sites.index[:3])] + causes[:max(0, 3 - len(sites))],
          "recorded_by": _RECORDED_BY[how]},
         _fix(how, ADVICE[how]), **NO_PYTHON_STACKS.unestimated())

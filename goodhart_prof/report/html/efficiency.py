@@ -89,8 +89,9 @@ def _devices_note(eff) -> str:
         peak = (f'peak: {_esc(d.peak_name)} (<a href="{_esc(d.source)}">datasheet</a>)' if d.peak_name
                 else "peak unknown: no roofs, no percentages")
         parts.append(f"{place}: {_esc(d.device_name or 'unnamed device')}, {peak}")
-    return ("Achieved rate = the op's FLOPs over the summed time of the kernels it launched; "
-            "bytes = its operands and result, each moved once. " + "; ".join(parts) + ".")
+    head = ("Achieved rate = the op's FLOPs over the summed time of the kernels it launched; "
+            "bytes = its operands and result, each moved once.")
+    return head + (" " + "; ".join(parts) + "." if parts else "")
 
 
 def _ops_table(ops: pd.DataFrame) -> str:

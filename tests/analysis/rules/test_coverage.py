@@ -31,3 +31,14 @@ def test_silent_with_stacks_or_nothing_named(tmp_path):
     assert "no_python_stacks" not in findings(tmp_path, EVENTS + [frame], "stacks.json")
     plain = [ann("ProfilerStep#1", 0, 5000), op("aten::add", 10, 5)]
     assert "no_python_stacks" not in findings(tmp_path, plain, "plain.json")
+
+
+def test_no_finding_with_sites_is_not_listed_empty(tmp_path):
+    """One host read a step is under item_logging's 2 a step: no finding names a site, and the
+    evidence leaves the empty list out (it printed `findings with sites` and nothing)."""
+    events = [ann("ProfilerStep#1", 0, 5000), ann("rollout", 10, 3000),
+              op("aten::item", 100, 20), op("aten::_local_scalar_dense", 101, 18)]
+    f = findings(tmp_path, events)["no_python_stacks"]
+    assert "item_logging" not in findings(tmp_path, events)
+    assert f.evidence == {"sync_sites": 1, "idle_causes": 0, "examples": ["rollout > aten::item"],
+                          "recorded_by": "a profiler without with_stack"}

@@ -37,6 +37,7 @@ def gpu_lines(tmp_path):
 
 def test_gpu_trace_section_by_section(gpu_lines):
     lines = gpu_lines
+    assert lines[0].startswith("goodhart-prof analyze /") and lines[0].endswith(".json")  # one space: it had two
     assert lines[1] == "11 events · ranks [0] (from single file) · 1 GPU device(s)"
     # span 110 -> 632 us; busy 100 + 100 + 2; idle the rest
     assert row(lines, "rank 0 / gpu 0 │") == ["rank 0 / gpu 0", "522.0 us", "202.0 us", "320.0 us", "38.7%",
