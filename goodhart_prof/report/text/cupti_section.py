@@ -3,10 +3,11 @@ and per kernel."""
 from __future__ import annotations
 
 import math
+import re
 
 from rich.console import Console
 
-from ..common import plain
+from ..common import kernel_name, plain
 from ...tables import Col, FittedTable
 
 ROWS = 10
@@ -16,6 +17,14 @@ def _flops(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value / 1e9:,.2f}"
+
+
+def shown_kernel_names(names: list[str]) -> list[str]:
+    """The report's short kernel names (`fft2d_r2c_32x32<...>`); where two different kernels would
+    print alike, their full names without the return type (the table cuts them in the middle, so
+    the part that differs stays)."""
+    short = [kernel_name(n) for n in names]
+    return [s if short.count(s) == 1 else re.sub(r"^void\s+", "", n) for s, n in zip(short, names)]
 
 
 def _short(counters: list[str]) -> str:
@@ -50,6 +59,7 @@ def cupti_section(a, console: Console) -> None:
             table.add_row(plain(r.op), f"{r.ranges:,}", _flops(r.flops))
         console.print(table)
     table = FittedTable("By kernel", Col("kernel", name=True), Col("ranges", True), Col("GFLOP", True))
-    for r in c.kernels.head(ROWS).itertuples():
-        table.add_row(plain(r.name), f"{r.ranges:,}", _flops(r.flops))  # cut so no two print alike
+    rows = c.kernels.head(ROWS)
+    for r, name in zip(rows.itertuples(), shown_kernel_names(rows["name"].tolist())):
+        table.add_row(plain(name), f"{r.ranges:,}", _flops(r.flops))
     console.print(table)
