@@ -149,7 +149,8 @@ class Col:
 
 
 def _width(cell: Any) -> int:
-    lines = (cell.plain if isinstance(cell, Text) else str(cell)).split("\n")
+    # as shown: a string cell is made printable first (a control byte shows as `\x1b`, 4 wide)
+    lines = (cell.plain if isinstance(cell, Text) else printable(str(cell))).split("\n")
     return max(len(line) for line in lines)
 
 

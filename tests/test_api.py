@@ -25,7 +25,7 @@ def test_one_call_gives_the_analysis_and_the_cli_json():
         stages = doc.pop("timing")  # so do the stages' times
         assert set(stages["analysis_s"]) == {"sync_points", "phases", "gpu_time", "kernels", "burstiness",
                                              "memory", "efficiency", "host_ops", "ranks", "communication",
-                                             "critical_path", "rules"}
+                                             "critical_path", "kernel_sequences", "compile", "cupti", "rules"}
         assert stages["load_s"] > 0 and stages["report_s"] > 0
         assert abs(stages["analysis_total_s"] - sum(stages["analysis_s"].values())) < 1e-3
     assert json.dumps(got, sort_keys=True) == json.dumps(expected, sort_keys=True)

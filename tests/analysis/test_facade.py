@@ -13,7 +13,8 @@ from tests.support.paths import DATA
 
 MI250 = DATA / "hta" / "mi250_minitoy_rocm.json.gz"
 STAGES = ["sync_points", "phases", "gpu_time", "kernels", "burstiness", "memory", "efficiency",
-          "host_ops", "ranks", "communication", "critical_path", "rules"]
+          "host_ops", "ranks", "communication", "critical_path", "kernel_sequences", "compile", "cupti",
+          "rules"]
 
 
 def test_every_stage_is_timed_once_in_order():

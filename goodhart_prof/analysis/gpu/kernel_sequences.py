@@ -164,8 +164,7 @@ def _runs(trace: Trace) -> _Runs | None:
         step = iterations(trace, rank, np.where(np.isnan(launch_ts), ts, launch_ts))
         inside = step >= 0
         rows, rank, ts, step = rows[inside], rank[inside], ts[inside], step[inside]
-    device, stream = (np.nan_to_num(pd.to_numeric(gpu[c], errors="coerce").to_numpy(float)[rows], nan=-1)
-                      .astype(np.int64) for c in ("device", "stream"))
+    device, stream = (_ids(gpu[c], rows) for c in ("device", "stream"))
     order = np.lexsort((ts, step, stream, device, rank))
     rows, rank, step, device, stream = rows[order], rank[order], step[order], device[order], stream[order]
     cut = np.r_[True, (rank[1:] != rank[:-1]) | (device[1:] != device[:-1]) |
@@ -376,4 +375,13 @@ def _sites(trace: Trace, runs: _Runs, chosen: list[tuple[_Found, int]]) -> list[
         for i, site in zip(has.tolist(), op_sites(trace, host_tree(trace).row[node[has]])):
             out[i] = site
     return out
+
+
+def _ids(column: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """A device or stream id column at `rows` as int64 (the loader's are); an id that is not a
+    finite number within int64 (a broken trace) is -1, without a cast warning."""
+    if pd.api.types.is_integer_dtype(column):
+        return column.to_numpy(np.int64)[rows]
+    values = pd.to_numeric(column, errors="coerce").to_numpy(float)[rows]
+    return np.where(np.isfinite(values) & (np.abs(values) < 2.0**62), values, -1).astype(np.int64)
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...trace.attribution import ATTRIBUTION_DIR
 from ...trace.model import Trace
 from ...trace.run_record import RUN_FILE, run_folder
 from ...trace.run_json import RunJsonError, read_run_json
@@ -120,6 +121,8 @@ def recorded_revision(trace: Trace) -> str | None:
     digits; None when the trace is not part of a run or the run did not record one)."""
     for p in trace.paths:
         folder = run_folder(p)
+        if folder is None and Path(p).parent.name == ATTRIBUTION_DIR:  # a lite run's attribution trace
+            folder = run_folder(Path(p).parent.parent)
         if folder is None:
             continue
         try:

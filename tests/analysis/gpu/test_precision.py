@@ -184,6 +184,8 @@ VERDICTS = [
     ("hta/cupti_counters_a100.json.gz", False, None),
     # the MoE GEMMs (`_matmul_ogs_*`, mxfp4 weights: the taxonomy counts them as gemm) lead
     ("tracelens/vllm_decode_full_graph.json.gz", False, "fp4"),
+    # xDiT FLUX.1 on an MI300X, compiled: hipBLASLt `Cijk_*_BBS_*` GEMMs, bf16 (findings_labels.json)
+    ("tracelens/xdit_flux_capture.json.gz", False, "bf16"),
 ]
 
 
