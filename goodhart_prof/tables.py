@@ -149,8 +149,8 @@ class Col:
 
 
 def _width(cell: Any) -> int:
-    # as shown: a string cell is made printable first (a control byte shows as `\x1b`, 4 wide)
-    lines = (cell.plain if isinstance(cell, Text) else printable(str(cell))).split("\n")
+    # as shown: each line of a string cell made printable (a control byte shows as `\x1b`, 4 wide)
+    lines = cell.plain.split("\n") if isinstance(cell, Text) else [printable(x) for x in str(cell).split("\n")]
     return max(len(line) for line in lines)
 
 

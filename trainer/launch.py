@@ -30,6 +30,7 @@ import torch
 from goodhart_prof.errors import UserError
 from goodhart_prof.fileio import write_json, writing
 from goodhart_prof.capture.hooks import ProfSettings, trace_name, traced_iterations
+from goodhart_prof.capture.iteration_log import read_rows
 from goodhart_prof.capture.merging import MergeUnavailable, merge_apart
 from goodhart_prof.capture.runs import CREATED
 from goodhart_prof.textsafe import quote_path
@@ -305,19 +306,7 @@ METRICS = "metrics.jsonl"
 
 def read_metrics(out_dir: str | Path) -> list[dict[str, Any]]:
     """metrics.jsonl rows (rank 0 writes one per finished iteration); a torn last line is skipped."""
-    rows = []
-    try:
-        lines = (Path(out_dir) / METRICS).read_text().splitlines()
-    except FileNotFoundError:
-        return rows
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("iteration"), int):
-            rows.append(row)
-    return rows
+    return read_rows(Path(out_dir))
 
 
 def interrupted_outcomes(cfg: Config, settings: ProfSettings, nproc: int,

@@ -11,7 +11,6 @@ traces, merged into merged_trace.json when there are several (merging.py). Torch
 """
 from __future__ import annotations
 
-import json
 import math
 import platform
 import socket
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..fileio import write_json
-from .iteration_log import METRICS_FILE
+from .iteration_log import METRICS_FILE, read_rows
 from .merging import MergeUnavailable, merge_apart
 from .run_options import TRAINER_OPTIONS
 from .runs import CREATED, MERGED, RANK_GLOB, RUN_RECORD, STOP_SIGNALS
@@ -67,23 +66,6 @@ def rank_traces(folder: Path) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def metrics_rows(folder: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's whole rows (a torn or foreign line is left out: the reader warns of it)."""
-    rows = []
-    try:
-        lines = (Path(folder) / METRICS_FILE).read_bytes().split(b"\n")
-    except OSError:
-        return rows
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("iteration"), int):
-            rows.append(row)
-    return rows
-
-
 def untraced_rate(rows: list[dict[str, Any]], window: tuple[int, int]) -> float | None:
     """Env-steps/s over the iterations no profiler slowed, less the first (the trainer's
     whole-run figure, computed the same way): total env steps / total seconds. None when the
@@ -120,7 +102,7 @@ def record_command_run(folder: Path, command: list[str], code: int, window: tupl
 
     folder = Path(folder)
     traces = rank_traces(folder)
-    rows = metrics_rows(folder)
+    rows = read_rows(folder)
     merged = None
     if len(traces) > 1:
         try:

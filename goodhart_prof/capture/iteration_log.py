@@ -72,3 +72,23 @@ class IterationLog:
                 file.close()
             except OSError:
                 pass
+
+
+def read_rows(folder: Path) -> list[dict]:
+    """The whole rows of `folder/metrics.jsonl` (the trainer's or the hooks'), in file order; a line
+    that is not a row (torn by a stop, foreign) is left out: trace/run_record.py, which reads them
+    for the reports, warns of such lines. None there: an empty list."""
+    rows = []
+    try:
+        lines = (Path(folder) / METRICS_FILE).read_bytes().split(b"\n")
+    except OSError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("iteration"), int) and not isinstance(row["iteration"], bool):
+            rows.append(row)
+    return rows
+

@@ -76,3 +76,12 @@ def test_prof_metrics_is_read_with_the_other_variables():
     assert ProfSettings.from_env({"PROF_ENABLED": "1"}).metrics is False
     with pytest.raises(ValueError, match="PROF_METRICS must be one of"):
         ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_METRICS": "maybe"})
+
+
+def test_read_rows_keeps_whole_rows_in_file_order(tmp_path):
+    from goodhart_prof.capture.iteration_log import read_rows
+
+    assert read_rows(tmp_path) == []  # no file
+    (tmp_path / METRICS_FILE).write_bytes(b'{"iteration": 2, "iteration_s": 0.5}\nnot json\n[1]\n'
+                                          b'{"iteration": true}\n{"iteration": 0}\n{"iteration": 3, "it')
+    assert read_rows(tmp_path) == [{"iteration": 2, "iteration_s": 0.5}, {"iteration": 0}]
