@@ -298,14 +298,16 @@ def _spans(g: Graph, src: np.ndarray, dst: np.ndarray, kind: np.ndarray, attr: n
     lo = np.flatnonzero(new)
     hi = np.r_[lo[1:], len(keep)]
     first, last = keep[lo], keep[hi - 1] if len(keep) else keep
-    names = g.ctx.names[g.ctx.code[g.pos[np.maximum(attr[first], 0)]]].astype(str)
+    # object arrays: a fixed-width str array is as wide as the longest kernel name (thousands of
+    # characters) times the spans: 0.6 s on the 586 MB benchmark trace's path
+    names = np.asarray(g.ctx.names, dtype=object)[g.ctx.code[g.pos[np.maximum(attr[first], 0)]]]
     names = np.where(kind[first] == LAUNCH, LAUNCH_WAIT, np.where(
-        kind[first] == GAP, KERNEL_GAP, np.where(attr[first] >= 0, names, NO_EVENT)))
+        kind[first] == GAP, KERNEL_GAP, np.where(attr[first] >= 0, names, NO_EVENT))).astype(object)
     start_ns, end_ns = g.node_ts[src[first]], g.node_ts[dst[last]]
     return pd.DataFrame({"ts": t0 + start_ns / 1000.0, "end": t0 + end_ns / 1000.0,
                          "start_ns": start_ns, "end_ns": end_ns,
                          "us": np.add.reduceat(w[keep], lo) if len(keep) else np.zeros(0),
-                         "name": names.astype(object), "side": side[first].astype(object)})
+                         "name": [str(n) for n in names], "side": side[first].astype(object)})
 
 
 def _segments(g: Graph, src: np.ndarray, dst: np.ndarray, w: np.ndarray, side: np.ndarray,
