@@ -23,11 +23,10 @@ from .iteration_log import METRICS_FILE, read_rows
 from .merging import MergeUnavailable, merge_apart
 from .run_options import TRAINER_OPTIONS
 from .runs import CREATED, MERGED, RANK_GLOB, RUN_RECORD, STOP_SIGNALS
-from .settings import DEFAULT_MODE, KINETO_DEFAULT, QUIET_KINETO, profiler_window
+from .settings import DEFAULT_MODE, KINETO_DEFAULT, QUIET_KINETO, WARMUP_ITERATIONS, profiler_window
 from .trace_files import traced_iterations
 
 RUN_SCHEMA = "goodhart-prof/run/v1"  # as trainer/launch.py writes it
-WARMUP_ITERATIONS = 1  # the command's first iteration is no throughput sample (trace/run_record.py)
 
 
 def trainer_only(values: Mapping[str, Any]) -> list[str]:

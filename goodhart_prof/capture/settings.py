@@ -107,6 +107,11 @@ class ProfSettings:
         return self.enabled and bool(profiler_window(iteration, self.first, self.last))
 
 
+# A run's first iteration(s) pay for compilation, autotuning and allocator growth: never a time or
+# throughput sample (trace/run_record.py for a run's reports, command_runs.py for its run.json).
+WARMUP_ITERATIONS = 1
+
+
 def profiler_window(iteration, first: int, last: int):
     """Whether a profiler slows each iteration of the window FIRST..LAST (an int, or a numpy array
     of them): the warm-up one before it (FIRST - 1, which sets the profiler up), the traced ones,

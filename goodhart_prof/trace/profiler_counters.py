@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .file_bytes import read_bytes
-from .model import Trace
+from .model import Trace, in_categories
 
 RANGE_CAT = "cuda_profiler_range"
 _MARK = RANGE_CAT.encode()
@@ -42,9 +42,8 @@ def empty_counters() -> pd.DataFrame:
 
 
 def has_ranges(trace: Trace) -> bool:
-    cats = trace.events["cat"]
-    return RANGE_CAT in set(cats.cat.categories.astype(str)) if hasattr(cats, "cat") else \
-        bool((cats.astype(str) == RANGE_CAT).any())
+    """Whether the events table holds a range (its categories tested, not its rows)."""
+    return RANGE_CAT in trace.events["cat"].cat.categories
 
 
 def read_counters(trace: Trace) -> pd.DataFrame:
@@ -53,7 +52,7 @@ def read_counters(trace: Trace) -> pd.DataFrame:
     if trace.events.empty or not has_ranges(trace):
         return empty_counters()
     ev = trace.events
-    at = np.flatnonzero((ev["cat"].astype(str) == RANGE_CAT).to_numpy())
+    at = np.flatnonzero(in_categories(ev["cat"], (RANGE_CAT,)))
     known = set(zip(ev["rank"].to_numpy()[at].tolist(), ev["ts"].to_numpy(float)[at].tolist()))
     ranks = trace.file_ranks if len(trace.file_ranks) == len(trace.paths) else [None] * len(trace.paths)
     cols: dict[str, list] = {c: [] for c in COLUMNS}

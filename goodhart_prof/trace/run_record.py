@@ -35,13 +35,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..capture.settings import profiler_window
+from ..capture.settings import WARMUP_ITERATIONS, profiler_window
 from ..textsafe import quote_path
 from .run_json import read_run_json
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
-WARMUP_ITERATIONS = 1  # the run's first iteration(s): compile, autotune, allocator growth
 MIN_SAMPLES = 3  # analysis/compare/spread.py MIN_ITERATIONS: fewer values give no interval
 
 

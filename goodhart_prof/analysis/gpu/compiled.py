@@ -38,7 +38,8 @@ from ..tree import frame_forest, host_tree
 from ..memo import derived
 
 GRAPH = re.compile(r"^## Call CompiledFxGraph (?P<hash>\w+) ##$")
-REGION = re.compile(r"^Torch-Compiled Region: \d+/\d+$")
+# a compiled function's call: F the dynamo frame, R its cache entry (analysis/gpu/dynamo.py reads them)
+REGION = re.compile(r"^Torch-Compiled Region: (?P<frame>\d+)/(?P<entry>\d+)$")
 BACKWARD = "CompiledFunctionBackward"
 # the ops a generated wrapper calls itself: aten ops (extern kernels: aten::addmm, cuDNN
 # convolutions; random_) and triton kernels, recorded as cpu ops by their kernel's name
@@ -131,7 +132,7 @@ def _sources(trace: Trace) -> dict[str, dict]:
         return {}
     names = [str(n) for n in tree.names]
     nodes = np.flatnonzero(is_graph[tree.name])
-    region_code = np.array([bool(REGION.match(n)) or n == BACKWARD for n in names])
+    region_code = tree.names_matching(REGION) | np.array([n == BACKWARD for n in names], dtype=bool)
     region = tree.nearest(region_code[tree.name])[nodes]
     phase = tree.nearest(tree.is_annotation & ~tree.is_step & ~is_graph[tree.name])[nodes]
     function = np.full(len(nodes), None, dtype=object)

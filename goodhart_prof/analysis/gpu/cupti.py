@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...trace.model import Trace
+from ...trace.model import Trace, in_categories, rows_named
 from ...trace.profiler_counters import RANGE_CAT
 from ..memo import derived
 from ..tree import host_tree
@@ -54,9 +54,9 @@ def _cupti(trace: Trace) -> CuptiCounters | None:
     wide = c.pivot_table(index=["rank", "ts"], columns="counter", values="value", aggfunc="sum")
     counters = [str(x) for x in wide.columns]
     ev = trace.events
-    at = np.flatnonzero((ev["cat"].astype(str) == RANGE_CAT).to_numpy())
+    at = np.flatnonzero(in_categories(ev["cat"], (RANGE_CAT,)))
     ranges = pd.DataFrame({"rank": ev["rank"].to_numpy()[at], "ts": ev["ts"].to_numpy(float)[at],
-                           "name": ev["name"].astype(str).to_numpy()[at]})
+                           "name": ev["name"].iloc[at].astype(str).to_numpy()})
     ranges = ranges.merge(wide.reset_index(), on=["rank", "ts"], how="inner").sort_values(["rank", "ts"])
     ranges = ranges.reset_index(drop=True)
     flops, by_precision = _flops(ranges, counters)
@@ -87,14 +87,11 @@ def _ops(trace: Trace, ranges: pd.DataFrame) -> tuple[list, list, bool, str]:
     """Per range, the innermost and the outermost op around its kernel launch (the n-th launch of
     its rank)."""
     ev = trace.events
-    names = ev["name"].astype(str)
-    launches = ev[names.str.match(LAUNCH).to_numpy() & (ev["cat"].astype(str) == "cuda_runtime").to_numpy()]
-    launches = launches.sort_values(["rank", "ts"], kind="stable")
-    out: list = [None] * len(ranges)
+    launches = ev.iloc[rows_named(ev, LAUNCH, ("cuda_runtime",))].sort_values(["rank", "ts"], kind="stable")
     for rank, part in ranges.groupby("rank", sort=True):
         mine = launches[launches["rank"].to_numpy() == rank]
         if len(mine) != len(part):
-            return out, list(out), False, (f"rank {rank}: {len(part)} ranges but {len(mine)} kernel launches, so a range "
+            return [None] * len(ranges), [None] * len(ranges), False, (f"rank {rank}: {len(part)} ranges but {len(mine)} kernel launches, so a range "
                                 "cannot be paired with its launch and op")
     tree = host_tree(trace)
     nodes = tree.enclosing(launches["rank"].to_numpy(), launches["pid"].to_numpy(), launches["tid"].to_numpy(),

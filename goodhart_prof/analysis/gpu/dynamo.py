@@ -30,11 +30,10 @@ from ...trace.model import Trace
 from ..iterations import iterations
 from ..memo import derived
 from ..tree import host_tree
-from .compiled import GRAPH
+from .compiled import REGION, graph_codes
 
-REGION = re.compile(r"^Torch-Compiled Region: (?P<frame>\d+)/(?P<entry>\d+)$")
 COMPILE = re.compile(r"^_compile\.compile_inner(?: \(dynamo_timed\))?$")
-COMPILE_ID = re.compile(r"compile_id=(?P<frame>\d+)/(?P<entry>\d+)")
+COMPILE_ID = re.compile(r"^.*\bcompile_id=(?P<frame>\d+)/(?P<entry>\d+)")
 RESUME = re.compile(r"^(?P<file>.+?)\((?P<frame_line>\d+)\): torch_dynamo_resume_in_(?P<function>\w+?)_at_"
                     r"(?P<line>\d+)$")
 
@@ -74,42 +73,44 @@ def compile_use(trace: Trace) -> CompileUse | None:
     return derived(trace, "compile_use", _compile_use)
 
 
+def _named(tree, pattern: "re.Pattern[str]") -> np.ndarray:
+    """Per node of the host tree: whether its name matches `pattern` (each distinct name tested
+    once, HostTree.names_matching)."""
+    return tree.names_matching(pattern)[tree.name] & (tree.name >= 0)
+
+
 def _compile_use(trace: Trace) -> CompileUse | None:
     tree = host_tree(trace)
     if not len(tree.row):
         return None
-    names = np.asarray(tree.names, dtype=object)
-    region_code = np.array([bool(REGION.match(str(n))) for n in names], dtype=bool)
-    compile_code = np.array([bool(COMPILE.match(str(n))) for n in names], dtype=bool)
-    name_ok = tree.name >= 0
-    is_region = np.zeros(len(tree.row), dtype=bool)
-    is_compile = np.zeros(len(tree.row), dtype=bool)
-    is_region[name_ok] = region_code[tree.name[name_ok]]
-    is_compile[name_ok] = compile_code[tree.name[name_ok]]
+    is_region, is_compile = _named(tree, REGION), _named(tree, COMPILE)
     if not is_region.any() and not is_compile.any():
         return None
-    its = iterations(trace, tree.rank, tree.ts)
-    traced = sorted({int(i) for i in its[tree.is_step] if i >= 0}) if tree.is_step.any() else []
+    # the iterations of the nodes looked at only (a host tree has millions of nodes)
+    steps = np.flatnonzero(tree.is_step)
+    traced = sorted({int(i) for i in iterations(trace, tree.rank[steps], tree.ts[steps]) if i >= 0})
+    looked = np.flatnonzero(is_region | is_compile)
+    its = np.full(len(tree.row), -1, dtype=np.int64)
+    its[looked] = iterations(trace, tree.rank[looked], tree.ts[looked])
     counted = its >= 0 if traced else np.ones(len(its), dtype=bool)
     n_iterations = max(1, len(traced))
-    regions, parents = _regions(tree, names, is_region & counted)
+    names = np.asarray(tree.names, dtype=object)
+    regions = _regions(tree, names, is_region & counted)
     regions["function"] = _functions(trace, regions)
-    breaks = _breaks(trace, tree, regions, parents, n_iterations)
+    breaks = _breaks(trace, regions, n_iterations)
     compiles = _compiles(tree, names, is_compile & counted, its)
-    compiled_us, eager_us = _gpu_split(trace, tree, names)
+    compiled_us, eager_us = _gpu_split(trace, tree)
     return CompileUse(iterations=n_iterations, regions=regions, breaks=breaks, compiles=compiles,
                       compiled_gpu_us=compiled_us, eager_gpu_us=eager_us)
 
 
-def _regions(tree, names: np.ndarray, mask: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-    """The regions table, and per region node its enclosing region node (-1: none)."""
+def _regions(tree, names: np.ndarray, mask: np.ndarray) -> pd.DataFrame:
+    """The regions table: per (frame, entry, the frame of the region it opens in), calls and time."""
     nodes = np.flatnonzero(mask)
     ids = [REGION.match(str(names[tree.name[n]])) for n in nodes]
     frame = np.array([int(m["frame"]) for m in ids], dtype=np.int64)
     entry = np.array([int(m["entry"]) for m in ids], dtype=np.int64)
-    wanted = np.zeros(len(tree.row), dtype=bool)
-    wanted[np.flatnonzero(mask)] = True
-    parent_node = tree.climb_to(np.where(tree.parent[nodes] >= 0, tree.parent[nodes], -1), wanted) \
+    parent_node = tree.climb_to(np.where(tree.parent[nodes] >= 0, tree.parent[nodes], -1), mask) \
         if len(nodes) else np.zeros(0, dtype=np.int64)
     frame_of = dict(zip(nodes.tolist(), frame.tolist()))
     parent_frame = np.array([frame_of.get(int(p), -1) for p in parent_node], dtype=np.int64)
@@ -119,10 +120,9 @@ def _regions(tree, names: np.ndarray, mask: np.ndarray) -> tuple[pd.DataFrame, n
         table = pd.DataFrame({c: pd.Series(dtype=t) for c, t in
                               (("frame", np.int64), ("entry", np.int64), ("parent", np.int64),
                                ("calls", np.int64), ("host_us", float))})
-        return table, np.zeros(0, dtype=np.int64)
-    table = (rows.groupby(["frame", "entry", "parent"], sort=True)
-             .agg(calls=("host_us", "size"), host_us=("host_us", "sum")).reset_index())
-    return table, rows
+        return table
+    return (rows.groupby(["frame", "entry", "parent"], sort=True)
+            .agg(calls=("host_us", "size"), host_us=("host_us", "sum")).reset_index())
 
 
 def _functions(trace: Trace, regions: pd.DataFrame) -> list:
@@ -146,7 +146,7 @@ def _functions(trace: Trace, regions: pd.DataFrame) -> list:
             for f, e in zip(regions["frame"], regions["entry"])]
 
 
-def _breaks(trace: Trace, tree, regions: pd.DataFrame, rows, n_iterations: int) -> list[dict]:
+def _breaks(trace: Trace, regions: pd.DataFrame, n_iterations: int) -> list[dict]:
     """A graph break per frame whose region opens inside another frame's region; where a
     resume function's frame is in the stacks (the trace's or its attribution's), its name."""
     if regions.empty:
@@ -198,23 +198,20 @@ def _compiles(tree, names: np.ndarray, mask: np.ndarray, its: np.ndarray) -> lis
     outer = tree.climb_to(np.where(tree.parent[nodes] >= 0, tree.parent[nodes], -1), mask)
     nodes = nodes[outer < 0]  # a compilation inside another is part of it
     ids: dict[int, str] = {}
-    id_code = np.array([bool(COMPILE_ID.search(str(n))) for n in names], dtype=bool)
-    has_id = np.zeros(len(tree.row), dtype=bool)
-    ok = tree.name >= 0
-    has_id[ok] = id_code[tree.name[ok]]
+    has_id = _named(tree, COMPILE_ID)
     is_outer = np.zeros(len(tree.row), dtype=bool)
     is_outer[nodes] = True
     id_nodes = np.flatnonzero(has_id)
     owners = tree.climb_to(id_nodes, is_outer) if len(id_nodes) else id_nodes
     for n, owner in zip(id_nodes.tolist(), owners.tolist()):  # tree order: the first id inside names it
         if owner >= 0 and owner not in ids:
-            m = COMPILE_ID.search(str(names[tree.name[n]]))
+            m = COMPILE_ID.match(str(names[tree.name[n]]))
             ids[int(owner)] = f"{m['frame']}/{m['entry']}"
     return [{"iteration": int(its[n]), "compile_id": ids.get(int(n)), "seconds": float(tree.dur[n]) / 1e6}
             for n in nodes.tolist()]
 
 
-def _gpu_split(trace: Trace, tree, names: np.ndarray) -> tuple[float | None, float | None]:
+def _gpu_split(trace: Trace, tree) -> tuple[float | None, float | None]:
     """GPU time of the kernels launched inside a `## Call CompiledFxGraph` wrapper, and of the rest."""
     if trace.gpu.empty:
         return None, None
@@ -223,10 +220,7 @@ def _gpu_split(trace: Trace, tree, names: np.ndarray) -> tuple[float | None, flo
     links = gpu_launches(trace)
     launched = links["launch_row"].to_numpy() >= 0
     dur = links["dur"].to_numpy(float)
-    graph_code = np.array([bool(GRAPH.match(str(n))) for n in names], dtype=bool)
-    is_graph = np.zeros(len(tree.row), dtype=bool)
-    ok = tree.name >= 0
-    is_graph[ok] = graph_code[tree.name[ok]]
+    is_graph = graph_codes(tree)[tree.name] & (tree.name >= 0)
     inside = np.zeros(len(links), dtype=bool)
     if is_graph.any() and launched.any():
         at = tree.enclosing(links["rank"].to_numpy()[launched], links["pid"].to_numpy()[launched],

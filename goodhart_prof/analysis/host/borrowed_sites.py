@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ...trace.model import Trace
+from ...trace.model import Trace, in_categories
 from ..iterations import iterations
 
 _POINT_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
@@ -73,7 +73,7 @@ def _same_named_events(companion: Trace, points: pd.DataFrame) -> pd.DataFrame:
     as points (hosted; runtime and driver calls marked `call`, as the trace's own are)."""
     ev = companion.events
     names = set(points["name"].astype(str))
-    named = ev["name"].astype(str).isin(names).to_numpy() & ev["cat"].astype(str).isin(_POINT_CATS).to_numpy()
+    named = ev["name"].isin(names).to_numpy() & in_categories(ev["cat"], _POINT_CATS)
     rows = np.flatnonzero(named)
     if not len(rows):
         return pd.DataFrame(columns=["rank", "pid", "tid", "ts", "end", "row", "name", "hosted", "call"])
