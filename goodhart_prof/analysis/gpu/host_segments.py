@@ -2,7 +2,7 @@
 goes to (idle.py's definitions, DESIGN.md "burstiness"): the cut times of every host thread (its
 events', frames' and runtime calls' starts and ends), the (cause, frame) of each stretch between two
 of them, and the runtime/driver calls of a known kind that take a stretch as their own.
-Each is computed once per host tree and kept on it.
+The cut times and runtime calls are computed once per host tree and kept on it.
 """
 from __future__ import annotations
 
@@ -104,21 +104,22 @@ def runtime_calls(trace, tree):
     return cached
 
 
-def segments(trace, tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per cut time (`cuts`), the (cause, frame) codes and length of the stretch up to the next
-    cut time of the same thread (meaningless at a thread's last); once per tree."""
-    cached = tree.__dict__.get("segments")
-    if cached is None:
-        values, lo, hi = cuts(trace, tree)
-        if len(values) < 2:
-            cached = (np.zeros(len(values), dtype=np.int64),) * 2 + (np.zeros(len(values)),)
-        else:
-            owner = np.repeat(np.arange(len(lo)), hi - lo)
-            s, e = values[:-1], values[1:]
-            cause, frame = piece_keys(trace, tree, owner[:-1], s, np.where(owner[1:] == owner[:-1], e, s))
-            cached = (np.r_[cause, 0], np.r_[frame, 0], np.r_[e - s, 0.0])
-        tree.__dict__["segments"] = cached
-    return cached
+def segments(trace, tree, at: "np.ndarray | None" = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per cut time (`cuts`; only those numbered in `at`, else every one), the (cause, frame)
+    codes and length of the stretch up to the next cut time of the same thread (meaningless at a
+    thread's last). Idle causes ask only for the stretches inside a gap: on the 586 MB benchmark
+    trace about one in ten."""
+    values, lo, hi = cuts(trace, tree)
+    at = np.arange(len(values)) if at is None else np.asarray(at, dtype=np.int64)
+    if not len(at) or len(values) < 2:
+        return np.zeros(len(at), dtype=np.int64), np.zeros(len(at), dtype=np.int64), np.zeros(len(at))
+    owner = np.searchsorted(hi, at, side="right")  # the thread of each cut: lo[t] <= at < hi[t]
+    nxt = np.minimum(at + 1, len(values) - 1)
+    last = nxt >= hi[owner]  # a thread's last cut: an empty stretch
+    s, e = values[at], np.where(last, values[at], values[nxt])
+    cause, frame = piece_keys(trace, tree, owner, s, e)
+    length = e - s
+    return np.where(last, 0, cause), np.where(last, 0, frame), np.where(last, 0.0, length)
 
 
 def step_names(tree) -> np.ndarray:

@@ -41,8 +41,8 @@ Definitions (DESIGN.md, burstiness):
   frames'.
 
 Vectorised over all devices and threads at once (`device_idle_causes`): each host thread's
-event and frame times sorted once (`cuts`) and each stretch between two consecutive ones given
-its cause once (`segments`), so a piece strictly inside a gap is a lookup; every gap is cut by
+event and frame times sorted once (`cuts`) and each stretch between two consecutive ones that
+lies inside some gap given its cause once (`segments`), so a piece strictly inside a gap is a lookup; every gap is cut by
 one binary search for all gaps (`segment_searchsorted`), and only each gap's first and last piece
 are placed with `HostTree.enclosing_in` / `FrameForest.enclosing_in`; sums by bincount, in chunks
 of whole (device, thread)s. No loop over devices, threads, gaps or events (1,000 GPUs idling over
@@ -176,8 +176,8 @@ DENSE_BINS = 1 << 22
 def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
     """Add the pieces of the gaps read off a host thread into each device's sums, keyed by
     (cause, frame). A piece strictly inside a gap lies between two consecutive cut times of its
-    thread: its cause is the elementary segment's (`segments`, once per thread); only each
-    gap's first and last piece are looked up. Sums run in time order within each (device,
+    thread: its cause is the elementary segment's (`segments`, each stretch inside some gap
+    once); only each gap's first and last piece are looked up. Sums run in time order within each (device,
     thread) and then over threads in (pid, tid) order, as a gap-by-gap sum would."""
     traced = traced[np.lexsort((traced, thread[traced], gaps.gap_dev[traced]))]
     dev, thr = gaps.gap_dev[traced], thread[traced]
@@ -192,13 +192,20 @@ def _traced_sums(trace, tree, gaps: DeviceGaps, thread, traced, sums) -> None:
     last_start = cut_vals[np.clip(hi - 1, 0, last)]
     ends_cause, ends_frame = piece_keys(trace, tree, np.concatenate((thr, thr)),
                                          np.concatenate((gs, last_start)), np.concatenate((first_end, ge)))
-    seg_cause, seg_frame, seg_len = segments(trace, tree)
+    # the stretches strictly inside a gap (cuts lo .. hi - 2 of each) are all the others read
+    many = k > 2
+    inner = (np.bincount(lo[many], minlength=len(cut_vals) + 1)
+             - np.bincount(hi[many] - 1, minlength=len(cut_vals) + 1))
+    used = np.flatnonzero(np.cumsum(inner[:-1]) > 0)
+    seg_cause, seg_frame, used_len = segments(trace, tree, used)
     pair = tuple_codes(np.concatenate((seg_cause, ends_cause)), np.concatenate((seg_frame, ends_frame)))
     n_pairs = int(pair.max()) + 1 if len(pair) else 0
     pair_cause, pair_frame = np.zeros(n_pairs, dtype=np.int64), np.zeros(n_pairs, dtype=np.int64)
     pair_cause[pair] = np.concatenate((seg_cause, ends_cause))
     pair_frame[pair] = np.concatenate((seg_frame, ends_frame))
-    seg_pair, first_pair, last_pair = pair[:len(seg_cause)], *np.split(pair[len(seg_cause):], 2)
+    seg_pair, seg_len = np.zeros(len(cut_vals), dtype=np.int64), np.zeros(len(cut_vals))
+    seg_pair[used], seg_len[used] = pair[:len(used)], used_len
+    first_pair, last_pair = np.split(pair[len(used):], 2)
     first_len, last_len = first_end - gs, ge - last_start
     dt = np.cumsum(np.r_[True, (dev[1:] != dev[:-1]) | (thr[1:] != thr[:-1])]) - 1
     dt_dev = dev[np.r_[True, dt[1:] != dt[:-1]]]

@@ -65,3 +65,13 @@ def test_each_stretch_has_a_cause_and_a_length(tmp_path):
         ("cudaLaunchKernel (launch, in untraced)", 1500.0), ("untraced", 7500.0)]
     assert length[-1] == 0.0 and frame.tolist() == [0] * 12
     assert step_names(tree).tolist() == [str(n).startswith("ProfilerStep#") for n in tree.names]
+
+
+def test_stretches_asked_for_by_number_are_those_of_the_whole(tmp_path):
+    trace, tree = load(tmp_path)
+    whole = segments(trace, tree)
+    at = [9, 3, 11, 0]  # any order; 11 is the thread's last cut: an empty stretch
+    some = segments(trace, tree, at)
+    assert [x.tolist() for x in some] == [x[at].tolist() for x in whole]
+    assert some[2].tolist() == [1500.0, 50.0, 0.0, 10.0]
+    assert [x.tolist() for x in segments(trace, tree, [])] == [[], [], []]
