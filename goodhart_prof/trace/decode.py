@@ -28,6 +28,10 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     python_id: Scalar = msgspec.field(default=-1, name="Python id")
     python_parent_id: Scalar = msgspec.field(default=-1, name="Python parent id")
     bytes: Scalar = float("nan")
+    # What a `cuda_sync` event waits on (Stream Wait Event, Event Sync): the stream the CUDA event
+    # was recorded on, and the correlation id of the cudaEventRecord call that recorded it.
+    wait_on_stream: Scalar = -1
+    wait_on_correlation: Scalar = msgspec.field(default=-1, name="wait_on_cuda_event_record_corr_id")
     # `Input type` of cpu ops (record_shapes): a list of type names per input. Kept raw (its bytes,
     # not a list of strings): most rows repeat a few values, which op_labels.py decodes once each.
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")

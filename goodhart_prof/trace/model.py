@@ -19,6 +19,8 @@
 | input_dims | category | the `Input Dims` (record_shapes) of a cpu op, or of an `nccl:*` annotation (a collective's buffers: analysis/ranks/communication.py): each input's sizes joined by `x`, inputs joined by `, ` (`141x512, 512x512, , `: blank for a scalar or 0-d tensor, `?` for a tensor list or an odd entry); NaN when absent or not a list, and on every other row |
 | concrete_inputs | category | the `Concrete Inputs` of a cpu op named in SHAPED_OPS (newer torch: the scalar arguments as text) joined by `|` (`, , , [2, 2], [1, 1], [1, 1], False, [0, 0], 1` becomes `|||[2, 2]|[1, 1]|[1, 1]|False|[0, 0]|1`; a non-string entry is blank); NaN when absent and on every other row |
 | flops | float64 | a cpu op's `flops` (the profiler's own estimate, `with_flops=True`); NaN when absent |
+| wait_on_stream | int32 | on a `cuda_sync` event that waits on a CUDA event (`Stream Wait Event`, `Event Sync`): the stream the event was recorded on (Kineto's `wait_on_stream`, which it writes as an int32); -1 when absent, negative or beyond int32, and on every other row |
+| wait_on_correlation | int32 | on such a `cuda_sync` event: the correlation id of the `cudaEventRecord` call that recorded the event (Kineto's `wait_on_cuda_event_record_corr_id`, an int32 too); -1 as `wait_on_stream` |
 
 Python stack frames (`python_function` events of `with_stack` traces) are usually most of a
 trace's events but matter only around sync points, so they live apart in `Trace.frames`: plain

@@ -221,6 +221,14 @@ def complete_table(ts: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.nda
             gpu_stream[missing] = [stream_from_tid(t) for t in args.tids(gpu_rows[missing])]
         stream[gpu_rows] = gpu_stream
         device[gpu_rows] = np.where(gpu_device < 0, pid[gpu_rows], gpu_device)
+    # what a cuda_sync event waits on (Stream Wait Event, Event Sync): read on those rows only,
+    # as int32 (Kineto writes both as int32; 8 bytes an event, not 16)
+    wait_on_stream = np.full(n, -1, dtype=np.int32)
+    wait_on_correlation = np.full(n, -1, dtype=np.int32)
+    sync_rows = np.flatnonzero(np.asarray(cat == "cuda_sync"))
+    if len(sync_rows):
+        wait_on_stream[sync_rows] = _int32(args.ints("wait_on_stream", sync_rows))
+        wait_on_correlation[sync_rows] = _int32(args.ints("wait_on_correlation", sync_rows))
     is_op = np.asarray(cat == "cpu_op")
     op_rows = np.flatnonzero(is_op)
     # `nccl:*` annotations record the collective's tensor (shape and type) where
@@ -241,7 +249,7 @@ def complete_table(ts: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.nda
                "device": device, "stream": stream, "correlation": args.ints("correlation"),
                "external_id": external, "bytes": nbytes, "input_types": type_codes,
                "comm_args": comm_codes, "input_dims": dims_codes, "concrete_inputs": concrete_codes,
-               "flops": flops}
+               "flops": flops, "wait_on_stream": wait_on_stream, "wait_on_correlation": wait_on_correlation}
     if bad_ids is not None:  # a device or stream id no int64 holds, or a negative one: malformed
         keep_rows = np.ones(n, dtype=bool)
         keep_rows[bad_ids] = False
@@ -265,8 +273,15 @@ def complete_table(ts: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.nda
                                                 validate=False),
         "concrete_inputs": pd.Categorical.from_codes(c["concrete_inputs"], categories=concrete_labels,
                                                      validate=False),
-        "flops": c["flops"]})
+        "flops": c["flops"], "wait_on_stream": c["wait_on_stream"],
+        "wait_on_correlation": c["wait_on_correlation"]})
     return table, skipped
+
+
+def _int32(values: np.ndarray) -> np.ndarray:
+    """int64 values as int32, those beyond it -1 (as absent)."""
+    return np.where((values >= -1) & (values <= np.iinfo(np.int32).max), values, -1).astype(np.int32)
+
 
 def assign_ranks(table: pd.DataFrame, frames: Frames, pid_rank: dict[int, int], default_rank: int,
                  memory: "pd.DataFrame | None" = None) -> None:

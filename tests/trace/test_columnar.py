@@ -119,7 +119,7 @@ ODD_VALUES = [None, True, False, "12", " 7", "007", "abc", "", "ü", 1.5, 3.0, -
 FIELDS = ["cat", "name", "pid", "tid", "ts", "dur"]
 ARGS = ["External id", "external id", "correlation", "device", "stream", "bytes", "flops", "Python id",
         "Python parent id", "Input type", "Input Dims", "Concrete Inputs", "name", "Collective name",
-        "In msg nelems", "Group size", "dtype"]
+        "In msg nelems", "Group size", "dtype", "wait_on_stream", "wait_on_cuda_event_record_corr_id"]
 MEMORY_ARGS = ["Device Type", "Device Id", "Bytes", "Addr", "Total Allocated", "Total Reserved"]
 
 
@@ -139,6 +139,9 @@ def _base_events() -> list[dict]:
             ev(t + 1, 70, "train.py(12): step", cat="python_function", args={"Python id": i, "Python parent id": -1}),
             ev(t + 3, 9, "record_param_comms", args={"Collective name": "allreduce", "In msg nelems": 16,
                                                      "Group size": 2, "dtype": "Float"}),
+            ev(t + 5, 2, "Stream Wait Event", cat="cuda_sync", pid=0, tid=8,
+               args={"stream": 8, "correlation": 80 + i, "wait_on_stream": 7,
+                     "wait_on_cuda_event_record_corr_id": 60 + i}),
             {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": t + 4, "s": "t",
              "args": {"Device Type": 1, "Device Id": 0, "Bytes": 512, "Addr": 1234, "Total Allocated": 512,
                       "Total Reserved": 2048}},

@@ -1,6 +1,6 @@
 """goodhart_prof/trace/tables.py: decoded events -> the events table and the Python frames. Rows
 sorted by start, 2021 category spellings renamed, GPU columns (device, stream, bytes) on GPU rows
-only, the 2021 `external id`, op labels, malformed GPU ids and unfit times skipped and counted,
+only, what a cuda_sync event waits on on its rows only, the 2021 `external id`, op labels, malformed GPU ids and unfit times skipped and counted,
 torch's own frames dropped; ranks from `rank <r>` process names and set by pid; tables stacked."""
 from __future__ import annotations
 
@@ -40,6 +40,23 @@ def test_the_events_table_of_a_2021_trace():
     assert table["external_id"].tolist() == [9, -1, 9] and table["correlation"].tolist() == [-1, -1, 4]
     assert table["end"].tolist() == [40.0, 22.0, 32.0] and table["flops"].iloc[0] == 48
     assert (table["input_types"].iloc[0], table["input_dims"].iloc[0]) == ("float, float", "2x3, 3x4")
+
+
+def test_what_a_cuda_sync_event_waits_on():
+    # read on cuda_sync rows only: a kernel carrying the args keeps -1; text digits are read as
+    # every int column reads them; an absent arg (Context Sync) is -1
+    sync = {"ph": "X", "cat": "cuda_sync", "pid": 0, "tid": 8, "dur": 2}
+    table, _, skipped, _ = _table([
+        {**sync, "name": "Stream Wait Event", "ts": 1,
+         "args": {"stream": 8, "correlation": 3, "wait_on_stream": 7, "wait_on_cuda_event_record_corr_id": 2}},
+        {**sync, "name": "Event Sync", "ts": 2,
+         "args": {"correlation": 6, "wait_on_stream": "8", "wait_on_cuda_event_record_corr_id": 5}},
+        {**sync, "name": "Context Sync", "ts": 3, "args": {"correlation": 7}},
+        _gpu("kernel", "k", 4, correlation=4, wait_on_stream=7, wait_on_cuda_event_record_corr_id=2)])
+    assert skipped == 0
+    assert table["wait_on_stream"].tolist() == [7, 8, -1, -1]
+    assert table["wait_on_correlation"].tolist() == [2, 5, -1, -1]
+    assert table["stream"].tolist() == [-1, -1, -1, 7]  # a sync event's stream is not a GPU row's
 
 
 def test_malformed_gpu_ids_and_unfit_times_are_skipped_and_counted():

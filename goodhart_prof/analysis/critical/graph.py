@@ -16,11 +16,17 @@ memcpy or memset whose launch is in the window, on the GPU). Edges, each with a 
   kernel started with nothing queued behind it, else a kernel -> kernel edge from the previous
   kernel's end (weighted by the gap) when the gap is under 1.5 ms;
 - a sync: `Stream Sync` from the last kernel on its stream, `Context Sync` from the last on every
-  stream, to the end of the runtime call that waited (weight 0).
+  stream, to the end of the runtime call that waited (weight 0);
+- a CUDA event wait (event_waits.py: the awaited activity is the last launched onto the recorded
+  stream before the cudaEventRecord): a `Stream Wait Event` makes its waiter (the next activity
+  launched by that thread onto the waiting stream) start after the awaited one ends (weight 0),
+  and then its launch edge needs the awaited one to have ended before the launch, its gap edge
+  before the previous kernel's end (HTA's rules); an `Event Sync` (its start in the window, a
+  duration) makes the end of the call that waited (cudaEventSynchronize) follow the awaited end
+  (weight 0). An awaited activity outside the window: no wait.
 
 Each weighted edge is put on an event (an op or kernel span on the op or kernel holding it; a gap
-between children on their parent). Not modelled (yet): cudaEventRecord / cudaStreamWaitEvent and
-`Event Sync` edges (the loader keeps no `wait_on_*` args), the merge of a backward thread into the
+between children on their parent). Not modelled (yet): the merge of a backward thread into the
 forward one that newer HTA does.
 """
 from __future__ import annotations
@@ -32,6 +38,7 @@ import pandas as pd
 
 from ...trace.model import GPU_ACTIVITY_CATS, Trace, in_categories
 from ..tree.parents import parents_and_depths
+from .event_waits import event_waits
 
 HOST_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")
 LOCK_CALLS = frozenset(("cudaHostAlloc", "cudaLaunchKernel", "cudaMemcpyAsync"))
@@ -70,6 +77,8 @@ class RankTables:
         self.corr = ev["correlation"].to_numpy()[at]
         self.device = ev["device"].to_numpy()[at]
         self.stream = ev["stream"].to_numpy()[at]
+        self.wait_stream = ev["wait_on_stream"].to_numpy()[at]
+        self.wait_corr = ev["wait_on_correlation"].to_numpy()[at]
         sorted_labels = bool((np.diff(self.labels) > 0).all())
         index = None if sorted_labels else pd.Series(np.arange(len(self.labels)), index=self.labels)
 
@@ -90,6 +99,7 @@ class RankTables:
         for c, p in zip(self.corr[calls].tolist(), calls.tolist()):
             first_call.setdefault(c, p)
         self.sync_call = np.array([first_call.get(c, -1) for c in wanted.tolist()], dtype=np.int64)
+        self.waits = event_waits(self)
 
 
 def _queue_lengths(device, stream, launch_ts, kernel_ts) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +140,7 @@ def build(ctx: RankTables, t0: float, t1: float) -> "tuple[Graph, Edges, Edges] 
     in_host = np.zeros(len(ctx.ts), dtype=bool)
     in_host[host] = True
     keep = in_host[ctx.launch_pos]
-    g = Graph(ctx, host, ctx.gpu_pos[keep], t0)
+    g = Graph(ctx, host, ctx.gpu_pos[keep], t0, t1)
     lock_chain, lock_cross = g.lock_edges()
     stream_chain, launches = g.stream_chains(ctx.launch_pos[keep], ctx.queue_launch[keep],
                                              ctx.queue_kernel[keep])
@@ -162,8 +172,9 @@ class Graph:
     ends, a GPU stream: each edge from the node before it in the chain), which the solver runs
     along at once, and cross edges between chains (launches, syncs, lock starts)."""
 
-    def __init__(self, ctx: RankTables, host: np.ndarray, gpu: np.ndarray, t0: float) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: RankTables, host: np.ndarray, gpu: np.ndarray, t0: float,
+                 t1: float) -> None:
+        self.ctx, self.t0, self.t1 = ctx, t0, t1
         self.pos = np.concatenate((host, gpu))  # event -> position in the rank's columns
         self.n = len(self.pos)
         self.n_host = len(host)
@@ -171,6 +182,18 @@ class Graph:
         self.node_ts = np.concatenate((ts, ts + np.rint(ctx.dur[self.pos] * 1000).astype(np.int64)))
         self.lock = ctx.is_lock[self.pos]
         self.blocking = ctx.is_blocking[self.pos]
+
+    def events_at(self, pos: np.ndarray) -> np.ndarray:
+        """The graph's events at positions of the rank's columns (-1: not in the graph)."""
+        out = np.full(len(pos), -1, dtype=np.int64)
+        nh = self.n_host
+        for lo, part in ((0, self.pos[:nh]), (nh, self.pos[nh:])):
+            order = np.argsort(part, kind="stable")
+            at = np.searchsorted(part[order], pos)
+            hit = at < len(part)
+            hit[hit] = part[order][at[hit]] == pos[hit]
+            out[hit] = lo + order[at[hit]]
+        return out
 
     def _weight(self, u: np.ndarray, v: np.ndarray, zero: np.ndarray) -> np.ndarray:
         return np.where(zero, 0, np.maximum(self.node_ts[v] - self.node_ts[u], 0))
@@ -252,10 +275,15 @@ class Graph:
         prev_end = np.r_[-1, ks[:-1] + n]
         prev_end = np.where(first, -1, prev_end)
         launch_ts = self.node_ts[launch]
+        prev_ts = self.node_ts[np.maximum(prev_end, 0)]
+        # a kernel waiting on a CUDA event (event_waits.py): the awaited activity's end
+        waited = self._awaited_ends()[ks]
+        waits = waited >= 0
+        waited_ts = self.node_ts[np.maximum(waited, 0)]
         fresh = (q_launch[order] == 1) & (q_kernel[order] == 0) & (
-            (prev_end < 0) | (self.node_ts[np.maximum(prev_end, 0)] < launch_ts))
-        gap = ~fresh & (prev_end >= 0) & (
-            self.node_ts[ks] - self.node_ts[np.maximum(prev_end, 0)] < KERNEL_GAP_US * 1000)
+            (prev_end < 0) | (prev_ts < launch_ts)) & (~waits | (waited_ts < launch_ts))
+        gap = ~fresh & (prev_end >= 0) & (self.node_ts[ks] - prev_ts < KERNEL_GAP_US * 1000) & (
+            ~waits | (waited_ts < prev_ts))
         nodes = np.empty(2 * ng, dtype=np.int64)
         nodes[0::2], nodes[1::2] = ks, ks + n
         src = np.empty(2 * ng, dtype=np.int64)
@@ -267,9 +295,22 @@ class Graph:
         weight = np.where(src >= 0, self._weight(np.maximum(src, 0), nodes, np.zeros(2 * ng, bool)), 0)
         chain = Edges(src, nodes, weight, kind, attr)
         lu, lv = launch[fresh], ks[fresh]
-        cross = Edges(lu, lv, self._weight(lu, lv, np.zeros(len(lu), bool)),
-                       np.full(len(lu), LAUNCH), np.full(len(lu), -1))
+        wu, wv = waited[waits], ks[waits]
+        weight = np.r_[self._weight(lu, lv, np.zeros(len(lu), bool)), np.zeros(len(wu), np.int64)]
+        kind = np.r_[np.full(len(lu), LAUNCH), np.full(len(wu), SYNC)]
+        cross = Edges(np.r_[lu, wu], np.r_[lv, wv], weight, kind, np.full(len(kind), -1))
         return chain, cross
+
+    def _awaited_ends(self) -> np.ndarray:
+        """Per event, the end node of the GPU activity it waits for after a `Stream Wait Event`
+        (-1: none, or the awaited activity is not in the graph)."""
+        waits = self.ctx.waits
+        out = np.full(self.n, -1, dtype=np.int64)
+        if len(waits.waiter):
+            waiter, awaited = self.events_at(waits.waiter), self.events_at(waits.awaited)
+            ok = (waiter >= 0) & (awaited >= 0)
+            out[waiter[ok]] = awaited[ok] + self.n
+        return out
 
     def sync_edges(self) -> Edges:
         """A sync's waiting call ends after the last kernel (before the sync's end) on its stream,
@@ -305,6 +346,17 @@ class Graph:
                 if j >= lo:
                     src.append(int(ks[j]) + n)
                     dst.append(call + n)
+        src_e, dst_e = self._event_sync_edges()
+        src, dst = np.r_[np.asarray(src, np.int64), src_e], np.r_[np.asarray(dst, np.int64), dst_e]
         m = len(src)
-        return Edges(np.asarray(src, np.int64), np.asarray(dst, np.int64), np.zeros(m, np.int64),
-                      np.full(m, SYNC), np.full(m, -1))
+        return Edges(src, dst, np.zeros(m, np.int64), np.full(m, SYNC), np.full(m, -1))
+
+    def _event_sync_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """An `Event Sync` in the window (its start in it, a duration, as HTA clips its window):
+        its call ends after the activity it waited for (event_waits.py), both in the graph."""
+        waits, ctx, n = self.ctx.waits, self.ctx, self.n
+        s = waits.sync
+        inside = (ctx.dur[s] > 0) & (ctx.ts[s] >= self.t0) & (ctx.ts[s] <= self.t1)
+        call, awaited = self.events_at(waits.call[inside]), self.events_at(waits.sync_awaited[inside])
+        ok = (call >= 0) & (call < self.n_host) & (awaited >= self.n_host)
+        return awaited[ok] + n, call[ok] + n

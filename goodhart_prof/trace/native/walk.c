@@ -4,8 +4,9 @@
 
 const char *X_NAMES[X_N] = {"ts", "dur", "pid", "tid", "cat", "name", "external_id",
                                    "external_id_2021", "correlation", "device", "stream", "bytes",
-                                   "flops", "input_types", "input_dims", "concrete_inputs"};
-const size_t X_WIDTH[X_N] = {8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4};
+                                   "flops", "input_types", "input_dims", "concrete_inputs",
+                                   "wait_on_stream", "wait_on_correlation"};
+const size_t X_WIDTH[X_N] = {8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8};
 const char *F_NAMES[F_N] = {"ts", "dur", "pid", "tid", "name", "python_id", "python_parent_id"};
 const size_t F_WIDTH[F_N] = {8, 8, 8, 8, 4, 8, 8};
 const char *M_NAMES[M_N] = {"ts", "pid", "tid", "device_type", "device", "bytes",
@@ -165,7 +166,7 @@ static int event_fields(yyjson_val *ev, yyjson_val **f) {
 }
 
 enum { A_DEVICE, A_STREAM, A_CORR, A_EXT, A_EXT21, A_PYID, A_PYPARENT, A_BYTES, A_TYPES, A_DIMS, A_CONC,
-       A_FLOPS, A_NAME, A_COLL, A_IN, A_OUT, A_GROUP, A_DTYPE, A_PG, A_N };
+       A_FLOPS, A_WAIT_STREAM, A_WAIT_CORR, A_NAME, A_COLL, A_IN, A_OUT, A_GROUP, A_DTYPE, A_PG, A_N };
 #define A_FIRST_ANY A_COLL
 
 static int args_fields(yyjson_val *args, yyjson_val **f) {
@@ -184,10 +185,11 @@ static int args_fields(yyjson_val *args, yyjson_val **f) {
         case 10: at = KEY(k, "Input type") ? A_TYPES : KEY(k, "Input Dims") ? A_DIMS : KEY(k, "Group size") ? A_GROUP : -1; break;
         case 11: at = KEY(k, "correlation") ? A_CORR : KEY(k, "External id") ? A_EXT : KEY(k, "external id") ? A_EXT21 : -1; break;
         case 13: at = KEY(k, "In msg nelems") ? A_IN : -1; break;
-        case 14: at = KEY(k, "Out msg nelems") ? A_OUT : -1; break;
+        case 14: at = KEY(k, "Out msg nelems") ? A_OUT : KEY(k, "wait_on_stream") ? A_WAIT_STREAM : -1; break;
         case 15: at = KEY(k, "Concrete Inputs") ? A_CONC : KEY(k, "Collective name") ? A_COLL : -1; break;
         case 16: at = KEY(k, "Python parent id") ? A_PYPARENT : -1; break;
         case 18: at = KEY(k, "Process Group Name") ? A_PG : -1; break;
+        case 33: at = KEY(k, "wait_on_cuda_event_record_corr_id") ? A_WAIT_CORR : -1; break;
         }
         if (at >= 0) {
             if (f[at]) return BAIL;
@@ -259,6 +261,8 @@ static int complete(out_t *o, yyjson_val **e) {
     TRY(raw_code(&o->raws, a[A_TYPES], &I32(x, X_TYPES, r)));
     TRY(raw_code(&o->raws, a[A_DIMS], &I32(x, X_DIMS, r)));
     TRY(raw_code(&o->raws, a[A_CONC], &I32(x, X_CONC, r)));
+    TRY(int_arg(o, G_X, a[A_WAIT_STREAM], &I64(x, X_WAIT_STREAM, r), r, "wait_on_stream"));
+    TRY(int_arg(o, G_X, a[A_WAIT_CORR], &I64(x, X_WAIT_CORR, r), r, "wait_on_correlation"));
     TRY(comm_rec(o, r, a));
     TRY(ids(o, G_X, r, e[E_PID], e[E_TID], &I64(x, X_PID, r), &I64(x, X_TID, r)));
     o->nx++;

@@ -17,7 +17,7 @@ typedef struct {
 
 /* The X columns (events other than Python frames). */
 enum { X_TS, X_DUR, X_PID, X_TID, X_CAT, X_NAME, X_EXT, X_EXT21, X_CORR, X_DEV, X_STREAM, X_BYTES,
-       X_FLOPS, X_TYPES, X_DIMS, X_CONC, X_N };
+       X_FLOPS, X_TYPES, X_DIMS, X_CONC, X_WAIT_STREAM, X_WAIT_CORR, X_N };
 enum { F_TS, F_DUR, F_PID, F_TID, F_NAME, F_PYID, F_PYPARENT, F_N };
 enum { M_TS, M_PID, M_TID, M_DTYPE, M_DEV, M_BYTES, M_ALLOC, M_RESERVED, M_ADDR, M_N };
 enum { G_X, G_F, G_M, G_N }; /* the three groups of rows */

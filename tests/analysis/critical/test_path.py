@@ -11,6 +11,7 @@ from goodhart_prof.analysis.critical.path import critical_path
 from goodhart_prof.report.json_report import critical_path_json
 from goodhart_prof.trace.load import load
 from tests.support.events import X
+from tests.support.hta_table import read_hta
 from tests.support.paths import DATA as FIXTURES
 
 DATA = FIXTURES / "hta"
@@ -73,6 +74,45 @@ def test_simple_add_matches_hta_output():
     assert it.launch_us == 1572.0  # the sum of the launch edges' weights HTA writes on its flows
     assert it.bound == "host" and it.host_share > 0.99
     assert it.ops.iloc[0]["name"] == "cudaDeviceGetStreamPriorityRange"
+
+
+WAITS = FIXTURES / "ours" / "critical" / "event_waits.json.gz"  # its docstring: event_waits.py beside it
+WAITS_HTA = FIXTURES / "ours" / "critical" / "event_waits_hta.tsv"  # HTA 0.5.0's path of it
+
+
+def test_cuda_event_waits_match_hta(tmp_path):
+    # By hand: fwd to the first launch 10, its launch wait 10, KA 500, KB 100 after KA (Stream
+    # Wait Event, weight 0), cudaEventSynchronize ends after KB (Event Sync), tail 70 = 690; step2
+    # to KD's launch 16 (its launch call, a record), the launch wait 6, KD 100, the 0 us gap, KE
+    # 10, KF 200 after KE and KH 10 after KF (Stream Wait Events), the device sync after KH,
+    # end 10: 1042 us. Host 10 + 70 + 16 + 10, launch waits 16, GPU 920. HTA 0.5.0 finds the same.
+    trace = load(WAITS, progress=False)
+    hta = read_hta(WAITS_HTA)
+    it = critical_path(trace).iterations[0]
+    assert it.length_us == hta["with_wait_args"]["length_us"] == 1042
+    assert sorted(map(list, path_events(trace, it))) == hta["with_wait_args"]["path_events"]
+    assert (it.host_us, it.launch_us, it.gpu_us, it.gap_us) == (106.0, 16.0, 920.0, 0.0)
+    assert it.bound == "gpu" and {"KA", "KF", "KH"} <= set(it.ops["name"])
+    # Without what the sync events wait on (the args gone), KB follows its own launch (495 us
+    # after it) and nothing leads back to the host: the path ends at KB, 30 + 495 + 100 = 625 us,
+    # and KA is not on it; HTA 0.5.0 on that trace finds the same.
+    doc = json.loads(gzip.decompress(WAITS.read_bytes()))
+    for e in doc["traceEvents"]:
+        e["args"].pop("wait_on_stream", None)
+        e["args"].pop("wait_on_cuda_event_record_corr_id", None)
+    bare = load_events(tmp_path, doc["traceEvents"])
+    it = critical_path(bare).iterations[0]
+    assert (it.length_us, it.launch_us, it.gpu_us) == (625.0, 495.0, 100.0)
+    assert ("KA", 20) not in path_events(bare, it) and ("KB", 525) in path_events(bare, it)
+    assert it.length_us == hta["without_wait_args"]["length_us"]
+    assert sorted(map(list, path_events(bare, it))) == hta["without_wait_args"]["path_events"]
+
+
+def test_what_if_through_an_event_wait():
+    # Without KA the chain still runs through the wait: KA's end is reached at 20 (fwd 10, launch
+    # wait 10), KB after it, and the rest as before: 1042 - 500 = 542 us.
+    it = critical_path(load(WAITS, progress=False)).iterations[0]
+    assert (it.what_if[0].name, it.what_if[0].path_without_us) == ("KA", 542.0)
 
 
 def launch(ts, dur, corr, tid=100):
