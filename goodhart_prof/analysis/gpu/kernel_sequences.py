@@ -30,7 +30,8 @@ under one named op).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -135,10 +136,23 @@ class _Runs:
     fusible: np.ndarray
     windows: int
     frame: pd.DataFrame
+    categories: dict = field(default_factory=dict)  # column -> its categories, as `labels` reads them
+
+    @cached_property
+    def dur_before(self) -> np.ndarray:
+        """The kernels' durations summed up to each position (one more than kernels)."""
+        return np.r_[0.0, np.cumsum(self.dur)]
+
+    @cached_property
+    def unfusible_before(self) -> np.ndarray:
+        """How many kernels before each position are not fusible (one more than kernels)."""
+        return np.r_[0, np.cumsum(~self.fusible)]
 
     def labels(self, column: str, codes: np.ndarray) -> tuple[str, ...]:
         """The text of codes of one of `frame`'s categoricals ("" for -1)."""
-        cats = self.frame[column].array.categories
+        cats = self.categories.get(column)
+        if cats is None:  # each column's categories looked up once (a column read costs ~40 us)
+            cats = self.categories[column] = np.asarray(self.frame[column].array.categories, dtype=object)
         return tuple("" if i < 0 else str(cats[i]) for i in codes.tolist())
 
 
@@ -202,6 +216,7 @@ class _Found:
     count: np.ndarray
     total: np.ndarray
     fusible: np.ndarray  # per code: every kernel fusible (`_fusible_kernels`)
+    bounds: np.ndarray   # code k's occurrences are starts[bounds[k]:bounds[k + 1]]
 
 
 def _length(runs: _Runs, code: np.ndarray, n: int) -> _Found | None:
@@ -220,13 +235,14 @@ def _length(runs: _Runs, code: np.ndarray, n: int) -> _Found | None:
     starts, c = starts[order], c[order]
     keep = _non_overlapping(starts, c, n)
     starts, c = starts[keep], c[keep]
-    csum = np.r_[0.0, np.cumsum(runs.dur)]
+    csum = runs.dur_before
     dur = csum[starts + n] - csum[starts]
     count = np.bincount(c)
-    bad = np.r_[0, np.cumsum(~runs.fusible)]
+    bad = runs.unfusible_before
     fusible = np.zeros(len(count), dtype=bool)
     fusible[c] = bad[starts + n] == bad[starts]
-    return _Found(n, starts, c, count, np.bincount(c, weights=dur, minlength=len(count)), fusible)
+    return _Found(n, starts, c, count, np.bincount(c, weights=dur, minlength=len(count)), fusible,
+                  np.searchsorted(c, np.arange(len(count) + 1)))
 
 
 def _non_overlapping(starts: np.ndarray, codes: np.ndarray, n: int) -> np.ndarray:
@@ -298,8 +314,7 @@ def _choose(found: list[_Found], n_kernels: int, top: int, fusible: bool = False
 
 
 def _occurrences(f: _Found, code: int) -> np.ndarray:
-    lo, hi = np.searchsorted(f.codes, code, "left"), np.searchsorted(f.codes, code, "right")
-    return f.starts[lo:hi]
+    return f.starts[f.bounds[code]:f.bounds[code + 1]]
 
 
 def _describe(runs: _Runs, f: _Found, code: int, total: float, bytes_saved: float | None) -> Sequence:
