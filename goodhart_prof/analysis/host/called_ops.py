@@ -175,12 +175,20 @@ def _htod_inside(trace: Trace, moves: pd.DataFrame) -> pd.DataFrame:
     links = gpu_launches(trace)
     links = links[(links["launch_row"].to_numpy() >= 0) & links["gpu_row"].isin(copies.index).to_numpy()]
     links = links.join(copies, on="gpu_row")
-    rows = [(row, len(part), float(part["bytes"].sum(skipna=True)), float(part["dur"].sum()),
-             int(part["pageable"].sum())) for row, part in launched_inside(moves, links)]
-    if not rows:
+    move_at, link_at = launched_inside(moves, links)
+    if not len(move_at):
         return pd.DataFrame(columns=cols, index=moves.index, dtype=float)
-    found = pd.DataFrame(rows, columns=["row"] + cols).set_index("row")
-    return found.reindex(moves.index)
+    n = len(moves)
+    count = np.bincount(move_at, minlength=n)
+    nbytes, dur = (np.nan_to_num(links[c].to_numpy(float)[link_at]) for c in ("bytes", "dur"))
+    pageable = links["pageable"].to_numpy()[link_at].astype(np.int64)
+    has = count > 0
+    found = pd.DataFrame({"copies": count[has],
+                          "bytes": np.bincount(move_at, weights=nbytes, minlength=n)[has],
+                          "copy_us": np.bincount(move_at, weights=dur, minlength=n)[has],
+                          "pageable": np.bincount(move_at, weights=pageable, minlength=n)[has].astype(np.int64)},
+                         index=moves.index[has])
+    return found.reindex(moves.index)  # a move that launched no copy: NaN
 
 
 def launch_in_cpu_op(trace: Trace, gpu_rows: np.ndarray) -> np.ndarray:

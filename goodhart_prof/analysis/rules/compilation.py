@@ -33,8 +33,7 @@ def _unfused_adam(ctx: Context) -> Finding | None:
                          index=ev.index[at])
     links = gpu_launches(ctx.trace)
     links = links[links["launch_row"].to_numpy() >= 0]
-    found = [part["gpu_row"].to_numpy() for _, part in launched_inside(steps, links)]
-    inside = np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+    inside = np.unique(links["gpu_row"].to_numpy()[launched_inside(steps, links)[1]])
     pos = ev.index.get_indexer(inside)
     kernel = ev["cat"].cat.categories.get_indexer(["kernel"])[0]
     pos = pos[(ev["cat"].cat.codes.to_numpy()[pos] == kernel) & (kernel >= 0)]

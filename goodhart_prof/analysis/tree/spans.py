@@ -95,15 +95,17 @@ def sums_inside(spans: pd.DataFrame, items: pd.DataFrame, time_col: str,
     return out
 
 
-def launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> Iterator[tuple[object, pd.DataFrame]]:
-    """For each span (rows with rank, pid, tid, ts, end) that launched GPU work: its label and
-    the rows of `links` (a `gpu_launches` selection) whose launch call starts inside it on the
-    same thread."""
-    labels = spans.index
+def launched_inside(spans: pd.DataFrame, links: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows of `links` (a `gpu_launches` selection) have their launch call start inside
+    which span (rows with rank, pid, tid, ts, end) on the same thread: (span positions, links
+    positions) as pairs, a span's pairs together in launch time order. No loop over spans."""
+    span_at, link_at = [np.empty(0, dtype=np.int64)], [np.empty(0, dtype=np.int64)]
     for pos, own, _, lo, hi in _windows(spans, links, "launch_ts", ("rank", "pid", "tid")):
-        for p, a, b in zip(pos.tolist(), lo.tolist(), hi.tolist()):
-            if b > a:
-                yield labels[p], links.iloc[own[a:b]]
+        k = np.maximum(hi - lo, 0)
+        span_at.append(np.repeat(pos, k))
+        # the ranges own[lo[i]:hi[i]] one after the other
+        link_at.append(own[np.repeat(lo - (np.cumsum(k) - k), k) + np.arange(int(k.sum()))])
+    return np.concatenate(span_at), np.concatenate(link_at)
 
 
 def between(points: pd.DataFrame, after: pd.DataFrame, before: pd.DataFrame) -> np.ndarray:

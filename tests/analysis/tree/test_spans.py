@@ -45,12 +45,18 @@ def test_sums_inside_counts_and_sums_each_spans_items():
     assert total.tolist() == [11.0, 110.0, 0.0]
 
 
-def test_launched_inside_yields_each_spans_launches():
-    spans = rows((1, 0, 100), (1, 300, 400), (2, 0, 100)).set_index(pd.Index(["a", "b", "c"]))
-    links = pd.DataFrame({"rank": [0, 0, 0, 0], "pid": [1, 1, 1, 1], "tid": [1, 1, 2, 1],
-                          "launch_ts": [50.0, 10.0, 500.0, 150.0], "correlation": [7, 8, 9, 10]})
-    got = {label: sorted(found["correlation"].tolist()) for label, found in launched_inside(spans, links)}
-    assert got == {"a": [7, 8]}  # "b" launched nothing; tid 2's launch lies outside "c"
+def test_launched_inside_pairs_each_span_with_its_launches():
+    spans = rows((1, 0, 100), (1, 300, 400), (2, 0, 100), (1, 140, 320)).set_index(pd.Index(["a", "b", "c", "d"]))
+    links = pd.DataFrame({"rank": [0, 0, 0, 0, 0], "pid": [1, 1, 1, 1, 1], "tid": [1, 1, 2, 1, 1],
+                          "launch_ts": [50.0, 10.0, 500.0, 150.0, 310.0], "correlation": [7, 8, 9, 10, 11]})
+    span_at, link_at = launched_inside(spans, links)
+    # "a" holds the launches at 10 and 50 (in time order); "d" [140, 320] those at 150 and 310;
+    # "b" [300, 400] the one at 310 too; tid 2's launch lies outside "c"
+    got = sorted(zip(spans.index[span_at], links["correlation"].to_numpy()[link_at].tolist()))
+    assert got == [("a", 7), ("a", 8), ("b", 11), ("d", 10), ("d", 11)]
+    assert links["correlation"].to_numpy()[link_at[span_at == 0]].tolist() == [8, 7]
+    empty = launched_inside(spans.iloc[:0], links)
+    assert [len(x) for x in empty] == [0, 0]
 
 
 def test_between_an_after_event_and_the_next_before_event():
