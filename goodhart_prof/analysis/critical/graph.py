@@ -357,6 +357,8 @@ class Graph:
         waits, ctx, n = self.ctx.waits, self.ctx, self.n
         s = waits.sync
         inside = (ctx.dur[s] > 0) & (ctx.ts[s] >= self.t0) & (ctx.ts[s] <= self.t1)
+        if not inside.any():
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         call, awaited = self.events_at(waits.call[inside]), self.events_at(waits.sync_awaited[inside])
         ok = (call >= 0) & (call < self.n_host) & (awaited >= self.n_host)
         return awaited[ok] + n, call[ok] + n
