@@ -134,45 +134,47 @@ def _events(raw, lo: int, hi: int) -> "dict | None":
 PARALLEL_BYTES = 16 << 20  # below this, a second thread costs more than it saves
 
 
-def join(a: dict, b: dict) -> dict:
-    """The columns of two consecutive ranges as one: b's codes mapped into a's label lists
-    (extended by b's new labels, so first appearance is kept), its rows shifted past a's."""
-    out = {"events": a["events"] + b["events"], "comm": list(a["comm"]),
-           "process_names": a["process_names"] + b["process_names"]}
-    maps = {}
+def join(*parts: dict) -> dict:
+    """The columns of consecutive ranges as one: each later part's codes mapped into the first
+    part's label lists (extended by its new labels, so first appearance is kept), its rows
+    shifted past those before it; every buffer copied once."""
+    a = parts[0]
+    out = {"events": sum(p["events"] for p in parts), "comm": list(a["comm"]),
+           "process_names": [n for p in parts for n in p["process_names"]]}
+    maps: list[dict] = [{} for _ in parts]
     for key in ("cat_labels", "name_labels", "raw_labels"):
         labels = list(a[key])
         index = {v: i for i, v in enumerate(labels)}
-        mapped = []
-        for v in b[key]:
-            at = index.get(v)
-            if at is None:
-                at = index[v] = len(labels)
-                labels.append(v)
-            mapped.append(at)
-        maps[key] = np.array(mapped + [-1], dtype=np.int32)  # a code -1 (absent) maps to -1
+        for k, b in enumerate(parts[1:], 1):
+            mapped = []
+            for v in b[key]:
+                at = index.get(v)
+                if at is None:
+                    at = index[v] = len(labels)
+                    labels.append(v)
+                mapped.append(at)
+            maps[k][key] = np.array(mapped + [-1], dtype=np.int32)  # a code -1 (absent) maps to -1
         out[key] = labels
     coded = {"cat": "cat_labels", "name": "name_labels", "input_types": "raw_labels",
              "input_dims": "raw_labels", "concrete_inputs": "raw_labels"}
     for group in ("complete", "frames", "memory"):
-        ga, gb = a[group], b[group]
-        rows = len(ga["ts"]) // 8
+        before = np.cumsum([0] + [len(p[group]["ts"]) // 8 for p in parts]).tolist()  # rows before each part
         joined = {}
-        for col, buf in ga.items():
+        for col in a[group]:
             if col == "odd_ids":
-                joined[col] = ga[col] + [(r + rows, p, t) for r, p, t in gb[col]]
+                joined[col] = [(r + before[k], x, y) for k, p in enumerate(parts) for r, x, y in p[group][col]]
             elif col == "odd_args":
-                joined[col] = ga[col] + [(r + rows, k, v) for r, k, v in gb[col]]
+                joined[col] = [(r + before[k], x, v) for k, p in enumerate(parts) for r, x, v in p[group][col]]
             elif col in coded:
-                mapped = maps[coded[col]][np.frombuffer(gb[col], np.int32)]  # -1 (absent) stays -1
-                joined[col] = bytearray(buf) + mapped.astype(np.int32).tobytes()
+                joined[col] = bytearray().join(  # the first part's codes as they are
+                    [a[group][col]] + [maps[k][coded[col]][np.frombuffer(p[group][col], np.int32)].tobytes()
+                                       for k, p in enumerate(parts) if k])
             else:
-                joined[col] = bytearray(buf) + gb[col]
+                joined[col] = bytearray().join(p[group][col] for p in parts)
         out[group] = joined
         if group == "complete":
-            out["comm"] += [(t[0] + rows,) + tuple(t[1:]) for t in b["comm"]]
+            out["comm"] += [(t[0] + before[k],) + tuple(t[1:]) for k, p in enumerate(parts) if k for t in p["comm"]]
     return out
-
 
 def tables(cols: dict, header: TraceDoc) -> Piece:
     """The tables of a piece from its columns (`parse`) and its header fields."""

@@ -66,3 +66,20 @@ def test_a_document_below_the_parallel_size_is_none(tmp_path):
     path = tmp_path / "small.json.gz"
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": _events(10)}).encode()))
     assert native_gzip.document(path) is None  # whole-document decoding is cheaper there
+
+
+@pytest.mark.parametrize("part_bytes", [10 << 10, 40 << 10])
+def test_parts_parsed_while_inflating_join_to_the_same_tables(tmp_path, small_steps, monkeypatch, part_bytes):
+    """Parts cut as the inflating reaches them (8 at most), each parsed on a pool thread: their
+    codes and rows joined equal the one-pass tables, whatever the number of parts."""
+    doc = json.dumps({"traceEvents": _events(3000), "baseTimeNanoseconds": 5}).encode()  # ~360 KB
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(doc))
+    monkeypatch.setattr(native_gzip, "PART_BYTES", part_bytes)
+    joined = []
+    real = columnar.join
+    monkeypatch.setattr(columnar, "join", lambda *parts: joined.append(len(parts)) or real(*parts))
+    piece = native_gzip.document(path)
+    expected = events_table(decode(doc)[0])[0]
+    pd.testing.assert_frame_equal(piece.table, expected, check_exact=True)
+    assert joined == [min(8, len(doc) // part_bytes)]
