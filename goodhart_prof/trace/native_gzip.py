@@ -1,11 +1,13 @@
 """A gzip document read natively while it is inflated: ISA-L inflates on one thread (it releases
-the GIL), and as soon as the first half of the events is out the native decoder parses it on
-another; the second half is parsed once the inflating ends. On the V100 trace (3 MB of gzip, 54 MB
-of JSON) the inflating and the first half's parse overlap instead of running one after the other.
+the GIL), and the events are parsed in parts of ~PART_BYTES (2 to 8, cut between events), each on
+one of PARSERS pool threads as soon as the inflating has reached it; the last part once the
+inflating ends; the parts' columns joined once (`columnar.join`). On the V100 trace (3 MB of gzip,
+54 MB of JSON: 4 parts) the inflating and the parsing overlap instead of running one after the
+other (docs/benchmarks.md).
 
 Only documents that inflate to between PARALLEL_BYTES and PIECE_BYTES go this way (their size is
 in the gzip trailer); anything unexpected (a document bigger than it said, an error while
-inflating, a head or tail not found cheaply, a half the decoder hands back) returns None and the
+inflating, a head or tail not found cheaply, a part the decoder hands back) returns None and the
 loader reads the file as before, which gives the same tables or the error.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .file_bytes import GZIP_MAGIC, gunzip_limit, inflate_chunks, read_all
 from .frame import events_end, events_start
 from .pieces import BOUNDARY, PIECE_BYTES, check_frame, head_doc, merge_headers, tail_doc
 
-CHUNK_BYTES = 4 << 20  # inflated a step at a time, so the parse can start halfway
+CHUNK_BYTES = 4 << 20  # inflated a step at a time, so the parts' parse can start early
 TAIL_BYTES = 1 << 20   # the fields after the events are looked for in this much of the end
 
 
