@@ -307,7 +307,9 @@ def _spans(g: Graph, src: np.ndarray, dst: np.ndarray, kind: np.ndarray, attr: n
     return pd.DataFrame({"ts": t0 + start_ns / 1000.0, "end": t0 + end_ns / 1000.0,
                          "start_ns": start_ns, "end_ns": end_ns,
                          "us": np.add.reduceat(w[keep], lo) if len(keep) else np.zeros(0),
-                         "name": [str(n) for n in names], "side": side[first].astype(object)})
+                         # object columns as they are: pandas' str dtype copies every (long kernel) name
+                         "name": pd.Series(names, dtype=object, copy=False),
+                         "side": pd.Series(side[first].astype(object), dtype=object, copy=False)})
 
 
 def _segments(g: Graph, src: np.ndarray, dst: np.ndarray, w: np.ndarray, side: np.ndarray,
