@@ -50,7 +50,10 @@ def run(analysis: "Analysis") -> tuple[list[Finding], list[NotJudged]]:
     silent: list[NotJudged] = []
     present: dict[Need, bool] = {}
     for rule in RULES:
-        missing = [n for n in rule.needs if not present.setdefault(n, n.present(ctx))]
+        for n in rule.needs:  # each need tested once (a trace's backward pass: a search of its names)
+            if n not in present:
+                present[n] = n.present(ctx)
+        missing = [n for n in rule.needs if not present[n]]
         if missing:
             silent.append(NotJudged(rule.id, _why(missing[0], ctx)))
             continue
