@@ -17,8 +17,10 @@ a run killed at its limit loses only the steps it had not reached:
 4. zoo: scripts/bench_zoo.py on the clean run and each planted pattern, in priority order until
    its deadline: recall, precision, each pattern's slowdown (median and spread of timed
    iterations after warm-up); its traced runs (full mode) are kept for step 5.
-5. traces: short lite traces of the clean run and each pattern (budget allowing), then
-   `goodhart-prof analyze --json` of every kept trace; traces and analyses go into traces.tar.
+5. traces: short lite traces of the clean run and each pattern (budget allowing), the clean run
+   once more with PROF_COUNTERS=default (CUPTI counters per kernel: what its `cupti_counters`
+   section says is in results.json), then `goodhart-prof analyze --json` of every kept trace;
+   traces and analyses go into traces.tar.
 
 What DIR holds (the device tool brings back at most 8 files of 16 MiB): results.json (every
 step's result), summary.md (one table per step, ready for docs/gpu.md), acceptance.log (the
@@ -309,6 +311,7 @@ def step_traces(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
     packed: list[dict[str, Any]] = []
     left_out: list[dict[str, Any]] = []
     lite_rows: list[dict[str, Any]] = []
+    counter_rows: list[dict[str, Any]] = []
     lite_done = {r["name"] for r in run.earlier.get("traces", {}).get("lite_runs", [])
                  if r["status"] == "ok"}
     with tarfile.open(tar_path, "w") as tar:
@@ -372,11 +375,40 @@ def step_traces(run: Run, env: dict[str, str], work: Path) -> dict[str, Any]:
                               ("timed out" if code is None else "failed"), "seconds": round(seconds, 1)})
             if code == 0:
                 pack("lite", name, folder)
+            if name == "clean" and code == 0:
+                counter_rows.append(counters_run(run, env, lite, argv, deadline, pack))
     analysed = all(p.get("analysis") == "ok" for p in packed)
     status = ("ok" if packed and analysed and not left_out and
               all(r["status"] == "ok" for r in lite_rows) else "partial" if packed else "failed")
-    return {"status": status, "lite_runs": lite_rows, "packed": packed, "left_out": left_out,
-            "tar_bytes": tar_path.stat().st_size}
+    return {"status": status, "lite_runs": lite_rows, "counter_runs": counter_rows, "packed": packed,
+            "left_out": left_out, "tar_bytes": tar_path.stat().st_size}
+
+
+def counters_run(run: Run, env: dict[str, str], lite: Path, clean_argv: list[str], deadline: float,
+                 pack) -> dict[str, Any]:
+    """The clean lite run again with PROF_COUNTERS=default (CUPTI counters per kernel: issue 36's
+    check on our own recording), packed as `counters/clean`; what its analysis's
+    `cupti_counters` section says (ranges, matched to launches, counters)."""
+    left = deadline - run.elapsed()
+    if left < 2 * run.plan.min_start_s:
+        return {"name": "clean", "status": "not run (budget)"}
+    folder = lite / "clean-counters"
+    if folder.exists():
+        shutil.rmtree(folder)
+    argv = [a if a != "clean" else "clean-counters" for a in clean_argv]  # --name
+    code, _, seconds = run.child(argv, {**env, "PROF_COUNTERS": "default"}, left - run.plan.min_start_s / 3,
+                                 "lite clean with CUPTI counters")
+    row: dict[str, Any] = {"name": "clean", "status": "ok" if code == 0 else
+                           ("timed out" if code is None else "failed"), "seconds": round(seconds, 1)}
+    if code != 0:
+        return row
+    pack("counters", "clean", folder)
+    cupti = None
+    analysis = lite.parent / "analyses" / "clean-counters.json"  # pack's analysis of it
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+        cupti = json.loads(analysis.read_text()).get("cupti_counters")
+    row.update(cupti=None if cupti is None else {k: cupti.get(k) for k in ("ranges", "matched", "counters", "note")})
+    return row
 
 
 def _findings(stdout: str) -> list[str] | None:

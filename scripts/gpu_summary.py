@@ -105,6 +105,13 @@ def _traces(r: dict[str, Any]) -> list[str]:
     not_run = [x["name"] for x in r.get("lite_runs", []) if x["status"] != "ok"]
     if not_run:
         lines.append(f"- lite runs not done: {', '.join(not_run)}")
+    for c in r.get("counter_runs", []):
+        cupti = c.get("cupti")
+        said = ("no `cupti_counters` section" if not cupti else
+                f"{cupti.get('ranges')} ranges, matched to launches: {cupti.get('matched')}"
+                + (f" ({cupti['note']})" if cupti.get("note") else ""))
+        lines.append(f"- {c['name']} with PROF_COUNTERS=default: {c['status']}"
+                     + (f"; {said}" if c["status"] == "ok" else ""))
     return lines
 
 

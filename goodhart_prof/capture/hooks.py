@@ -210,12 +210,13 @@ class ProfilerHooks:
         # records give anyway (FLOPs of GEMM/conv ops are computed from `Input Dims`).
         kwargs: dict[str, Any] = dict(activities=activities, record_shapes=full,
                                       with_stack=full, profile_memory=full)
-        if full and self.device_type == "cuda":
-            try:  # CUDA sync events (cudaStreamSynchronize & co.) where this torch has them
-                kwargs["experimental_config"] = torch.profiler._ExperimentalConfig(
-                    enable_cuda_sync_events=True)
+        experimental = experimental_options(full, self.device_type, self.settings.counters)
+        if experimental:
+            try:  # where this torch has them
+                kwargs["experimental_config"] = torch.profiler._ExperimentalConfig(**experimental)
             except (AttributeError, TypeError):
-                pass
+                if self.settings.counters:
+                    raise  # asked for by name: a torch that cannot count them says so
         return profile(**kwargs)
 
     def _finish(self) -> None:
@@ -261,3 +262,18 @@ def profiled_device(device_type: str | None) -> str:
     if device_type in (None, "cuda"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device_type
+
+
+def experimental_options(full: bool, device_type: str, counters: tuple[str, ...]) -> dict[str, Any]:
+    """torch.profiler._ExperimentalConfig's arguments for a window: CUDA sync events
+    (cudaStreamSynchronize & co.) in full mode, and PROF_COUNTERS' CUPTI counters measured per
+    kernel (HTA's CUPTI counter analysis reads the same `cuda_profiler_range` events); none on
+    the CPU (the counters are a CUDA profiler's: asked for there, they are ignored with a warning)."""
+    if device_type != "cuda":
+        if counters:
+            warnings.warn("PROF_COUNTERS is ignored: the loop does not run on a CUDA device", stacklevel=3)
+        return {}
+    out: dict[str, Any] = {"enable_cuda_sync_events": True} if full else {}
+    if counters:
+        out.update(profiler_metrics=list(counters), profiler_measure_per_kernel=True)
+    return out

@@ -24,6 +24,14 @@ DEFAULT_MODE = MODES[0]  # lite
 DEFAULT_OUTPUT_DIR = "traces"
 
 
+# PROF_COUNTERS=default: CUPTI counters for FLOPs by precision (an FMA is 2, a mul or add 1:
+# analysis/gpu/cupti.py) and the DRAM bytes each kernel moves.
+DEFAULT_COUNTERS = tuple(f"smsp__sass_thread_inst_executed_op_{p}{k}_pred_on.sum"
+                         for p in "hf" for k in ("fma", "mul", "add")) + (
+    "dram__bytes_read.sum", "dram__bytes_write.sum")
+_COUNTER_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
+
+
 class SettingsError(ValueError):
     """A PROF_* value or the matching CLI flag is malformed (message is one line)."""
 
@@ -43,6 +51,22 @@ def parse_switch(name: str, text: str | None) -> bool:
     if word in FALSE_WORDS:
         return False
     raise SettingsError(f"{name} must be one of 1/true/yes/on or 0/false/no/off, not {text!r}")
+
+
+def parse_counters(text: str | None) -> tuple[str, ...]:
+    """PROF_COUNTERS: CUPTI metric names separated by commas, `default` (DEFAULT_COUNTERS), or
+    unset/empty (none)."""
+    text = (text or "").strip()
+    if not text:
+        return ()
+    if text.lower() == "default":
+        return DEFAULT_COUNTERS
+    names = tuple(n.strip() for n in text.split(","))
+    for n in names:
+        if not _COUNTER_NAME.match(n):
+            raise SettingsError(f"PROF_COUNTERS: {n!r} is not a CUPTI metric name (letters, digits, "
+                                "_ and . only; names separated by commas, or `default`)")
+    return tuple(dict.fromkeys(names))
 
 
 def parse_iterations(text: str) -> tuple[int, int]:
@@ -71,6 +95,9 @@ class ProfSettings:
     heap_guard: bool = False
     metrics: bool = False  # PROF_METRICS: the hooks log each iteration to metrics.jsonl (rank 0)
     sites: bool = True  # PROF_SITES: after a lite window, one iteration with stacks for the sites
+    # PROF_COUNTERS: CUPTI counters per kernel (CUDA only): the window's kernels are serialised
+    # and replayed to count them, so its times are not the loop's
+    counters: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "ProfSettings":
@@ -90,7 +117,8 @@ class ProfSettings:
         return cls(enabled=True, first=first, last=last, mode=mode, output_dir=output_dir,
                    heap_guard=parse_switch("GOODHART_HEAP_GUARD", env.get("GOODHART_HEAP_GUARD")),
                    metrics=parse_switch("PROF_METRICS", env.get("PROF_METRICS")),
-                   sites=parse_switch("PROF_SITES", env.get("PROF_SITES", "1")))
+                   sites=parse_switch("PROF_SITES", env.get("PROF_SITES", "1")),
+                   counters=parse_counters(env.get("PROF_COUNTERS")))
 
     def traced(self, iteration: int) -> bool:
         """Iteration `iteration` is recorded (labelled ProfilerStep#iteration)."""

@@ -293,3 +293,16 @@ def test_an_interrupted_attribution_iteration_writes_no_attribution(tmp_path):
 def test_prof_sites_is_read_with_the_other_variables():
     assert ProfSettings.from_env({"PROF_ENABLED": "1"}).sites is True
     assert ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_SITES": "0"}).sites is False
+
+
+def test_experimental_options_sync_events_in_full_mode_and_counters_per_kernel_on_cuda():
+    from goodhart_prof.capture.hooks import experimental_options
+    assert experimental_options(False, "cuda", ()) == {}
+    assert experimental_options(True, "cuda", ()) == {"enable_cuda_sync_events": True}
+    assert experimental_options(False, "cuda", ("dram__bytes_read.sum",)) == {
+        "profiler_metrics": ["dram__bytes_read.sum"], "profiler_measure_per_kernel": True}
+    # torch takes them all at once (the config object is built on any build, CUDA or not)
+    torch.profiler._ExperimentalConfig(**experimental_options(True, "cuda", ("dram__bytes_read.sum",)))
+    assert experimental_options(True, "cpu", ()) == {}
+    with pytest.warns(UserWarning, match="PROF_COUNTERS is ignored: the loop does not run on a CUDA device"):
+        assert experimental_options(True, "cpu", ("dram__bytes_read.sum",)) == {}

@@ -81,3 +81,29 @@ def test_the_profiled_window_is_warm_up_traced_and_the_writing_iteration():
     on = ProfSettings.from_env({"PROF_ENABLED": "1", "PROF_ITERATIONS": "0-2"})
     assert [i for i in range(6) if on.profiler_slows(i)] == [0, 1, 2, 3]  # no warm-up before 0
     assert not any(ProfSettings().profiler_slows(i) for i in range(60))  # profiling off
+
+
+def test_counters_by_name_by_default_or_none():
+    from goodhart_prof.capture.settings import DEFAULT_COUNTERS
+    on = {"PROF_ENABLED": "1"}
+    assert ProfSettings.from_env(on).counters == ()
+    assert ProfSettings.from_env({**on, "PROF_COUNTERS": " "}).counters == ()
+    named = ProfSettings.from_env({**on, "PROF_COUNTERS": "dram__bytes_read.sum, sm__cycles_elapsed.avg,dram__bytes_read.sum"})
+    assert named.counters == ("dram__bytes_read.sum", "sm__cycles_elapsed.avg")  # once each, in order
+    default = ProfSettings.from_env({**on, "PROF_COUNTERS": "Default"}).counters
+    assert default == DEFAULT_COUNTERS and len(default) == 8
+    assert "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum" in default  # what cupti.py counts as FLOPs
+    with pytest.raises(SettingsError, match=r"^PROF_COUNTERS: 'dram bytes' is not a CUPTI metric name"):
+        ProfSettings.from_env({**on, "PROF_COUNTERS": "dram bytes"})
+    with pytest.raises(SettingsError, match="PROF_COUNTERS: '' is not"):
+        ProfSettings.from_env({**on, "PROF_COUNTERS": "a,,b"})
+
+
+def test_trainer_bad_prof_counters_is_one_line_error(tmp_path):
+    res = run_cmd(["-m", "trainer", "--total-iterations", "2", "--device", "cpu", "--no-progress",
+                   "--config", str(write_tiny_config(tmp_path)), "--output-dir",
+                   str(tmp_path / "never")], env=clean_env(PROF_ENABLED="1", PROF_COUNTERS="dram;x"))
+    assert res.returncode == 2, res.stderr
+    assert error_lines(res.stderr) == ["Error: PROF_COUNTERS: 'dram;x' is not a CUPTI metric name (letters, "
+                                       "digits, _ and . only; names separated by commas, or `default`)"]
+    assert not (tmp_path / "never").exists()

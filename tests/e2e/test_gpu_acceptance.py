@@ -84,6 +84,11 @@ def test_the_dry_run_zoo_and_traces(dry_run):
     assert traces["lite_runs"][0]["name"] == "clean"
     if traces["lite_runs"][0]["status"] == "ok":
         assert ("clean", "lite") in packed
+    for row in traces["counter_runs"]:  # the clean run again with PROF_COUNTERS=default
+        assert row["name"] == "clean"
+        if row["status"] == "ok":
+            assert ("clean", "counters") in packed
+            assert row["cupti"] is None  # the CPU records no CUPTI counters (ignored, with a warning)
     with tarfile.open(out / "traces.tar") as tar:
         names = set(tar.getnames())
         assert {"full/clean/rank-0.pt.trace.json.gz", "full/clean/analysis.json",
