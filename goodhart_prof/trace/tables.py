@@ -274,7 +274,8 @@ def complete_table(ts: np.ndarray, dur: np.ndarray, pid: np.ndarray, tid: np.nda
         "concrete_inputs": pd.Categorical.from_codes(c["concrete_inputs"], categories=concrete_labels,
                                                      validate=False),
         "flops": c["flops"], "wait_on_stream": c["wait_on_stream"],
-        "wait_on_correlation": c["wait_on_correlation"]})
+        "wait_on_correlation": c["wait_on_correlation"]},
+        copy=False)  # new arrays each: kept as they are, not stacked into blocks (~4 ms for 123k events)
     return table, skipped
 
 
