@@ -166,9 +166,15 @@ def _by_name(ev: pd.DataFrame, table: dict[str, Any], cats: tuple[str, ...]) -> 
     names = ev["name"].cat.categories
     wanted = np.flatnonzero(names.isin(list(table)))
     if len(wanted) == 0:
-        return ev[_READ].iloc[:0]
+        return _rows(ev, np.empty(0, dtype=np.int64))
     mask = np.isin(ev["name"].cat.codes.to_numpy(), wanted) & in_categories(ev["cat"], cats)
-    return ev[_READ].iloc[np.flatnonzero(mask)]  # the columns read (all of them cost milliseconds)
+    return _rows(ev, np.flatnonzero(mask))
+
+
+def _rows(ev: pd.DataFrame, at: np.ndarray) -> pd.DataFrame:
+    """The columns read (_READ) of the rows at positions `at`, in one take (all the columns cost
+    milliseconds, and so does selecting the columns of every row first)."""
+    return ev.iloc[at, ev.columns.get_indexer(_READ)]
 
 
 _READ = ["rank", "pid", "tid", "ts", "dur", "end", "name", "correlation"]
@@ -221,9 +227,11 @@ def _candidate_calls(ev: pd.DataFrame) -> pd.DataFrame:
     matched = matched[~calls.str.contains("EventQuery", regex=False).to_numpy()]
     new_rows = matched["call_row"].astype(np.int64)
     fresh = ~new_rows.isin(out["row"]).to_numpy()
-    extra = _frame(ev[_READ].loc[new_rows[fresh].to_numpy()], matched["sync_kind"].to_numpy()[fresh])
+    extra = _frame(_rows(ev, ev.index.get_indexer(new_rows[fresh].to_numpy())),
+                   matched["sync_kind"].to_numpy()[fresh])
     orphan = link[link["call_row"].isna()]
-    lone = _unhosted(ev[_READ].loc[orphan["sync_row"].to_numpy()], orphan["sync_kind"].to_numpy())
+    lone = _unhosted(_rows(ev, ev.index.get_indexer(orphan["sync_row"].to_numpy())),
+                     orphan["sync_kind"].to_numpy())
     return pd.concat([out, extra.drop_duplicates("row"), lone], ignore_index=True)
 
 
@@ -234,14 +242,14 @@ def _memcpys(trace: Trace) -> pd.DataFrame:
     names = ev["name"].cat.categories
     dtoh = names[[any(k in n for k in _DTOH) for n in names]]
     pageable = names[[n.startswith(_HTOD_PAGEABLE) for n in names]]
-    gpu = ev[_READ].iloc[np.flatnonzero((ev["cat"] == "gpu_memcpy").to_numpy()
-                                        & ev["name"].isin(dtoh.union(pageable)).to_numpy())]
+    gpu = _rows(ev, np.flatnonzero(in_categories(ev["cat"], ("gpu_memcpy",))
+                                   & in_categories(ev["name"], dtoh.union(pageable))))
     if gpu.empty:
         return _frame(gpu, np.array([], dtype=object))
     links = gpu_launches(trace).set_index("gpu_row").loc[gpu.index]
     kind = np.where(gpu["name"].isin(dtoh).to_numpy(), "memcpy_dtoh", "memcpy_htod_pageable")
     has = links["launch_row"].to_numpy() >= 0
-    hosted = _frame(ev[_READ].loc[links["launch_row"].to_numpy()[has]], kind[has])
+    hosted = _frame(_rows(ev, ev.index.get_indexer(links["launch_row"].to_numpy()[has])), kind[has])
     return pd.concat([hosted.drop_duplicates("row"), _unhosted(gpu[~has], kind[~has])],
                      ignore_index=True)
 
