@@ -2,7 +2,8 @@
 "Critical path"), by HTA's rules (hta/analyzers/critical_path_analysis.py,
 `_get_cuda_event_record_df`, `_get_cuda_stream_wait_event_df`, `_construct_graph_from_kernels`).
 
-A `cuda_sync` event that waits on a CUDA event names the `cudaEventRecord` call that recorded it
+A `cuda_sync` event that waits on a CUDA event names the `cudaEventRecord` call (or
+`cudaEventRecordWithFlags`, or HIP's: RECORD_CALLS, where HTA knows the first only) that recorded it
 (`wait_on_correlation`) and the stream it was recorded on (`wait_on_stream`). The event stands for
 the GPU work launched onto that stream before the record: the **awaited** activity is the last
 kernel, memcpy or memset launched (LAUNCH_CALLS, on any thread) onto the record's (GPU, stream)
@@ -29,7 +30,10 @@ import numpy as np
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
                 "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync",
                 "hipMemsetAsync", "hipMemcpyWithStream", "runFunction - job_prep_and_submit_for_execution")
-RECORD_CALL, WAIT_CALL = "cudaEventRecord", "cudaStreamWaitEvent"
+# HTA's cudaEventRecord and cudaStreamWaitEvent, and what else records or waits on an event: torch
+# 2.11's CUDA caching records with cudaEventRecordWithFlags (seen on an H200), ROCm with hip*
+RECORD_CALLS = ("cudaEventRecord", "cudaEventRecordWithFlags", "hipEventRecord", "hipEventRecordWithFlags")
+WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
 STREAM_WAIT, EVENT_SYNC = "Stream Wait Event", "Event Sync"
 
 
@@ -56,10 +60,10 @@ def event_waits(ctx) -> EventWaits:
         return np.append(np.isin(ctx.names, names), False)[ctx.code]
     launch = named(*LAUNCH_CALLS)[ctx.launch_pos]
     lpos, gpos = ctx.launch_pos[launch], ctx.gpu_pos[launch]
-    awaited_of = _recorded(ctx, lpos, gpos, np.flatnonzero(named(RECORD_CALL)))
+    awaited_of = _recorded(ctx, lpos, gpos, np.flatnonzero(named(*RECORD_CALLS)))
     waits = np.flatnonzero(ctx.is_sync & named(STREAM_WAIT) & (ctx.corr >= 0))
     src = awaited_of(ctx.wait_corr[waits])
-    call = _first_call(ctx, waits, np.flatnonzero(named(WAIT_CALL)))  # of any duration
+    call = _first_call(ctx, waits, np.flatnonzero(named(*WAIT_CALLS)))  # of any duration
     ok = (src >= 0) & (call >= 0)
     waits, src, call = waits[ok], src[ok], call[ok]
     # the waiter: the first launch at or after the call, by its thread, onto the waiting stream

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
 from goodhart_prof.analysis.critical.graph import RankTables
 from goodhart_prof.trace.load import load
 from tests.support.events import X, load_events, rt
@@ -66,6 +68,19 @@ def test_the_awaited_is_the_last_launch_onto_the_recorded_stream_from_any_thread
               rt("cudaEventRecord", 25, 1, 4), rt("cudaLaunchKernel", 30, 2, 5), k("K4", 70, 5, 7),
               *stream_wait(33, 6, 9, 7, 4), rt("cudaLaunchKernel", 36, 2, 7), k("K5", 80, 7, 9)]
     assert waits_of(load_events(tmp_path, events))[0] == {("K5", 80): ("K2", 50)}
+
+
+@pytest.mark.parametrize("record,wait", [("cudaEventRecordWithFlags", "cudaStreamWaitEvent"),
+                                         ("hipEventRecord", "hipStreamWaitEvent")])
+def test_a_record_with_flags_or_on_rocm_is_a_record_too(tmp_path, record, wait):
+    # torch 2.11 records with cudaEventRecordWithFlags (HTA knows cudaEventRecord only); ROCm's calls
+    events = [rt("cudaLaunchKernel", 10, 2, 1), k("KA", 15, 1, 7), rt(record, 20, 1, 2),
+              rt(wait, 30, 2, 3), sync("Stream Wait Event", 30, 3, 8, 7, 2),
+              rt("cudaLaunchKernel", 36, 1, 6), k("K8", 60, 6, 8)]
+    assert waits_of(load_events(tmp_path, events))[0] == {("K8", 60): ("KA", 15)}
+    other = [e if e.get("name") != record else {**e, "name": "cudaEventQuery"} for e in events]
+    (tmp_path / "other").mkdir()
+    assert waits_of(load_events(tmp_path / "other", other))[0] == {}  # no record call: no wait
 
 
 def test_the_waiter_is_the_next_launch_by_the_thread_onto_the_waiting_stream(tmp_path):
