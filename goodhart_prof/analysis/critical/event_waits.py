@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..intervals import tuple_codes
+
 # HTA's runtime launch calls (TraceSymbolTable.get_runtime_launch_events_query)
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
                 "cudaMemsetAsync", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync",
@@ -63,12 +65,12 @@ def event_waits(ctx) -> EventWaits:
     awaited_of = _recorded(ctx, lpos, gpos, np.flatnonzero(named(*RECORD_CALLS)))
     waits = np.flatnonzero(ctx.is_sync & named(STREAM_WAIT) & (ctx.corr >= 0))
     src = awaited_of(ctx.wait_corr[waits])
-    call = _first_call(ctx, waits, np.flatnonzero(named(*WAIT_CALLS)))  # of any duration
+    call = first_call(ctx, waits, np.flatnonzero(named(*WAIT_CALLS)))  # of any duration
     ok = (src >= 0) & (call >= 0)
     waits, src, call = waits[ok], src[ok], call[ok]
     # the waiter: the first launch at or after the call, by its thread, onto the waiting stream
-    l_key = _pair_ids(np.c_[ctx.pid[lpos], ctx.tid[lpos], ctx.stream[gpos]],
-                      np.c_[ctx.pid[call], ctx.tid[call], ctx.tid[waits]])
+    l_key = _pair_ids((ctx.pid[lpos], ctx.tid[lpos], ctx.stream[gpos]),
+                      (ctx.pid[call], ctx.tid[call], ctx.tid[waits]))
     nl = len(lpos)
     at = _last_at_or_before(l_key[:nl], -ctx.ts[lpos], l_key[nl:], -ctx.ts[call], tie=-lpos)
     dest = np.where(at >= 0, gpos[np.maximum(at, 0)], -1)
@@ -79,7 +81,7 @@ def event_waits(ctx) -> EventWaits:
     keep = last[np.r_[dest[last][1:] != dest[last][:-1], True]] if len(last) else last
     syncs = np.flatnonzero(ctx.is_sync & named(EVENT_SYNC) & (ctx.corr >= 0))
     s_src = awaited_of(ctx.wait_corr[syncs])
-    s_call = _first_call(ctx, syncs, np.flatnonzero(ctx.is_host))
+    s_call = first_call(ctx, syncs, np.flatnonzero(ctx.is_host))
     ok = (s_src >= 0) & (s_call >= 0)
     return EventWaits(dest[keep], src[keep], syncs[ok], s_call[ok], s_src[ok])
 
@@ -90,46 +92,39 @@ def _recorded(ctx, lpos: np.ndarray, gpos: np.ndarray, records: np.ndarray):
     records = records[ctx.corr[records] >= 0]
     # each record's (GPU, stream): from the first sync event naming it
     corr_w, first = np.unique(ctx.wait_corr[waits], return_index=True)
-    waits = waits[first]
-    at = np.searchsorted(corr_w, ctx.corr[records])
-    named = at < len(corr_w)
-    named[named] = corr_w[at[named]] == ctx.corr[records[named]]
-    records, w = records[named], waits[at[named]]
-    key = _pair_ids(np.c_[ctx.pid[gpos], ctx.stream[gpos]], np.c_[ctx.pid[w], ctx.wait_stream[w]])
+    w = _lookup(corr_w, waits[first], ctx.corr[records])
+    records, w = records[w >= 0], w[w >= 0]
+    key = _pair_ids((ctx.pid[gpos], ctx.stream[gpos]), (ctx.pid[w], ctx.wait_stream[w]))
     nl = len(lpos)
     prev = _last_at_or_before(key[:nl], ctx.ts[lpos], key[nl:], ctx.ts[records], tie=lpos)
     awaited = np.where(prev >= 0, gpos[np.maximum(prev, 0)], -1)
     # one record per correlation id (the first)
     corr_r, once = np.unique(ctx.corr[records], return_index=True)
     awaited = awaited[once]
-
-    def of(corr: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(corr_r, corr)
-        hit = i < len(corr_r)
-        hit[hit] = corr_r[i[hit]] == corr[hit]
-        return np.where(hit, awaited[np.minimum(i, max(len(corr_r) - 1, 0))], -1) if len(corr_r) \
-            else np.full(len(corr), -1, dtype=np.int64)
-    return of
+    return lambda corr: _lookup(corr_r, awaited, corr)
 
 
-def _first_call(ctx, syncs: np.ndarray, calls: np.ndarray) -> np.ndarray:
-    """Per sync event, the first of `calls` with its correlation id (-1: none)."""
+def first_call(ctx, syncs: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """Per sync event, the first of `calls` (positions, ascending) with its correlation id (-1:
+    none); graph.RankTables finds the call a `Stream Sync` waited in this way too."""
     calls = calls[ctx.corr[calls] >= 0]
     corr_c, first = np.unique(ctx.corr[calls], return_index=True)
-    i = np.searchsorted(corr_c, ctx.corr[syncs])
-    hit = i < len(corr_c)
-    hit[hit] = corr_c[i[hit]] == ctx.corr[syncs[hit]]
-    return np.where(hit, calls[first][np.minimum(i, max(len(corr_c) - 1, 0))], -1) if len(corr_c) \
-        else np.full(len(syncs), -1, dtype=np.int64)
+    return _lookup(corr_c, calls[first], ctx.corr[syncs])
 
 
-def _pair_ids(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Dense ids of the rows of `a` then `b` (2-d integer arrays of the same width): equal rows,
+def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """The value of each query's key (`keys` sorted and distinct, `values` beside them); -1 for a
+    key not there."""
+    if not len(keys):
+        return np.full(len(queries), -1, dtype=np.int64)
+    i = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
+    return np.where(keys[i] == queries, values[i], -1)
+
+
+def _pair_ids(a: tuple, b: tuple) -> np.ndarray:
+    """Dense ids of the rows of columns `a` then of columns `b` (as many of each): equal rows,
     equal ids."""
-    rows = np.concatenate((a, b)).astype(np.int64)
-    if not len(rows):
-        return np.zeros(0, dtype=np.int64)
-    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
+    return tuple_codes(*(np.concatenate((x, y)).astype(np.int64) for x, y in zip(a, b)))
 
 
 def _last_at_or_before(item_key: np.ndarray, item_t: np.ndarray, query_key: np.ndarray,

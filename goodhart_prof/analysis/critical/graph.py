@@ -32,13 +32,14 @@ forward one that newer HTA does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from ...trace.model import GPU_ACTIVITY_CATS, Trace, in_categories
 from ..tree.parents import parents_and_depths
-from .event_waits import event_waits
+from .event_waits import event_waits, first_call
 
 HOST_CATS = ("cpu_op", "cuda_runtime", "cuda_driver")
 LOCK_CALLS = frozenset(("cudaHostAlloc", "cudaLaunchKernel", "cudaMemcpyAsync"))
@@ -93,12 +94,7 @@ class RankTables:
             self.ts[self.launch_pos], self.ts[self.gpu_pos])
         # the runtime call each cuda_sync event waited in (same correlation)
         self.sync_pos = np.flatnonzero(self.is_sync & in_categories(names, ("Stream Sync", "Context Sync"))[at])
-        wanted = self.corr[self.sync_pos]
-        calls = np.flatnonzero(self.is_host & (self.corr >= 0) & np.isin(self.corr, wanted))
-        first_call = {}
-        for c, p in zip(self.corr[calls].tolist(), calls.tolist()):
-            first_call.setdefault(c, p)
-        self.sync_call = np.array([first_call.get(c, -1) for c in wanted.tolist()], dtype=np.int64)
+        self.sync_call = first_call(self, self.sync_pos, np.flatnonzero(self.is_host))
         self.waits = event_waits(self)
 
 
@@ -186,14 +182,20 @@ class Graph:
     def events_at(self, pos: np.ndarray) -> np.ndarray:
         """The graph's events at positions of the rank's columns (-1: not in the graph)."""
         out = np.full(len(pos), -1, dtype=np.int64)
-        nh = self.n_host
-        for lo, part in ((0, self.pos[:nh]), (nh, self.pos[nh:])):
-            order = np.argsort(part, kind="stable")
+        for lo, part, order in self._pos_orders:
             at = np.searchsorted(part[order], pos)
             hit = at < len(part)
             hit[hit] = part[order][at[hit]] == pos[hit]
             out[hit] = lo + order[at[hit]]
         return out
+
+    @cached_property
+    def _pos_orders(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """The host and the GPU events' positions, each with its sort order (sorted once a graph:
+        events_at is asked up to four times a window)."""
+        nh = self.n_host
+        return [(lo, part, np.argsort(part, kind="stable"))
+                for lo, part in ((0, self.pos[:nh]), (nh, self.pos[nh:]))]
 
     def _weight(self, u: np.ndarray, v: np.ndarray, zero: np.ndarray) -> np.ndarray:
         return np.where(zero, 0, np.maximum(self.node_ts[v] - self.node_ts[u], 0))
