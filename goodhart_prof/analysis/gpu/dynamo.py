@@ -69,6 +69,12 @@ class CompileUse:
         return self.compiled_gpu_us / total if total > 0 else None
 
 
+def resume_site(b: dict) -> str | None:
+    """Where a graph break (a `CompileUse.breaks` entry) resumes: `function at file:line`, from
+    the stacks; None where the trace has none to say it."""
+    return None if b["function"] is None else f"{b['function']} at {b['file']}:{b['line']}"
+
+
 def compile_use(trace: Trace) -> CompileUse | None:
     return derived(trace, "compile_use", _compile_use)
 

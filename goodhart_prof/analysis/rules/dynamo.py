@@ -9,16 +9,15 @@ shape, dtype or Python value); the compilation's own time is what the fix saves.
 """
 from __future__ import annotations
 
-from ..gpu.dynamo import compile_use
+from ..gpu.dynamo import compile_use, resume_site
 from .base import Context, Need, Rule, Threshold
 from .finding import Finding
 from .savings import Saving
 
 
 def _where(b: dict) -> str:
-    if b["function"] is None:
-        return f"frame {b['parent']} (its code resumes in frame {b['frame']}; record stacks for the line)"
-    return f"{b['function']} at {b['file']}:{b['line']}"
+    return resume_site(b) or (f"frame {b['parent']} (its code resumes in frame {b['frame']}; record "
+                               "stacks for the line)")
 
 
 def _graph_break(ctx: Context) -> Finding | None:

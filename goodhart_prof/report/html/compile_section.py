@@ -2,6 +2,7 @@
 (report/text/compile_section.py) as the page's tables. Names from the trace are escaped here."""
 from __future__ import annotations
 
+from ...analysis.gpu.dynamo import resume_site
 from ...units import duration
 from ..common import percent
 from .common import data_table, esc
@@ -23,8 +24,8 @@ def compile_section(a) -> str:
     if use.breaks:
         parts.append(data_table("Graph breaks (the code resumes in a frame of its own)",
                                 ["resumes at", "frame", "inside frame", "per iteration"],
-                                [[esc(f"{b['function']} at {b['file']}:{b['line']}" if b["function"] else
-                                      "not named (record stacks)"), str(b["frame"]), str(b["parent"]),
+                                [[esc(resume_site(b) or "not named (record stacks)"), str(b["frame"]),
+                                  str(b["parent"]),
                                   f"{b['per_iteration']:.1f}"] for b in use.breaks]))
     if use.compiles:
         parts.append(data_table("Compiled inside the traced iterations",

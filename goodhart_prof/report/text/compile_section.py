@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from ...analysis.gpu.dynamo import resume_site
 from ..common import percent, plain
 from ...tables import Col, FittedTable
 from ...units import duration
@@ -25,8 +26,8 @@ def compile_section(a, console: Console) -> None:
                  f"eager {duration(use.eager_gpu_us)}")
     console.print(head, highlight=False)
     for b in use.breaks:
-        where = (f"{plain(b['function'])} at {plain(b['file'])}:{b['line']}" if b["function"] is not None
-                 else "a line the trace cannot name (record stacks)")
+        site = resume_site(b)
+        where = plain(site) if site is not None else "a line the trace cannot name (record stacks)"
         console.print(f"  graph break: frame {b['frame']} resumes {where}, inside frame {b['parent']} "
                       f"({b['per_iteration']:.1f} per iteration)", highlight=False)
     if use.compiles:

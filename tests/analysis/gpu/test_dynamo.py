@@ -78,3 +78,10 @@ def test_xdit_flux_a_compiled_diffusion_model_on_an_mi300x():
     gpu_us = sum(e["dur"] for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     assert use.compiled_gpu_us + use.eager_gpu_us == pytest.approx(gpu_us, abs=0.01)
     assert use.compiled_share == pytest.approx(0.5544, abs=1e-4)
+
+
+def test_resume_site_says_function_file_and_line_or_nothing():
+    from goodhart_prof.analysis.gpu.dynamo import resume_site
+    b = {"frame": 2, "parent": 1, "function": "update", "file": "loop.py", "line": 18}
+    assert resume_site(b) == "update at loop.py:18"
+    assert resume_site({**b, "function": None, "file": None, "line": None}) is None
