@@ -44,6 +44,14 @@ def number(value: Any, digits: int) -> str:
     return "-" if value is None or value != value else f"{value:,.{digits}f}"
 
 
+def count_text(value: float | None) -> str:
+    """A count, or a count per iteration: whole from 10 up or when whole (`1,234`, `3`), else one
+    decimal (`2.5`); `-` when missing."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if value >= 10 or float(value).is_integer() else f"{value:.1f}"
+
+
 
 def saving_text(finding: Any) -> str:
     """What fixing a finding would save, as the reports print it: `saves ~1.66 ms/iteration

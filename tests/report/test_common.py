@@ -102,3 +102,9 @@ def test_capped_rows_and_the_line_under_them():
     assert more_rows(25, 20, "devices", "most idle time") == \
         "... and 5 more devices (the 20 with the most idle time are shown; --json lists all)"
     assert more_rows(20, 20, "devices", "most idle time") == ""
+
+
+def test_count_text_whole_from_ten_or_when_whole_else_one_decimal():
+    from goodhart_prof.report.common import count_text
+    assert [count_text(v) for v in (None, 0, 3.0, 2.5, 9.94, 10.4, 1234.6)] == \
+        ["-", "0", "3", "2.5", "9.9", "10", "1,235"]

@@ -3,7 +3,7 @@ the sequences with most GPU time and the fusion candidates, as tables; full kern
 each cell's hover text."""
 from __future__ import annotations
 
-from ..common import kernel_name, percent
+from ..common import count_text, kernel_name, percent
 from .common import data_table, esc
 from ..text.kernel_sequences import KERNEL_WIDTH, per_window
 from ...units import bytes_text, duration_sig
@@ -27,7 +27,7 @@ def kernel_sequences_section(a) -> str:
     if ks.sequences:
         parts.append(data_table(
             "Sequences with most GPU time", ("kernels in order", "launching ops", "n", per, "GPU time", "share"),
-            [(_kernels(s), esc(s.op_chain or "-"), str(s.length), _num(per_window(s.count, ks.windows)),
+            [(_kernels(s), esc(s.op_chain or "-"), str(s.length), count_text(per_window(s.count, ks.windows)),
               duration_sig(s.total_us), percent(s.share)) for s in ks.sequences]))
     if ks.fusion:
         suffix = " per iteration" if ks.windows else ""
@@ -35,8 +35,9 @@ def kernel_sequences_section(a) -> str:
             "Fusion candidates: eager elementwise/reduction/norm kernels in a row",
             ("launching ops", "site", "n", per, "GPU time", "share", f"launches fewer{suffix}",
              f"bytes not moved{suffix}"),
-            [(esc(s.op_chain or "-"), esc(s.site or "-"), str(s.length), _num(per_window(s.count, ks.windows)),
-              duration_sig(s.total_us), percent(s.share), _num(per_window(s.launches_saved, ks.windows)),
+            [(esc(s.op_chain or "-"), esc(s.site or "-"), str(s.length),
+              count_text(per_window(s.count, ks.windows)),
+              duration_sig(s.total_us), percent(s.share), count_text(per_window(s.launches_saved, ks.windows)),
               bytes_text(per_window(s.bytes_saved, ks.windows)) if s.bytes_saved is not None else "unknown")
              for s in ks.fusion]))
         parts.append('<p class="note">Fused (torch.compile, or one fused op) a run is one launch instead '
@@ -49,9 +50,3 @@ def _kernels(s) -> str:
     """The kernels' short names, each with its full name as hover text."""
     return " &gt; ".join(f'<span title="{esc(k)}">{esc(kernel_name(k, KERNEL_WIDTH))}</span>'
                          for k in s.kernels)
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 10 or float(value).is_integer() else f"{value:.1f}"

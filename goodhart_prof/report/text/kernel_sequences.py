@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ..common import kernel_name, percent
+from ..common import count_text, kernel_name, percent
 from ...tables import Col, FittedTable
 from ...units import bytes_text, duration
 
@@ -41,7 +41,7 @@ def render_kernel_sequences(a, console: Console) -> None:
         for s in ks.sequences:
             table.add_row(kernels_text(s), s.op_chain or "-", str(s.length),
                           *((f"{s.count:,}",) if ks.windows else ()),
-                          _count(per_window(s.count, ks.windows)), duration(s.total_us), percent(s.share))
+                          count_text(per_window(s.count, ks.windows)), duration(s.total_us), percent(s.share))
         console.print(table)
         console.print(f"  {where}; a sequence is counted without overlapping itself, a kernel is in "
                       "one sequence at most.", highlight=False)
@@ -55,17 +55,11 @@ def render_kernel_sequences(a, console: Console) -> None:
                             Col(f"bytes not\nmoved{' /iter.' if ks.windows else ''}", True))
         for s in ks.fusion:
             table.add_row(s.op_chain or kernels_text(s), s.site or "-", str(s.length),
-                          _count(per_window(s.count, ks.windows)), duration(s.total_us), percent(s.share),
-                          _count(per_window(s.launches_saved, ks.windows)),
+                          count_text(per_window(s.count, ks.windows)), duration(s.total_us), percent(s.share),
+                          count_text(per_window(s.launches_saved, ks.windows)),
                           bytes_text(per_window(s.bytes_saved, ks.windows)) if s.bytes_saved is not None
                           else "unknown")
         console.print(table)
         console.print("  Fused (torch.compile, or one fused op) a run is one launch instead of n, and "
                       "the tensors between its ops stay off memory (2 x each op's output but the last; "
                       "unknown without record_shapes, or when one op launches them all).", highlight=False)
-
-
-def _count(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f}" if value >= 10 or float(value).is_integer() else f"{value:.1f}"
