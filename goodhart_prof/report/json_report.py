@@ -2,8 +2,8 @@
 (`to_document`; docs/DESIGN.md lists its keys) and one function per analysis result that turns it
 into plain JSON types (`syncs_json`, `burstiness_json`, `phases_json`, `host_ops_json`,
 `communication_json`, `ranks_json`, `memory_json`, `efficiency_json`, `critical_path_json`,
-`kernel_sequences_json`, `iterations_json`, `setup_json`, `finding_json`, `not_judged_json`, `timing_json`,
-`load_cost_json`, `spread_json`; the diff document, report/diff/document.py, uses them too).
+`kernel_sequences_json`, `compile_json`, `cupti_json`, `iterations_json`, `setup_json`,
+`finding_json`, `not_judged_json`, `timing_json`, `load_cost_json`, `spread_json`; the diff document, report/diff/document.py, uses them too).
 
 The analyses return data only; `plain` makes any value JSON-safe (numpy scalars -> Python, NaN
 and inf -> null), `records` turns a table's rows into objects.
